@@ -1,0 +1,123 @@
+package negotiation
+
+import (
+	"sync"
+	"time"
+)
+
+// Key identifies what one cache entry is about: a host of the connection string as written,
+// with its port, and (for GSS) the client principal.
+type Key struct {
+	Host      string
+	Port      uint16
+	Principal string
+}
+
+// Cache remembers, per [Key], what servers answered, for a TTL. It also makes concurrent connects
+// to a host whose answer is unknown wait for a single probe. It is safe for concurrent use; the
+// zero value is not usable, use [NewCache].
+type Cache struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[Key]*entry
+}
+
+type entry struct {
+	ssl, gss       Answer
+	sslExp, gssExp time.Time
+	// probe is non-nil while one connect probes this key; it is closed when the probe ends.
+	probe chan struct{}
+}
+
+// NewCache returns a cache whose answers are trusted for ttl. A ttl of zero or less disables
+// remembering (every connect negotiates as libpq does), but concurrent probes are still shared.
+func NewCache(ttl time.Duration) *Cache {
+	return &Cache{ttl: ttl, now: time.Now, entries: make(map[Key]*entry)}
+}
+
+// Known returns what is remembered for k and not expired. It does not allocate.
+func (c *Cache) Known(k Key) Known {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[k]
+	if e == nil {
+		return Known{}
+	}
+	var kn Known
+	now := c.now()
+	if e.ssl != AnswerUnknown && now.Before(e.sslExp) {
+		kn.SSL = e.ssl
+	}
+	if e.gss != AnswerUnknown && now.Before(e.gssExp) {
+		kn.GSS = e.gss
+	}
+	return kn
+}
+
+// BeginProbe claims the probe of k. It returns (nil, true) when the caller is the one to probe
+// and must call [Cache.EndProbe]; otherwise it returns a channel closed when the running probe
+// ends, after which the caller decides again from [Cache.Known].
+func (c *Cache) BeginProbe(k Key) (wait <-chan struct{}, leader bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(k)
+	if e.probe != nil {
+		return e.probe, false
+	}
+	e.probe = make(chan struct{})
+	return nil, true
+}
+
+// EndProbe releases the probe of k claimed by BeginProbe. It may be called more than once.
+func (c *Cache) EndProbe(k Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[k]; e != nil && e.probe != nil {
+		close(e.probe)
+		e.probe = nil
+	}
+}
+
+func (c *Cache) remembers() bool { return c.ttl > 0 }
+
+// SetSSL remembers the answer to SSLRequest.
+func (c *Cache) SetSSL(k Key, a Answer) {
+	if c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(k)
+	e.ssl, e.sslExp = a, c.now().Add(c.ttl)
+}
+
+// SetGSS remembers whether GSSAPI encryption could be established.
+func (c *Cache) SetGSS(k Key, a Answer) {
+	if c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(k)
+	e.gss, e.gssExp = a, c.now().Add(c.ttl)
+}
+
+// Forget drops what is remembered for k (an answer that turned out wrong).
+func (c *Cache) Forget(k Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[k]; e != nil {
+		e.ssl, e.gss = AnswerUnknown, AnswerUnknown
+	}
+}
+
+func (c *Cache) entry(k Key) *entry {
+	e := c.entries[k]
+	if e == nil {
+		e = new(entry)
+		c.entries[k] = e
+	}
+	return e
+}

@@ -1,0 +1,82 @@
+package negotiation
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const DefaultTestTTL = time.Minute
+
+func TestCacheTTL(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := NewCache(time.Minute)
+	c.now = func() time.Time { return now }
+	k := Key{Host: "h", Port: 1}
+	if got := c.Known(k); got != (Known{}) {
+		t.Fatalf("empty cache knows %+v", got)
+	}
+	c.SetSSL(k, AnswerNo)
+	if got := c.Known(k).SSL; got != AnswerNo {
+		t.Fatalf("SSL = %v, want no", got)
+	}
+	now = now.Add(time.Minute)
+	if got := c.Known(k).SSL; got != AnswerUnknown {
+		t.Fatalf("after the TTL SSL = %v, want unknown", got)
+	}
+	c.SetSSL(k, AnswerYes)
+	c.SetGSS(k, AnswerNo)
+	c.Forget(k)
+	if got := c.Known(k); got != (Known{}) {
+		t.Fatalf("after Forget: %+v", got)
+	}
+	other := Key{Host: "h", Port: 1, Principal: "alice@REALM"}
+	c.SetGSS(other, AnswerNo)
+	if c.Known(k).GSS != AnswerUnknown {
+		t.Fatal("principals share an entry")
+	}
+}
+
+func TestCacheZeroTTLRemembersNothing(t *testing.T) {
+	c := NewCache(0)
+	k := Key{Host: "h", Port: 1}
+	c.SetSSL(k, AnswerNo)
+	if got := c.Known(k).SSL; got != AnswerUnknown {
+		t.Fatalf("SSL = %v with TTL 0", got)
+	}
+}
+
+// Many goroutines asking at once: one leads, the others wait until it ends.
+func TestCacheSingleProbe(t *testing.T) {
+	c := NewCache(time.Minute)
+	k := Key{Host: "h", Port: 1}
+	var leaders atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				if c.Known(k).SSL != AnswerUnknown {
+					return
+				}
+				wait, lead := c.BeginProbe(k)
+				if lead {
+					leaders.Add(1)
+					c.SetSSL(k, AnswerNo)
+					c.EndProbe(k)
+					return
+				}
+				<-wait
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := leaders.Load(); n != 1 {
+		t.Fatalf("%d probes, want 1", n)
+	}
+}

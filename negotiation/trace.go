@@ -1,0 +1,140 @@
+package negotiation
+
+import (
+	"context"
+	"time"
+)
+
+// Trace is a set of hooks called at each step of a logical connect, in the manner of
+// net/http/httptrace.ClientTrace. Any hook may be nil. The negotiation code calls them with plain
+// data and knows nothing of what they do; package tracing implements them with OpenTelemetry.
+//
+// Every XxxStart hook returns the context that the negotiation code passes to the matching
+// XxxDone hook and uses for the steps nested in it; a hook that has nothing to attach returns
+// its argument. Hooks run on the goroutine that connects, one step at a time; hooks of different
+// connects run concurrently. No hook ever receives a password, a ticket, a key or the cancel key.
+type Trace struct {
+	// ConnectStart is called when a logical connect (one database/sql Connect) begins.
+	ConnectStart func(ctx context.Context, info ConnectStartInfo) context.Context
+	// ConnectDone is called when the logical connect ends, with its outcome.
+	ConnectDone func(ctx context.Context, info ConnectDoneInfo)
+
+	// Decision is called once per host tried, with the plan decided for it.
+	Decision func(ctx context.Context, info DecisionInfo)
+
+	// ProbeWaitStart is called when a connect waits for another one's probe of the same host
+	// (single flight); ProbeWaitDone when the wait ends.
+	ProbeWaitStart func(ctx context.Context, info HostInfo) context.Context
+	ProbeWaitDone  func(ctx context.Context, err error)
+
+	// DNSStart and DNSDone surround the resolution of a host name.
+	DNSStart func(ctx context.Context, info HostInfo) context.Context
+	DNSDone  func(ctx context.Context, info DNSDoneInfo)
+
+	// TCPConnectStart and TCPConnectDone surround each new socket (TCP or Unix-domain).
+	TCPConnectStart func(ctx context.Context, info DialInfo) context.Context
+	TCPConnectDone  func(ctx context.Context, err error)
+
+	// SSLRequestStart is called when SSLRequest is written; SSLRequestDone when its one-byte
+	// answer is read ('S' or 'N') or the exchange fails.
+	SSLRequestStart func(ctx context.Context, info DialInfo) context.Context
+	SSLRequestDone  func(ctx context.Context, info RequestDoneInfo)
+
+	// TLSHandshakeStart and TLSHandshakeDone surround the TLS handshake.
+	TLSHandshakeStart func(ctx context.Context, info TLSHandshakeStartInfo) context.Context
+	TLSHandshakeDone  func(ctx context.Context, info TLSHandshakeDoneInfo)
+
+	// StartupStart is called before the StartupMessage is sent; StartupDone after ReadyForQuery,
+	// or when startup or authentication fails.
+	StartupStart func(ctx context.Context, info DialInfo) context.Context
+	StartupDone  func(ctx context.Context, info StartupDoneInfo)
+
+	// Fallback is called when the connect gives up a method and goes on with the next one.
+	Fallback func(ctx context.Context, info FallbackInfo)
+}
+
+// ConnectStartInfo describes a logical connect, from the connection string.
+type ConnectStartInfo struct {
+	Host       string // first host of the connection string, as written
+	Port       uint16
+	Database   string
+	SSLMode    SSLMode
+	GSSEncMode GSSEncMode
+}
+
+// ConnectDoneInfo is the outcome of a logical connect.
+type ConnectDoneInfo struct {
+	Host     string // host connected to (or last tried), as written in the connection string
+	Port     uint16
+	Method   Method // method of the established connection; 0 on failure
+	CacheHit bool   // a remembered answer shaped the plan of the host connected to
+	Attempts int    // sockets opened
+	Err      error
+	Duration time.Duration
+}
+
+// HostInfo names one host of the connection string.
+type HostInfo struct {
+	Host string
+	Port uint16
+}
+
+// DecisionInfo is the plan for one host and what it was made from.
+type DecisionInfo struct {
+	Host   string
+	Port   uint16
+	Input  Input
+	Plan   Plan
+	Waited bool // the plan was made after waiting for another connect's probe
+}
+
+// DNSDoneInfo is the outcome of a host name resolution.
+type DNSDoneInfo struct {
+	Addrs []string // resolved IP addresses
+	Err   error
+}
+
+// DialInfo names the socket a step happens on.
+type DialInfo struct {
+	Host    string // as written in the connection string
+	Address string // ip:port, or the Unix socket path
+	Method  Method // the method being tried
+}
+
+// RequestDoneInfo is the outcome of an SSLRequest or GSSENCRequest.
+type RequestDoneInfo struct {
+	Answer   Answer // AnswerYes ('S'/'G'), AnswerNo ('N'), or AnswerUnknown on error
+	CacheHit bool   // the answer was already known (the request was needed for the method itself)
+	Err      error
+}
+
+// TLSHandshakeStartInfo describes a TLS handshake.
+type TLSHandshakeStartInfo struct {
+	ServerName string
+	Direct     bool // sslnegotiation=direct
+}
+
+// TLSHandshakeDoneInfo is the outcome of a TLS handshake.
+type TLSHandshakeDoneInfo struct {
+	Version     uint16 // crypto/tls version constant
+	CipherSuite uint16
+	Err         error
+}
+
+// StartupDoneInfo is the outcome of startup and authentication.
+type StartupDoneInfo struct {
+	// AuthMethod is the authentication the server asked for: "trust" (AuthenticationOk at once),
+	// "password", "md5", "scram-sha-256", "gss", "sspi", or "" when unknown.
+	AuthMethod string
+	// SQLState is the SQLSTATE of a server error, if any.
+	SQLState string
+	Err      error
+}
+
+// FallbackInfo is why a connect went on with the next method.
+type FallbackInfo struct {
+	Host          string
+	From, To      Method // To is 0 when the host has no method left
+	Reason        string // for example "server refused SSLRequest", "TLS handshake failed"
+	NewConnection bool   // the next method needs a new socket (and a new server backend)
+}
