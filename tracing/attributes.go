@@ -1,0 +1,91 @@
+package tracing
+
+import "go.opentelemetry.io/otel/attribute"
+
+// ScopeName is the instrumentation scope name of the tracer: the import path of this package.
+const ScopeName = "github.com/pgconnector/pgconnector/tracing"
+
+// Version is the instrumentation scope version of the tracer.
+const Version = "0.1.0"
+
+// Span names.
+const (
+	SpanConnect      = "postgresql.connect"
+	SpanProbeWait    = "postgresql.probe_wait"
+	SpanDNSLookup    = "postgresql.dns_lookup"
+	SpanTCPConnect   = "postgresql.tcp_connect"
+	SpanSSLRequest   = "postgresql.ssl_request"
+	SpanTLSHandshake = "postgresql.tls_handshake"
+	SpanStartup      = "postgresql.startup"
+	SpanFallback     = "postgresql.fallback"
+)
+
+// EventDecision is the name of the event added to the connect span for each host's plan.
+const EventDecision = "decision"
+
+// Attribute keys of this project. The keys of the OpenTelemetry semantic conventions
+// (db.system.name, db.namespace, server.address, error.type, ...) come from the semconv package.
+const (
+	// SSLModeKey is the requested sslmode ("disable" ... "verify-full"). Span: connect.
+	SSLModeKey = attribute.Key("pgconnector.sslmode")
+	// GSSEncModeKey is the requested gssencmode ("disable", "prefer", "require"). Span: connect.
+	GSSEncModeKey = attribute.Key("pgconnector.gssencmode")
+	// TransportKey is the protection of the established connection: "plain", "tls" or "gss".
+	// Span: connect, on success.
+	TransportKey = attribute.Key("pgconnector.transport")
+	// CacheHitKey is true when a remembered server answer shaped the plan (connect span, event
+	// decision) or answered the request without a round trip (ssl_request span).
+	CacheHitKey = attribute.Key("pgconnector.cache.hit")
+	// AttemptsKey is the number of sockets the connect opened. Span: connect.
+	AttemptsKey = attribute.Key("pgconnector.attempts")
+	// PlanKey is the ordered methods decided for a host, for example "ssl,plain".
+	// Span: connect (last host); event decision.
+	PlanKey = attribute.Key("pgconnector.plan")
+	// PlanSkippedKey is the methods the cache let the plan leave out, for example "ssl"; set only
+	// when there are some. Span: connect (last host); event decision.
+	PlanSkippedKey = attribute.Key("pgconnector.plan.skipped")
+	// ProbeWaitedKey is true when the plan was made after waiting for another connect's probe.
+	// Span: connect (last host); event decision.
+	ProbeWaitedKey = attribute.Key("pgconnector.probe.waited")
+	// DNSAddressesKey is the IP addresses a host name resolved to. Span: dns_lookup.
+	DNSAddressesKey = attribute.Key("pgconnector.dns.addresses")
+	// MethodKey is the method a socket is opened for or a startup runs under: "gss", "ssl",
+	// "direct-ssl" or "plain". Spans: tcp_connect, startup.
+	MethodKey = attribute.Key("pgconnector.method")
+	// SSLAnswerKey is the server's answer to SSLRequest: "S", "N", or "" when none was read.
+	// Span: ssl_request.
+	SSLAnswerKey = attribute.Key("pgconnector.ssl.answer")
+	// TLSDirectKey is true for a direct TLS handshake (sslnegotiation=direct).
+	// Span: tls_handshake.
+	TLSDirectKey = attribute.Key("pgconnector.tls.direct")
+	// AuthMethodKey is the authentication the server asked for: "trust", "password", "md5",
+	// "scram-sha-256", "gss", "sspi". Span: startup.
+	AuthMethodKey = attribute.Key("pgconnector.auth.method")
+	// FallbackFromKey is the method given up. Span: fallback.
+	FallbackFromKey = attribute.Key("pgconnector.fallback.from")
+	// FallbackToKey is the method tried next; absent when the host has none left. Span: fallback.
+	FallbackToKey = attribute.Key("pgconnector.fallback.to")
+	// FallbackReasonKey is why the method was given up, for example "server refused SSLRequest".
+	// Span: fallback.
+	FallbackReasonKey = attribute.Key("pgconnector.fallback.reason")
+	// FallbackNewConnectionKey is true when the next method needs a new socket (and a new server
+	// backend). Span: fallback.
+	FallbackNewConnectionKey = attribute.Key("pgconnector.fallback.new_connection")
+)
+
+// Values of error.type other than a SQLSTATE. A failed span whose error wraps a
+// *pgconn.PgError has its SQLSTATE as error.type (and as db.response.status_code); otherwise
+// error.type is one of these classes, chosen from the Go error, or the default of the step.
+const (
+	ErrorTypeCanceled       = "canceled"           // the caller's context was canceled
+	ErrorTypeTimeout        = "timeout"            // a deadline or a network timeout
+	ErrorTypeGSSEncRequire  = "gssencmode_require" // gssencmode=require cannot be met
+	ErrorTypeNoMethod       = "no_method"          // sslmode and gssencmode allow no method
+	ErrorTypeDNS            = "dns_error"          // host name resolution failed
+	ErrorTypeTLS            = "tls_error"          // TLS handshake or certificate failure
+	ErrorTypeDial           = "dial_error"         // the socket could not be opened
+	ErrorTypeNetwork        = "network_error"      // I/O on an open socket failed
+	ErrorTypeStartup        = "startup_failed"     // default of the startup span
+	ErrorTypeConnectFailed  = "connect_failed"     // default of the connect and probe_wait spans
+	errorTypeRequestDefault = ErrorTypeNetwork     // default of the ssl_request span
+)

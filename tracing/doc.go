@@ -1,0 +1,52 @@
+// Package tracing turns the steps of a logical PostgreSQL connect into OpenTelemetry spans.
+//
+// It observes, it does not decide: [NewTrace] returns a [negotiation.Trace] whose hooks start and
+// end spans and set attributes from the plain data the negotiation code hands them. Nothing here
+// changes what the connector does, and the negotiation code never imports OpenTelemetry.
+//
+// # Span tree
+//
+// One logical connect (one database/sql Connect) is one tree:
+//
+//	postgresql.connect            CLIENT   the whole connect, child of the span in the caller's ctx
+//	├─ postgresql.probe_wait      INTERNAL waiting for another connect's probe of the same host
+//	├─ postgresql.dns_lookup      INTERNAL resolving a host name
+//	├─ postgresql.tcp_connect     INTERNAL opening a socket (TCP or Unix-domain)
+//	├─ postgresql.ssl_request     INTERNAL SSLRequest and its one-byte answer
+//	├─ postgresql.tls_handshake   INTERNAL the TLS handshake (after 'S', or direct)
+//	├─ postgresql.fallback        INTERNAL zero-length: the connect goes on with the next method
+//	└─ postgresql.startup         INTERNAL StartupMessage, authentication, up to ReadyForQuery
+//
+// A step span is a child of whatever span is in the ctx the negotiation code passes to its Start
+// hook: the connect span, or an enclosing step when the negotiation code nests them.
+//
+// Only postgresql.connect is of kind CLIENT: it is the one outgoing database operation, and a
+// backend that draws service graphs or counts client calls from CLIENT spans then counts one call
+// per connect. postgresql.tcp_connect is INTERNAL for the same reason, although it is the step
+// that talks to the network.
+//
+// The per-host decision (which methods, in which order, what the cache saved) is not a span: it
+// is set as attributes of the connect span (the last host's values win) and recorded as a
+// "decision" event that keeps each host's values.
+//
+// # What is never recorded
+//
+// The hooks receive no password, ticket, key or cancel key, and this package adds no field of the
+// connection string other than the host, the port and the database name. An error is recorded as
+// the text of the Go error (span status and exception event); pgx already leaves passwords out of
+// its error texts.
+//
+// # Sampling and cost
+//
+// Steps follow the sampling of the connect they belong to: a step hook whose context holds no
+// recording span and belongs to no recording connect (the connect was not sampled, or the
+// TracerProvider is a no-op) starts no span and returns its context as it is. This is what the SDK's default ParentBased sampler would
+// decide anyway; a sampler that samples children of unsampled parents gets no step spans.
+// So when the connect span does not record, the step hooks allocate nothing, and ConnectStart
+// costs the start of one span (BenchmarkHooksNoop: 4 small allocations per connect with a no-op
+// provider). Attribute slices are built only for recording spans, except the connect span's
+// start attributes, which go in at start so that a sampler sees them.
+//
+// A Done hook ends the span its Start hook put in the context, and only that span: given another
+// context (the caller's, another step's, or one with no span) it does nothing.
+package tracing
