@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,7 +35,7 @@ var libpqOnlyKeys = []string{"gssencmode", "gssdelegation"}
 func ParseSettings(dsn string) (*Settings, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("pgconnector: %w", err)
+		return nil, redacted(dsn, err)
 	}
 	s := &Settings{Config: cfg}
 
@@ -110,3 +112,32 @@ func requiredMode(c *tls.Config) negotiation.SSLMode {
 	}
 	return negotiation.SSLModeRequire
 }
+
+// Where a connection string may hold a secret: password= and sslpassword= values (quoted or not)
+// and the password of a URL's user information.
+var secretPatterns = []*regexp.Regexp{
+	regexp.MustCompile(`(?i)(?:ssl)?password\s*=\s*'((?:[^'\\]|\\.)*)'`),
+	regexp.MustCompile(`(?i)(?:ssl)?password\s*=\s*([^\s'&]+)`),
+	regexp.MustCompile(`://[^:/@?#\s]*:([^@\s]*)@`),
+}
+
+// redacted returns err with every secret of dsn masked. pgx masks the password in the
+// connection string it quotes, but not in every message of a malformed string (a URL with
+// spaces, a stray key): an error of this package never shows one.
+func redacted(dsn string, err error) error {
+	msg := err.Error()
+	for _, re := range secretPatterns {
+		for _, m := range re.FindAllStringSubmatch(dsn, -1) {
+			if secret := m[1]; secret != "" {
+				msg = strings.ReplaceAll(msg, secret, "xxxxx")
+			}
+		}
+	}
+	return &ParseError{msg: "pgconnector: " + msg}
+}
+
+// ParseError is a connection string that New could not parse. Its message never contains a
+// password. It does not unwrap to pgx's error, whose message may quote the secret.
+type ParseError struct{ msg string }
+
+func (e *ParseError) Error() string { return e.msg }

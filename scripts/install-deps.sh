@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a Debian 12 machine that already has Go:
+#   - PostgreSQL server binaries (initdb, pg_ctl, postgres), version 15 or newer, from
+#     Debian's "postgresql" package, WITHOUT creating or starting its default cluster:
+#     the tests start their own throwaway clusters (internal/harness);
+#   - ca-certificates, only if the system CA bundle is missing;
+#   - the Go modules listed in go.mod (go mod download).
+# Idempotent: anything already present is left alone. System packages need root; when
+# not run as root the privileged part goes through sudo if it exists.
+#
+# The server binaries are looked for the way internal/harness looks for them:
+# $PG_BINDIR if set, else `pg_config --bindir`, else the highest
+# /usr/lib/postgresql/*/bin, else $PATH.
+set -euo pipefail
+
+MIN_PG_MAJOR=15
+CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+SCRIPT=$(readlink -f "$0")
+
+log() { echo "install-deps: $*"; }
+die() { echo "install-deps: error: $*" >&2; exit 1; }
+
+# usable_bindir DIR: DIR has initdb, pg_ctl and postgres of version MIN_PG_MAJOR or newer.
+usable_bindir() {
+  local dir=$1 major
+  [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ] && [ -x "$dir/postgres" ] || return 1
+  major=$("$dir/postgres" --version 2>/dev/null | sed -n 's/.*(PostgreSQL) \([0-9][0-9]*\).*/\1/p')
+  [ -n "$major" ] && [ "$major" -ge "$MIN_PG_MAJOR" ]
+}
+
+# find_pg_bindir: prints the directory the harness will use, or fails.
+find_pg_bindir() {
+  local dir
+  if [ -n "${PG_BINDIR:-}" ]; then
+    usable_bindir "$PG_BINDIR" && { echo "$PG_BINDIR"; return 0; }
+    return 1
+  fi
+  if command -v pg_config >/dev/null 2>&1; then
+    dir=$(pg_config --bindir 2>/dev/null || true)
+    if [ -n "$dir" ] && usable_bindir "$dir"; then echo "$dir"; return 0; fi
+  fi
+  while IFS= read -r dir; do
+    if usable_bindir "$dir"; then echo "$dir"; return 0; fi
+  done < <(printf '%s\n' /usr/lib/postgresql/*/bin | sort -t/ -k5,5 -rn)
+  if dir=$(command -v initdb 2>/dev/null); then
+    dir=$(dirname "$(readlink -f "$dir")")
+    if usable_bindir "$dir"; then echo "$dir"; return 0; fi
+  fi
+  return 1
+}
+
+need_ca() { [ ! -s "$CA_BUNDLE" ]; }
+
+# ---------------------------------------------------------------------------------------
+# Privileged part: runs as root (directly, or re-invoked through sudo with --system).
+# ---------------------------------------------------------------------------------------
+APT_UPDATED=false
+apt_update() {
+  if ! $APT_UPDATED; then
+    log "apt-get update"
+    apt-get update -qq
+    APT_UPDATED=true
+  fi
+}
+
+POLICY_RC=/usr/sbin/policy-rc.d
+POLICY_BACKUP=""
+POLICY_INSTALLED=false
+restore_policy_rc() {
+  if $POLICY_INSTALLED; then
+    if [ -n "$POLICY_BACKUP" ]; then
+      mv -f "$POLICY_BACKUP" "$POLICY_RC"
+      log "restored the previous $POLICY_RC"
+    else
+      rm -f "$POLICY_RC"
+      log "removed the temporary $POLICY_RC"
+    fi
+    POLICY_INSTALLED=false
+  fi
+}
+
+# No service may start while packages install: invoke-rc.d and deb-systemd-invoke ask
+# policy-rc.d, and exit code 101 means "action forbidden".
+install_policy_rc() {
+  if [ -e "$POLICY_RC" ]; then
+    POLICY_BACKUP=$(mktemp)
+    cp -p "$POLICY_RC" "$POLICY_BACKUP"
+  fi
+  trap restore_policy_rc EXIT
+  printf '#!/bin/sh\n# Written by scripts/install-deps.sh for the duration of a package install.\nexit 101\n' >"$POLICY_RC"
+  chmod 755 "$POLICY_RC"
+  POLICY_INSTALLED=true
+  log "wrote $POLICY_RC (exit 101) so that no service starts during the install"
+}
+
+# postgresql-common creates and starts a "main" cluster when a server package is
+# configured, unless createcluster.conf says create_main_cluster = false. Debian's
+# createcluster.conf includes createcluster.d/, so a drop-in there is enough, even when
+# the file does not exist yet; an existing file without that include is edited.
+disable_main_cluster() {
+  local conf=/etc/postgresql-common/createcluster.conf dropin=/etc/postgresql-common/createcluster.d/pgconnector.conf
+  mkdir -p "$(dirname "$dropin")"
+  printf '# Written by scripts/install-deps.sh: tests start their own throwaway clusters.\ncreate_main_cluster = false\n' >"$dropin"
+  log "wrote $dropin (create_main_cluster = false)"
+  if [ -f "$conf" ] && ! grep -Eq "^[[:space:]]*include_dir[[:space:]]*=?[[:space:]]*'(/etc/postgresql-common/)?createcluster.d'" "$conf"; then
+    if grep -Eq '^[#[:space:]]*create_main_cluster[[:space:]]*=' "$conf"; then
+      sed -i -E 's/^[#[:space:]]*create_main_cluster[[:space:]]*=.*/create_main_cluster = false/' "$conf"
+    else
+      echo 'create_main_cluster = false' >>"$conf"
+    fi
+    log "set create_main_cluster = false in $conf"
+  fi
+}
+
+system_part() {
+  [ "$(id -u)" -eq 0 ] || die "the system part must run as root"
+  export DEBIAN_FRONTEND=noninteractive
+
+  if need_ca; then
+    apt_update
+    log "apt-get install ca-certificates ($CA_BUNDLE is missing)"
+    apt-get install -y -q --no-install-recommends ca-certificates
+  fi
+
+  if ! find_pg_bindir >/dev/null; then
+    [ -z "${PG_BINDIR:-}" ] || die "PG_BINDIR=$PG_BINDIR does not hold initdb, pg_ctl and postgres of version $MIN_PG_MAJOR or newer; fix or unset it"
+    log "no PostgreSQL $MIN_PG_MAJOR+ server binaries found: installing the package postgresql (no cluster is created or started)"
+    disable_main_cluster
+    install_policy_rc
+    apt_update
+    log "apt-get install --no-install-recommends postgresql"
+    apt-get install -y -q --no-install-recommends postgresql
+    restore_policy_rc
+    find_pg_bindir >/dev/null || die "the postgresql package did not provide PostgreSQL $MIN_PG_MAJOR+ server binaries"
+  fi
+
+  # --- Kerberos (GSSAPI) packages: reserved spot, NOT installed yet -------------------
+  # Tests of GSSAPI encryption will need an MIT KDC and client tools on loopback. When
+  # they are added, install here, only if missing and with the policy-rc.d guard above
+  # (krb5-kdc ships a service):
+  #   krb5-kdc krb5-admin-server krb5-user
+  #   (present when /usr/sbin/krb5kdc, /usr/sbin/kadmin.local and /usr/bin/kinit exist)
+  # -------------------------------------------------------------------------------------
+}
+
+if [ "${1:-}" = "--system" ]; then
+  system_part
+  exit 0
+fi
+
+# ---------------------------------------------------------------------------------------
+# Main part: decides whether the privileged part is needed, then fetches Go modules as
+# the invoking user.
+# ---------------------------------------------------------------------------------------
+cd "$(dirname "$SCRIPT")/.."
+
+if bindir=$(find_pg_bindir) && ! need_ca; then
+  log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
+else
+  if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
+    die "PG_BINDIR=$PG_BINDIR does not hold initdb, pg_ctl and postgres of version $MIN_PG_MAJOR or newer; fix or unset it"
+  fi
+  if [ "$(id -u)" -eq 0 ]; then
+    system_part
+  elif command -v sudo >/dev/null 2>&1; then
+    log "not root: running the system part through sudo"
+    sudo env ${PG_BINDIR:+PG_BINDIR="$PG_BINDIR"} bash "$SCRIPT" --system
+  else
+    die "packages must be installed but this is not root and there is no sudo; run: bash $SCRIPT as root"
+  fi
+  bindir=$(find_pg_bindir) || die "no PostgreSQL $MIN_PG_MAJOR+ server binaries after the install"
+  log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
+fi
+
+command -v go >/dev/null 2>&1 || die "go is not in PATH (this script expects Go to be installed)"
+log "go mod download"
+go mod download
+log "done"
