@@ -284,8 +284,10 @@ func (n *Negotiator) tryHost(ctx context.Context, h *Host, key Key, plan Plan, i
 			if errors.As(err, &npErr) && *notPreferred == nil {
 				*notPreferred = at
 			}
+			// When no socket could be opened the next method would not fare better: like
+			// libpq, go on with the next address instead.
 			var next Method
-			if i+1 < len(methods) {
+			if i+1 < len(methods) && (at.reached.Load() || reuse != nil) {
 				next = methods[i+1]
 			}
 			if Answer(at.sslAnswer.Load()) == AnswerNo && m == MethodSSL && h.SSLMode.requiresTLS() {
@@ -298,6 +300,9 @@ func (n *Negotiator) tryHost(ctx context.Context, h *Host, key Key, plan Plan, i
 			}
 			if next != 0 || reuse == nil {
 				n.fallback(ctx, h, m, next, at, err, reuse != nil)
+			}
+			if next == 0 {
+				break
 			}
 		}
 		closeConn(reuse)

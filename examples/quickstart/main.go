@@ -1,0 +1,159 @@
+// Command quickstart opens a database/sql pool on pgconnector, connects from several goroutines at
+// once (cold decision cache), then again (warm cache), and prints what was decided and the span
+// tree of every connect.
+//
+//	go run ./examples/quickstart            # on a throwaway local PostgreSQL cluster
+//	DATABASE_URL=postgres://... go run ./examples/quickstart
+//	go run ./examples/quickstart -json      # also print the spans as the OpenTelemetry stdout exporter writes them
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/pgconnector/pgconnector"
+	"github.com/pgconnector/pgconnector/internal/harness"
+)
+
+func main() {
+	workers := flag.Int("workers", 8, "goroutines connecting at once")
+	jsonOut := flag.Bool("json", false, "also print every span with the OpenTelemetry stdout exporter")
+	flag.Parse()
+	log.SetFlags(0)
+	if err := run(*workers, *jsonOut); err != nil {
+		log.Fatalf("quickstart: %v", err)
+	}
+}
+
+func run(workers int, jsonOut bool) error {
+	ctx := context.Background()
+
+	dsn := os.Getenv("DATABASE_URL")
+	if dsn == "" {
+		fmt.Println("DATABASE_URL is not set: starting a throwaway PostgreSQL cluster (TLS off, trust)...")
+		pg, err := harness.Start(ctx, harness.Options{})
+		if err != nil {
+			return err
+		}
+		defer pg.Stop()
+		dsn = pg.DSN()
+		fmt.Printf("cluster on %s:%d, data in %s\n", pg.Host, pg.Port, pg.DataDir)
+	}
+
+	// Spans go to an in-memory recorder (printed as a tree below) and, with -json, to the
+	// OpenTelemetry stdout exporter.
+	rec := tracetest.NewSpanRecorder()
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(rec)}
+	if jsonOut {
+		exp, err := stdouttrace.New(stdouttrace.WithPrettyPrint())
+		if err != nil {
+			return err
+		}
+		tpOpts = append(tpOpts, sdktrace.WithSyncer(exp))
+	}
+	tp := sdktrace.NewTracerProvider(tpOpts...)
+	defer tp.Shutdown(ctx)
+	tracer := tp.Tracer("quickstart")
+
+	connector, err := pgconnector.New(dsn, pgconnector.WithTracerProvider(tp))
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	db.SetMaxIdleConns(0) // every query opens a new connection, so that each round shows connects
+
+	for _, round := range []string{"cold cache", "warm cache"} {
+		rctx, span := tracer.Start(ctx, "round: "+round)
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		start := time.Now()
+		for i := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var backend int
+				if err := db.QueryRowContext(rctx, "select pg_backend_pid()").Scan(&backend); err != nil {
+					errs <- fmt.Errorf("worker %d: %w", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		span.End()
+		close(errs)
+		for err := range errs {
+			return err
+		}
+		fmt.Printf("\n== %s: %d goroutines connected in %v\n", round, workers, time.Since(start).Round(time.Millisecond))
+	}
+
+	printTree(rec.Ended())
+	return nil
+}
+
+// printTree prints the recorded spans as a tree, each with its project and connection attributes.
+func printTree(spans []sdktrace.ReadOnlySpan) {
+	children := map[string][]sdktrace.ReadOnlySpan{}
+	var roots []sdktrace.ReadOnlySpan
+	ids := map[string]bool{}
+	for _, s := range spans {
+		ids[s.SpanContext().SpanID().String()] = true
+	}
+	for _, s := range spans {
+		p := s.Parent().SpanID().String()
+		if s.Parent().IsValid() && ids[p] {
+			children[p] = append(children[p], s)
+		} else {
+			roots = append(roots, s)
+		}
+	}
+	byStart := func(ss []sdktrace.ReadOnlySpan) {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].StartTime().Before(ss[j].StartTime()) })
+	}
+	var walk func(s sdktrace.ReadOnlySpan, depth int)
+	walk = func(s sdktrace.ReadOnlySpan, depth int) {
+		fmt.Printf("%s%s %v%s%s\n", strings.Repeat("  ", depth), s.Name(),
+			s.EndTime().Sub(s.StartTime()).Round(10*time.Microsecond), attrs(s.Attributes()), status(s))
+		kids := children[s.SpanContext().SpanID().String()]
+		byStart(kids)
+		for _, k := range kids {
+			walk(k, depth+1)
+		}
+	}
+	byStart(roots)
+	fmt.Println("\n== span tree")
+	for _, r := range roots {
+		walk(r, 0)
+	}
+}
+
+func attrs(kv []attribute.KeyValue) string {
+	var b strings.Builder
+	for _, a := range kv {
+		k := string(a.Key)
+		if strings.HasPrefix(k, "pgconnector.") || k == "server.address" || k == "server.port" || k == "network.peer.address" {
+			fmt.Fprintf(&b, " %s=%s", strings.TrimPrefix(k, "pgconnector."), a.Value.Emit())
+		}
+	}
+	return b.String()
+}
+
+func status(s sdktrace.ReadOnlySpan) string {
+	if s.Status().Code.String() == "Error" {
+		return "  ERROR: " + s.Status().Description
+	}
+	return ""
+}
