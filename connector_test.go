@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func mustParsePgx(t *testing.T, dsn string) *pgx.ConnConfig {
+func mustParsePgx(t testing.TB, dsn string) *pgx.ConnConfig {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {

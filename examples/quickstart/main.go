@@ -98,10 +98,41 @@ func run(workers int, jsonOut bool) error {
 			return err
 		}
 		fmt.Printf("\n== %s: %d goroutines connected in %v\n", round, workers, time.Since(start).Round(time.Millisecond))
+		printDecisions(rec.Ended(), span.SpanContext().SpanID().String())
 	}
 
 	printTree(rec.Ended())
 	return nil
+}
+
+// printDecisions summarises the connects of one round from their spans' attributes.
+func printDecisions(spans []sdktrace.ReadOnlySpan, parent string) {
+	counts := map[string]int{}
+	var keys []string
+	for _, s := range spans {
+		if s.Name() != "postgresql.connect" || s.Parent().SpanID().String() != parent {
+			continue
+		}
+		a := map[string]string{}
+		for _, kv := range s.Attributes() {
+			a[string(kv.Key)] = kv.Value.Emit()
+		}
+		d := fmt.Sprintf("plan %-9s transport %-5s cache hit %-5s", a["pgconnector.plan"], a["pgconnector.transport"], a["pgconnector.cache.hit"])
+		if sk := a["pgconnector.plan.skipped"]; sk != "" {
+			d += " skipped " + sk
+		}
+		if a["pgconnector.probe.waited"] == "true" {
+			d += " (waited for another connection's probe)"
+		}
+		if counts[d] == 0 {
+			keys = append(keys, d)
+		}
+		counts[d]++
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Printf("   %2d connect(s): %s\n", counts[k], k)
+	}
 }
 
 // printTree prints the recorded spans as a tree, each with its project and connection attributes.
