@@ -16,7 +16,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,5 +149,3 @@ var _ interface {
 } = (*Connector)(nil)
 
 var _ driver.DriverContext = Driver{}
-
-var errNoHost = errors.New("pgconnector: connection string has no host")

@@ -2,6 +2,7 @@ package pgconnector
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -112,6 +113,8 @@ func requiredMode(c *tls.Config) negotiation.SSLMode {
 	}
 	return negotiation.SSLModeRequire
 }
+
+var errNoHost = errors.New("pgconnector: connection string has no host")
 
 // Where a connection string may hold a secret: password= and sslpassword= values (quoted or not)
 // and the password of a URL's user information.

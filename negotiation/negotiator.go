@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,7 +128,7 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 	for i := range n.cfg.Hosts {
 		h := &n.cfg.Hosts[i]
 		res.host = h
-		err, final := n.connectHost(ctx, h, open, res, &notPreferred)
+		final, err := n.connectHost(ctx, h, open, res, &notPreferred)
 		if err == nil {
 			return nil
 		}
@@ -157,20 +158,20 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 
 // connectHost tries one host: decide, resolve, then every address with every method.
 // final reports that no other host should be tried.
-func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, notPreferred **attempt) (err error, final bool) {
+func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, notPreferred **attempt) (final bool, err error) {
 	key := Key{Host: h.Host, Port: h.Port}
 	retried := false
 	for {
 		plan, in, leader, err := n.decide(ctx, h, key)
 		if err != nil {
-			return err, false
+			return false, err
 		}
-		err, final, opened := n.tryHost(ctx, h, key, plan, in, leader, open, res, notPreferred)
+		final, opened, err := n.tryHost(ctx, h, key, plan, in, leader, open, res, notPreferred)
 		if leader {
 			n.cfg.Cache.EndProbe(key)
 		}
 		if err == nil || final || retried || !plan.CacheHit() || !opened {
-			return err, final
+			return final, err
 		}
 		// A plan made from a remembered answer failed after reaching the server: the answer
 		// may be wrong. Forget it and negotiate this host again as libpq would.
@@ -259,25 +260,26 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 // tryHost runs the plan on every address of h. opened reports that some socket reached the server.
 func (n *Negotiator) tryHost(ctx context.Context, h *Host, key Key, plan Plan, in Input, leader bool,
 	open func(context.Context) error, res *connectResult, notPreferred **attempt,
-) (err error, final, opened bool) {
-	res.cacheHit = plan.CacheHit() || (in.Known.SSL != AnswerUnknown && hasMethod(plan.Methods(), MethodSSL))
+) (final, opened bool, err error) {
+	res.cacheHit = plan.CacheHit() || (in.Known.SSL != AnswerUnknown && slices.Contains(plan.Methods(), MethodSSL))
 	addrs, err := n.lookup(ctx, h)
 	if err != nil {
-		return err, false, false
+		return false, false, err
 	}
 	var errs []error
 	for _, addr := range addrs {
 		var reuse net.Conn
 		methods := plan.Methods()
 		for i, m := range methods {
-			at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, leader: leader}
+			at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known}
+			at.leader.Store(leader)
 			at.reuse.Store(connBox(reuse))
 			err := n.run(ctx, at, open)
 			res.sockets += int(at.sockets.Load())
 			opened = opened || at.reached.Load()
 			if err == nil {
 				res.method = m
-				return nil, false, true
+				return false, true, nil
 			}
 			reuse = at.takeReuse()
 			var npErr *pgconn.NotPreferredError
@@ -296,7 +298,7 @@ func (n *Negotiator) tryHost(ctx context.Context, h *Host, key Key, plan Plan, i
 			errs = append(errs, err)
 			if code := sqlState(err); code != "" && isFinalServerError(code) {
 				closeConn(reuse)
-				return joinErrs(errs), true, true
+				return true, true, joinErrs(errs)
 			}
 			if next != 0 || reuse == nil {
 				n.fallback(ctx, h, m, next, at, err, reuse != nil)
@@ -307,7 +309,7 @@ func (n *Negotiator) tryHost(ctx context.Context, h *Host, key Key, plan Plan, i
 		}
 		closeConn(reuse)
 	}
-	return joinErrs(errs), false, opened
+	return false, opened, joinErrs(errs)
 }
 
 func (n *Negotiator) fallback(ctx context.Context, h *Host, from, to Method, at *attempt, err error, sameSocket bool) {
@@ -333,6 +335,7 @@ func (n *Negotiator) run(ctx context.Context, at *attempt, open func(context.Con
 		return errors.New("GSSAPI encryption is not available in this build")
 	}
 	err := open(context.WithValue(ctx, attemptKey{}, at))
+	at.leader.Store(false)
 	at.endStartup(err)
 	return err
 }
@@ -384,7 +387,9 @@ type attempt struct {
 	addr   string
 	method Method
 	known  Known
-	leader bool
+	// leader is set while this attempt's connect leads the probe of its key; a cancel request
+	// dialled later through the same attempt must not end another connect's probe.
+	leader atomic.Bool
 
 	ignoreNotPreferred bool
 
@@ -454,7 +459,7 @@ func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn,
 func (at *attempt) onSSLAnswer(a Answer) {
 	at.sslAnswer.Store(uint32(a))
 	at.n.cfg.Cache.SetSSL(at.key, a)
-	if at.leader {
+	if at.leader.Load() {
 		at.n.cfg.Cache.EndProbe(at.key)
 	}
 }
@@ -647,15 +652,6 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
-}
-
-func hasMethod(ms []Method, m Method) bool {
-	for _, x := range ms {
-		if x == m {
-			return true
-		}
-	}
-	return false
 }
 
 func closeConn(c net.Conn) {
