@@ -27,6 +27,7 @@ type Cache struct {
 type entry struct {
 	ssl, gss       Answer
 	sslExp, gssExp time.Time
+	gssGen         uint64
 	// probe is non-nil while one connect probes this key; it is closed when the probe ends.
 	probe chan struct{}
 }
@@ -51,7 +52,7 @@ func (c *Cache) Known(k Key) Known {
 		kn.SSL = e.ssl
 	}
 	if e.gss != AnswerUnknown && now.Before(e.gssExp) {
-		kn.GSS = e.gss
+		kn.GSS, kn.GSSGeneration = e.gss, e.gssGen
 	}
 	return kn
 }
@@ -93,15 +94,16 @@ func (c *Cache) SetSSL(k Key, a Answer) {
 	e.ssl, e.sslExp = a, c.now().Add(c.ttl)
 }
 
-// SetGSS remembers whether GSSAPI encryption could be established.
-func (c *Cache) SetGSS(k Key, a Answer) {
+// SetGSS remembers whether GSSAPI encryption could be established with the credentials of
+// generation gen.
+func (c *Cache) SetGSS(k Key, a Answer, gen uint64) {
 	if c.ttl <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entry(k)
-	e.gss, e.gssExp = a, c.now().Add(c.ttl)
+	e.gss, e.gssExp, e.gssGen = a, c.now().Add(c.ttl), gen
 }
 
 // Forget drops what is remembered for k (an answer that turned out wrong).

@@ -26,13 +26,13 @@ func TestCacheTTL(t *testing.T) {
 		t.Fatalf("after the TTL SSL = %v, want unknown", got)
 	}
 	c.SetSSL(k, AnswerYes)
-	c.SetGSS(k, AnswerNo)
+	c.SetGSS(k, AnswerNo, 1)
 	c.Forget(k)
 	if got := c.Known(k); got != (Known{}) {
 		t.Fatalf("after Forget: %+v", got)
 	}
 	other := Key{Host: "h", Port: 1, Principal: "alice@REALM"}
-	c.SetGSS(other, AnswerNo)
+	c.SetGSS(other, AnswerNo, 1)
 	if c.Known(k).GSS != AnswerUnknown {
 		t.Fatal("principals share an entry")
 	}

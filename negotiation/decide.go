@@ -65,6 +65,9 @@ func (a Answer) String() string {
 type Known struct {
 	SSL Answer // answer to SSLRequest
 	GSS Answer // whether GSSAPI encryption succeeded (AnswerYes) or could not (AnswerNo)
+	// GSSGeneration is the credentials generation the GSS answer was learned with: an answer
+	// learned with other credentials (before a kinit) does not count.
+	GSSGeneration uint64
 }
 
 // Input is everything the decision depends on. It holds no network state.
@@ -78,6 +81,8 @@ type Input struct {
 	UnixSocket bool
 	// GSSCredentials is true when the client holds Kerberos credentials usable for GSSAPI.
 	GSSCredentials bool
+	// GSSGeneration identifies the credentials (it changes when the credential cache does).
+	GSSGeneration uint64
 	// Known is what the cache remembers; the zero value means nothing.
 	Known Known
 }
@@ -144,7 +149,7 @@ var (
 //   - after GSS, sslmode=allow tries plaintext then SSL, every other mode SSL then plaintext.
 //
 // What the cache adds, never for a mode that requires the method:
-//   - gssencmode=prefer and GSS remembered as failing: GSS is skipped;
+//   - gssencmode=prefer and GSS remembered as failing with the same credentials: GSS is skipped;
 //   - sslmode=prefer or allow and SSLRequest remembered as refused ('N'): SSL is skipped.
 func Decide(in Input) (Plan, error) {
 	var p Plan
@@ -156,6 +161,10 @@ func Decide(in Input) (Plan, error) {
 		return p, nil
 	}
 
+	gssKnown := in.Known.GSS
+	if in.Known.GSSGeneration != in.GSSGeneration {
+		gssKnown = AnswerUnknown // learned with other credentials
+	}
 	gssAllowed := in.GSSEncMode != GSSEncModeDisable
 	sslAllowed := in.SSLMode != SSLModeDisable && in.GSSEncMode != GSSEncModeRequire
 	plainAllowed := !in.SSLMode.requiresTLS() && in.GSSEncMode != GSSEncModeRequire
@@ -166,11 +175,11 @@ func Decide(in Input) (Plan, error) {
 			if in.GSSEncMode == GSSEncModeRequire {
 				return p, ErrGSSNoCredentials
 			}
-		case in.GSSEncMode == GSSEncModePrefer && in.Known.GSS == AnswerNo:
+		case in.GSSEncMode == GSSEncModePrefer && gssKnown == AnswerNo:
 			p.skip(MethodGSS)
 		default:
 			p.add(MethodGSS)
-			p.Learns = in.GSSEncMode == GSSEncModePrefer && in.Known.GSS == AnswerUnknown
+			p.Learns = in.GSSEncMode == GSSEncModePrefer && gssKnown == AnswerUnknown
 		}
 	}
 

@@ -50,6 +50,7 @@ func TestDecide(t *testing.T) {
 		{"gss require: GSS only, even with sslmode=prefer", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModeRequire, GSSCredentials: true}, []Method{gss}, nil, false, nil},
 		{"gss require + sslmode=require", Input{SSLMode: SSLModeRequire, GSSEncMode: GSSEncModeRequire, GSSCredentials: true}, []Method{gss}, nil, false, nil},
 		{"gss prefer, remembered failure: skipped", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, GSSCredentials: true, Known: gssNo}, []Method{ssl, plain}, []Method{gss}, true, nil},
+		{"gss prefer, failure remembered with older credentials: tried again", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, GSSCredentials: true, GSSGeneration: 2, Known: Known{GSS: AnswerNo, GSSGeneration: 1}}, []Method{gss, ssl, plain}, nil, true, nil},
 		{"gss require ignores a remembered failure", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModeRequire, GSSCredentials: true, Known: gssNo}, []Method{gss}, nil, false, nil},
 		{"gss disable", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModeDisable, GSSCredentials: true}, []Method{ssl, plain}, nil, true, nil},
 

@@ -45,8 +45,9 @@ type Config struct {
 	LookupFunc pgconn.LookupFunc
 	// DialFunc opens a socket; nil means a net.Dialer with a 5-minute keep-alive, as pgx's default.
 	DialFunc pgconn.DialFunc
-	// GSSCredentials reports whether the client holds Kerberos credentials; nil means it holds none.
-	GSSCredentials func(ctx context.Context) bool
+	// GSS carries GSSAPI encryption out; nil means the client has no Kerberos support: it holds
+	// no credentials (gssencmode=prefer skips GSS, require fails before dialing).
+	GSS GSSClient
 }
 
 // Negotiator carries the decision out over pgx: for each host it decides the methods, then for
@@ -159,10 +160,11 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 // connectHost tries one host: decide, resolve, then every address with every method.
 // final reports that no other host should be tried.
 func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, notPreferred **attempt) (final bool, err error) {
-	key := Key{Host: h.Host, Port: h.Port}
+	creds := n.credentials(ctx, h)
+	key := Key{Host: h.Host, Port: h.Port, Principal: creds.Principal}
 	retried := false
 	for {
-		plan, in, leader, err := n.decide(ctx, h, key)
+		plan, in, leader, err := n.decide(ctx, h, key, creds)
 		if err != nil {
 			return false, err
 		}
@@ -184,7 +186,7 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 }
 
 // decide makes the plan for h, waiting for another connect's probe when one is running.
-func (n *Negotiator) decide(ctx context.Context, h *Host, key Key) (plan Plan, in Input, leader bool, err error) {
+func (n *Negotiator) decide(ctx context.Context, h *Host, key Key, creds GSSCredentials) (plan Plan, in Input, leader bool, err error) {
 	waited := false
 	for {
 		in = Input{
@@ -193,9 +195,9 @@ func (n *Negotiator) decide(ctx context.Context, h *Host, key Key) (plan Plan, i
 			DirectSSL:  n.cfg.DirectSSL,
 			UnixSocket: h.UnixSocket(),
 			Known:      n.cfg.Cache.Known(key),
-		}
-		if in.GSSEncMode != GSSEncModeDisable && !in.UnixSocket && n.cfg.GSSCredentials != nil {
-			in.GSSCredentials = n.cfg.GSSCredentials(ctx)
+
+			GSSCredentials: creds.Valid,
+			GSSGeneration:  creds.Generation,
 		}
 		plan, err = Decide(in)
 		if err != nil {
@@ -271,12 +273,18 @@ func (n *Negotiator) tryHost(ctx context.Context, h *Host, key Key, plan Plan, i
 		var reuse net.Conn
 		methods := plan.Methods()
 		for i, m := range methods {
-			at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known}
-			at.leader.Store(leader)
+			at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration}
+			// The probe of a plan that starts with SSL ends with the answer to SSLRequest; one
+			// that starts with GSS ends when this host's connect does (GSS can still fail
+			// after 'G', during authentication).
+			at.leader.Store(leader && i == 0 && m == MethodSSL)
 			at.reuse.Store(connBox(reuse))
 			err := n.run(ctx, at, open)
 			res.sockets += int(at.sockets.Load())
 			opened = opened || at.reached.Load()
+			if m == MethodGSS {
+				n.learnGSS(at, err)
+			}
 			if err == nil {
 				res.method = m
 				return false, true, nil
@@ -294,6 +302,9 @@ func (n *Negotiator) tryHost(ctx context.Context, h *Host, key Key, plan Plan, i
 			}
 			if Answer(at.sslAnswer.Load()) == AnswerNo && m == MethodSSL && h.SSLMode.requiresTLS() {
 				err = fmt.Errorf("%w (sslmode=%s, host %s)", ErrSSLRequired, h.SSLMode, h.Host)
+			}
+			if at.gssAnswer == AnswerNo && n.cfg.GSSEncMode == GSSEncModeRequire {
+				err = fmt.Errorf("%w (host %s)", ErrGSSRequired, h.Host)
 			}
 			errs = append(errs, err)
 			if code := sqlState(err); code != "" && isFinalServerError(code) {
@@ -318,8 +329,12 @@ func (n *Negotiator) fallback(ctx context.Context, h *Host, from, to Method, at 
 	}
 	reason := "connection failed"
 	switch {
+	case sameSocket && from == MethodGSS:
+		reason = "server refused GSSENCRequest"
 	case sameSocket:
 		reason = "server refused SSLRequest"
+	case at.gssErr != "":
+		reason = at.gssErr
 	case at.tlsErr:
 		reason = "TLS handshake failed"
 	case sqlState(err) != "":
@@ -331,9 +346,6 @@ func (n *Negotiator) fallback(ctx context.Context, h *Host, from, to Method, at 
 }
 
 func (n *Negotiator) run(ctx context.Context, at *attempt, open func(context.Context) error) error {
-	if at.method == MethodGSS {
-		return errors.New("GSSAPI encryption is not available in this build")
-	}
 	err := open(context.WithValue(ctx, attemptKey{}, at))
 	at.leader.Store(false)
 	at.endStartup(err)
@@ -387,6 +399,8 @@ type attempt struct {
 	addr   string
 	method Method
 	known  Known
+
+	gssGeneration uint64
 	// leader is set while this attempt's connect leads the probe of its key; a cancel request
 	// dialled later through the same attempt must not end another connect's probe.
 	leader atomic.Bool
@@ -400,10 +414,13 @@ type attempt struct {
 	sslAnswer atomic.Uint32 // Answer to SSLRequest on this attempt's socket
 
 	// Written during the connect only (one goroutine).
-	tlsErr     bool
-	authMethod string
-	startupCtx context.Context
-	startupMu  sync.Mutex
+	gssAnswer      Answer // answer to GSSENCRequest
+	gssEstablished bool   // the GSS context was established
+	gssErr         string // the GSS step that failed, as a fallback reason
+	tlsErr         bool
+	authMethod     string
+	startupCtx     context.Context
+	startupMu      sync.Mutex
 }
 
 type connHolder struct{ c net.Conn }
@@ -431,26 +448,30 @@ func (at *attempt) lookup(ctx context.Context, host string) ([]string, error) {
 }
 
 func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn, error) {
-	if c := at.takeReuse(); c != nil {
-		return c, nil
-	}
 	tr := &at.n.trace
 	info := DialInfo{Host: at.host.Host, Address: address, Method: at.method}
-	dctx := ctx
-	if tr.TCPConnectStart != nil {
-		dctx = tr.TCPConnectStart(ctx, info)
+	conn := at.takeReuse()
+	if conn == nil {
+		dctx := ctx
+		if tr.TCPConnectStart != nil {
+			dctx = tr.TCPConnectStart(ctx, info)
+		}
+		var err error
+		conn, err = at.n.cfg.DialFunc(ctx, network, address)
+		if tr.TCPConnectDone != nil {
+			tr.TCPConnectDone(dctx, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		at.sockets.Add(1)
+		at.reached.Store(true)
 	}
-	conn, err := at.n.cfg.DialFunc(ctx, network, address)
-	if tr.TCPConnectDone != nil {
-		tr.TCPConnectDone(dctx, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	at.sockets.Add(1)
-	at.reached.Store(true)
-	if at.method == MethodSSL {
+	switch at.method {
+	case MethodSSL:
 		return &sslRequestConn{Conn: conn, at: at, ctx: ctx, info: info}, nil
+	case MethodGSS:
+		return at.startGSS(ctx, conn, info)
 	}
 	return conn, nil
 }

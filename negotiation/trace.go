@@ -27,6 +27,11 @@ type Trace struct {
 	ProbeWaitStart func(ctx context.Context, info HostInfo) context.Context
 	ProbeWaitDone  func(ctx context.Context, err error)
 
+	// GSSCredentialsStart and GSSCredentialsDone surround the check of the client's Kerberos
+	// credentials (once per connect and host, when GSS is allowed).
+	GSSCredentialsStart func(ctx context.Context) context.Context
+	GSSCredentialsDone  func(ctx context.Context, info GSSCredentialsInfo)
+
 	// DNSStart and DNSDone surround the resolution of a host name.
 	DNSStart func(ctx context.Context, info HostInfo) context.Context
 	DNSDone  func(ctx context.Context, info DNSDoneInfo)
@@ -39,6 +44,20 @@ type Trace struct {
 	// answer is read ('S' or 'N') or the exchange fails.
 	SSLRequestStart func(ctx context.Context, info DialInfo) context.Context
 	SSLRequestDone  func(ctx context.Context, info RequestDoneInfo)
+
+	// GSSEncRequestStart is called when GSSENCRequest is written; GSSEncRequestDone when its
+	// one-byte answer is read ('G' or 'N') or the exchange fails.
+	GSSEncRequestStart func(ctx context.Context, info DialInfo) context.Context
+	GSSEncRequestDone  func(ctx context.Context, info RequestDoneInfo)
+
+	// ServiceTicketStart and ServiceTicketDone surround obtaining the service ticket.
+	ServiceTicketStart func(ctx context.Context, info HostInfo) context.Context
+	ServiceTicketDone  func(ctx context.Context, info ServiceTicketDoneInfo)
+
+	// GSSContextStart and GSSContextDone surround the GSSAPI context establishment (AP-REQ,
+	// AP-REP, mutual authentication).
+	GSSContextStart func(ctx context.Context, info DialInfo) context.Context
+	GSSContextDone  func(ctx context.Context, info GSSContextDoneInfo)
 
 	// TLSHandshakeStart and TLSHandshakeDone surround the TLS handshake.
 	TLSHandshakeStart func(ctx context.Context, info TLSHandshakeStartInfo) context.Context
@@ -137,4 +156,24 @@ type FallbackInfo struct {
 	From, To      Method // To is 0 when the host has no method left
 	Reason        string // for example "server refused SSLRequest", "TLS handshake failed"
 	NewConnection bool   // the next method needs a new socket (and a new server backend)
+}
+
+// GSSCredentialsInfo is the outcome of a credentials check. It never holds the principal.
+type GSSCredentialsInfo struct {
+	Valid  bool // usable credentials exist
+	Reused bool // answered from the previous check, without reading the credential cache
+	Err    error
+}
+
+// ServiceTicketDoneInfo is the outcome of obtaining a service ticket.
+type ServiceTicketDoneInfo struct {
+	FromCache bool   // no KDC exchange was needed
+	Enctype   string // encryption type of the session key
+	Err       error
+}
+
+// GSSContextDoneInfo is the outcome of a GSSAPI context establishment.
+type GSSContextDoneInfo struct {
+	Enctype string
+	Err     error
 }

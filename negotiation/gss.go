@@ -1,0 +1,173 @@
+package negotiation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// GSSClient is what the negotiator needs of a Kerberos implementation: package internal/gss
+// provides one on gokrb5. Its methods are called on the connecting goroutine and must be safe
+// for concurrent use.
+type GSSClient interface {
+	// Credentials reports the client's Kerberos credentials. It is called once per connect
+	// and per host, so it must be cheap when nothing changed (a stat, no parse).
+	Credentials(ctx context.Context) (GSSCredentials, error)
+	// ServiceTicket obtains a ticket for the server's service principal (krbsrvname@host, host
+	// as written in the connection string, or krbspn) and returns a session ready to establish
+	// a context; fromCache reports that no KDC exchange was needed.
+	ServiceTicket(ctx context.Context, host string) (s GSSSession, fromCache bool, err error)
+}
+
+// GSSCredentials describes the client's credentials. It holds no secret.
+type GSSCredentials struct {
+	// Valid is true when a ticket-granting ticket (or a client keytab) is usable now.
+	Valid bool
+	// Principal is the client principal; part of the cache key, never traced by default.
+	Principal string
+	// Generation changes whenever the credentials do (kinit, kdestroy, renewal): answers
+	// learned with older credentials are not trusted.
+	Generation uint64
+	// Reused is true when the check was answered from the previous one (the credential cache
+	// did not change and the ticket has not expired).
+	Reused bool
+}
+
+// GSSSession establishes one GSSAPI security context.
+type GSSSession interface {
+	// Establish runs the context establishment on conn, which has just received 'G' to
+	// GSSENCRequest: tokens framed as Int32 length + token, client first, with mutual
+	// authentication; then it returns conn wrapped so that every packet is an RFC 4121 sealed
+	// wrap token (protocol-flow.html, "GSSAPI Session Encryption").
+	Establish(ctx context.Context, conn net.Conn) (net.Conn, error)
+	// Enctype names the session key's encryption type, e.g. "aes256-cts-hmac-sha1-96".
+	Enctype() string
+}
+
+// ErrGSSRequired is returned when gssencmode=require and the server refuses GSSENCRequest
+// (libpq: "server doesn't support GSSAPI encryption, but it was required").
+var ErrGSSRequired = errors.New("server doesn't support GSSAPI encryption, but it was required")
+
+var (
+	errGSSRefused  = errors.New("server refused GSSENCRequest")
+	errGSSResponse = errors.New("server sent an error response to GSSENCRequest") // its text is not read: unauthenticated
+)
+
+var gssencRequestPacket = [8]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30} // Int32(8) Int32(80877104)
+
+// credentials asks the GSS client for the credentials to use with h, reporting the check.
+func (n *Negotiator) credentials(ctx context.Context, h *Host) GSSCredentials {
+	if n.cfg.GSS == nil || n.cfg.GSSEncMode == GSSEncModeDisable || h.UnixSocket() {
+		return GSSCredentials{}
+	}
+	cctx := ctx
+	if n.trace.GSSCredentialsStart != nil {
+		cctx = n.trace.GSSCredentialsStart(ctx)
+	}
+	creds, err := n.cfg.GSS.Credentials(ctx)
+	if err != nil {
+		creds = GSSCredentials{}
+	}
+	if n.trace.GSSCredentialsDone != nil {
+		n.trace.GSSCredentialsDone(cctx, GSSCredentialsInfo{Valid: creds.Valid, Reused: creds.Reused, Err: err})
+	}
+	return creds
+}
+
+// learnGSS remembers what a GSS attempt showed: success, or that GSS cannot succeed for this
+// principal (refused, context failure, or the server rejecting the encrypted connection).
+func (n *Negotiator) learnGSS(at *attempt, err error) {
+	switch {
+	case err == nil:
+		n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
+	case at.gssAnswer == AnswerNo || at.gssEstablished || at.gssErr != "":
+		n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+	}
+}
+
+// startGSS sends GSSENCRequest on conn and, on 'G', establishes the encrypted channel. After 'N'
+// the socket is kept for the next method.
+func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (net.Conn, error) {
+	// pgx watches ctx only after the dial: honour cancellation and the deadline here.
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if stop() {
+			conn.SetDeadline(time.Time{})
+		}
+	}()
+
+	tr := &at.n.trace
+	rctx := ctx
+	if tr.GSSEncRequestStart != nil {
+		rctx = tr.GSSEncRequestStart(ctx, info)
+	}
+	var reply [1]byte
+	_, err := conn.Write(gssencRequestPacket[:])
+	if err == nil {
+		_, err = io.ReadFull(conn, reply[:])
+	}
+	if err == nil {
+		switch reply[0] {
+		case 'G':
+			at.gssAnswer = AnswerYes
+		case 'N':
+			at.gssAnswer = AnswerNo
+		case 'E':
+			err = errGSSResponse
+		default:
+			err = fmt.Errorf("unexpected answer %q to GSSENCRequest", reply[0])
+		}
+	}
+	if tr.GSSEncRequestDone != nil {
+		tr.GSSEncRequestDone(rctx, RequestDoneInfo{Answer: at.gssAnswer, CacheHit: at.known.GSS != AnswerUnknown, Err: err})
+	}
+	switch {
+	case err != nil:
+		at.gssErr = "GSSENCRequest failed"
+		conn.Close()
+		return nil, err
+	case at.gssAnswer == AnswerNo:
+		at.reuse.Store(&connHolder{conn})
+		return nil, errGSSRefused
+	}
+
+	tctx := ctx
+	if tr.ServiceTicketStart != nil {
+		tctx = tr.ServiceTicketStart(ctx, HostInfo{Host: at.host.Host, Port: at.host.Port})
+	}
+	sess, fromCache, err := at.n.cfg.GSS.ServiceTicket(ctx, at.host.Host)
+	if tr.ServiceTicketDone != nil {
+		var enctype string
+		if err == nil {
+			enctype = sess.Enctype()
+		}
+		tr.ServiceTicketDone(tctx, ServiceTicketDoneInfo{FromCache: fromCache, Enctype: enctype, Err: err})
+	}
+	if err != nil {
+		at.gssErr = "no service ticket"
+		conn.Close()
+		return nil, fmt.Errorf("GSSAPI: %w", err)
+	}
+
+	ectx := ctx
+	if tr.GSSContextStart != nil {
+		ectx = tr.GSSContextStart(ctx, info)
+	}
+	gconn, err := sess.Establish(ctx, conn)
+	if tr.GSSContextDone != nil {
+		tr.GSSContextDone(ectx, GSSContextDoneInfo{Enctype: sess.Enctype(), Err: err})
+	}
+	if err != nil {
+		at.gssErr = "GSSAPI context establishment failed"
+		conn.Close()
+		return nil, fmt.Errorf("GSSAPI context establishment failed: %w", err)
+	}
+	at.gssEstablished = true
+	return gconn, nil
+}
