@@ -10,14 +10,18 @@ const Version = "0.1.0"
 
 // Span names.
 const (
-	SpanConnect      = "postgresql.connect"
-	SpanProbeWait    = "postgresql.probe_wait"
-	SpanDNSLookup    = "postgresql.dns_lookup"
-	SpanTCPConnect   = "postgresql.tcp_connect"
-	SpanSSLRequest   = "postgresql.ssl_request"
-	SpanTLSHandshake = "postgresql.tls_handshake"
-	SpanStartup      = "postgresql.startup"
-	SpanFallback     = "postgresql.fallback"
+	SpanConnect        = "postgresql.connect"
+	SpanProbeWait      = "postgresql.probe_wait"
+	SpanGSSCredentials = "postgresql.gss_credentials"
+	SpanDNSLookup      = "postgresql.dns_lookup"
+	SpanTCPConnect     = "postgresql.tcp_connect"
+	SpanGSSEncRequest  = "postgresql.gssenc_request"
+	SpanServiceTicket  = "postgresql.service_ticket"
+	SpanGSSContext     = "postgresql.gss_context"
+	SpanSSLRequest     = "postgresql.ssl_request"
+	SpanTLSHandshake   = "postgresql.tls_handshake"
+	SpanStartup        = "postgresql.startup"
+	SpanFallback       = "postgresql.fallback"
 )
 
 // EventDecision is the name of the event added to the connect span for each host's plan.
@@ -34,7 +38,8 @@ const (
 	// Span: connect, on success.
 	TransportKey = attribute.Key("pgconnector.transport")
 	// CacheHitKey is true when a remembered server answer shaped the plan (connect span, event
-	// decision) or answered the request without a round trip (ssl_request span).
+	// decision) or was already known when the request was sent (ssl_request, gssenc_request
+	// spans).
 	CacheHitKey = attribute.Key("pgconnector.cache.hit")
 	// AttemptsKey is the number of sockets the connect opened. Span: connect.
 	AttemptsKey = attribute.Key("pgconnector.attempts")
@@ -47,6 +52,18 @@ const (
 	// ProbeWaitedKey is true when the plan was made after waiting for another connect's probe.
 	// Span: connect (last host); event decision.
 	ProbeWaitedKey = attribute.Key("pgconnector.probe.waited")
+	// GSSCredentialsKey is true when the client holds Kerberos credentials usable for GSSAPI
+	// encryption, as the plan saw them; set only when gssencmode is not disable and the host is
+	// not a Unix socket (the cases where GSS is allowed and the credentials are checked).
+	// Span: connect (last host); event decision.
+	GSSCredentialsKey = attribute.Key("pgconnector.gss.credentials")
+	// GSSCredentialsValidKey is true when the credentials check found usable credentials (a
+	// ticket-granting ticket or a client keytab). The principal is never recorded.
+	// Span: gss_credentials.
+	GSSCredentialsValidKey = attribute.Key("pgconnector.gss.credentials.valid")
+	// GSSCredentialsReusedKey is true when the check was answered from the previous one, without
+	// reading the credential cache. Span: gss_credentials.
+	GSSCredentialsReusedKey = attribute.Key("pgconnector.gss.credentials.reused")
 	// DNSAddressesKey is the IP addresses a host name resolved to. Span: dns_lookup.
 	DNSAddressesKey = attribute.Key("pgconnector.dns.addresses")
 	// MethodKey is the method a socket is opened for or a startup runs under: "gss", "ssl",
@@ -55,6 +72,15 @@ const (
 	// SSLAnswerKey is the server's answer to SSLRequest: "S", "N", or "" when none was read.
 	// Span: ssl_request.
 	SSLAnswerKey = attribute.Key("pgconnector.ssl.answer")
+	// GSSAnswerKey is the server's answer to GSSENCRequest: "G", "N", or "" when none was read.
+	// Span: gssenc_request.
+	GSSAnswerKey = attribute.Key("pgconnector.gss.answer")
+	// GSSTicketFromCacheKey is true when the service ticket came from the credential cache, with
+	// no KDC exchange. Span: service_ticket.
+	GSSTicketFromCacheKey = attribute.Key("pgconnector.gss.ticket.from_cache")
+	// GSSEnctypeKey is the encryption type of the session key, for example
+	// "aes256-cts-hmac-sha1-96"; absent when unknown. Spans: service_ticket, gss_context.
+	GSSEnctypeKey = attribute.Key("pgconnector.gss.enctype")
 	// TLSDirectKey is true for a direct TLS handshake (sslnegotiation=direct).
 	// Span: tls_handshake.
 	TLSDirectKey = attribute.Key("pgconnector.tls.direct")
@@ -83,6 +109,7 @@ const (
 	ErrorTypeNoMethod       = "no_method"          // sslmode and gssencmode allow no method
 	ErrorTypeDNS            = "dns_error"          // host name resolution failed
 	ErrorTypeTLS            = "tls_error"          // TLS handshake or certificate failure
+	ErrorTypeGSS            = "gss_error"          // default of the gss_*, gssenc_request and service_ticket spans
 	ErrorTypeDial           = "dial_error"         // the socket could not be opened
 	ErrorTypeNetwork        = "network_error"      // I/O on an open socket failed
 	ErrorTypeStartup        = "startup_failed"     // default of the startup span

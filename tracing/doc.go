@@ -9,9 +9,13 @@
 // One logical connect (one database/sql Connect) is one tree:
 //
 //	postgresql.connect            CLIENT   the whole connect, child of the span in the caller's ctx
+//	├─ postgresql.gss_credentials INTERNAL checking the client's Kerberos credentials (GSS allowed)
 //	├─ postgresql.probe_wait      INTERNAL waiting for another connect's probe of the same host
 //	├─ postgresql.dns_lookup      INTERNAL resolving a host name
 //	├─ postgresql.tcp_connect     INTERNAL opening a socket (TCP or Unix-domain)
+//	├─ postgresql.gssenc_request  INTERNAL GSSENCRequest and its one-byte answer
+//	├─ postgresql.service_ticket  INTERNAL obtaining the service ticket (after 'G')
+//	├─ postgresql.gss_context     INTERNAL the GSSAPI context establishment (AP-REQ, AP-REP)
 //	├─ postgresql.ssl_request     INTERNAL SSLRequest and its one-byte answer
 //	├─ postgresql.tls_handshake   INTERNAL the TLS handshake (after 'S', or direct)
 //	├─ postgresql.fallback        INTERNAL zero-length: the connect goes on with the next method
@@ -25,16 +29,17 @@
 // per connect. postgresql.tcp_connect is INTERNAL for the same reason, although it is the step
 // that talks to the network.
 //
-// The per-host decision (which methods, in which order, what the cache saved) is not a span: it
-// is set as attributes of the connect span (the last host's values win) and recorded as a
-// "decision" event that keeps each host's values.
+// The per-host decision (which methods, in which order, what the cache saved, whether the client
+// holds Kerberos credentials) is not a span: it is set as attributes of the connect span (the last
+// host's values win) and recorded as a "decision" event that keeps each host's values.
 //
 // # What is never recorded
 //
-// The hooks receive no password, ticket, key or cancel key, and this package adds no field of the
-// connection string other than the host, the port and the database name. An error is recorded as
-// the text of the Go error (span status and exception event); pgx already leaves passwords out of
-// its error texts.
+// The hooks receive no password, ticket, key, cancel key or Kerberos principal, and this package
+// adds no field of the connection string other than the host, the port and the database name. An
+// error is recorded as the text of the Go error (span status and exception event); pgx already
+// leaves passwords out of its error texts, but a Kerberos library may name the client or service
+// principal in its own: that text is recorded as it is, and no attribute ever holds a principal.
 //
 // # Sampling and cost
 //

@@ -34,7 +34,8 @@ func errorType(err error, def string) string {
 		return ErrorTypeCanceled
 	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
 		return ErrorTypeTimeout
-	case errors.Is(err, negotiation.ErrGSSNoCredentials), errors.Is(err, negotiation.ErrGSSUnixSocket):
+	case errors.Is(err, negotiation.ErrGSSNoCredentials), errors.Is(err, negotiation.ErrGSSUnixSocket),
+		errors.Is(err, negotiation.ErrGSSRequired):
 		return ErrorTypeGSSEncRequire
 	case errors.Is(err, negotiation.ErrNoMethod):
 		return ErrorTypeNoMethod

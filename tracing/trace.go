@@ -51,22 +51,30 @@ func NewTrace(tp trace.TracerProvider, opts ...Option) *negotiation.Trace {
 		internal: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
 	}
 	return &negotiation.Trace{
-		ConnectStart:      t.connectStart,
-		ConnectDone:       t.connectDone,
-		Decision:          t.decision,
-		ProbeWaitStart:    t.probeWaitStart,
-		ProbeWaitDone:     t.probeWaitDone,
-		DNSStart:          t.dnsStart,
-		DNSDone:           t.dnsDone,
-		TCPConnectStart:   t.tcpConnectStart,
-		TCPConnectDone:    t.tcpConnectDone,
-		SSLRequestStart:   t.sslRequestStart,
-		SSLRequestDone:    t.sslRequestDone,
-		TLSHandshakeStart: t.tlsHandshakeStart,
-		TLSHandshakeDone:  t.tlsHandshakeDone,
-		StartupStart:      t.startupStart,
-		StartupDone:       t.startupDone,
-		Fallback:          t.fallback,
+		ConnectStart:        t.connectStart,
+		ConnectDone:         t.connectDone,
+		Decision:            t.decision,
+		ProbeWaitStart:      t.probeWaitStart,
+		ProbeWaitDone:       t.probeWaitDone,
+		GSSCredentialsStart: t.gssCredentialsStart,
+		GSSCredentialsDone:  t.gssCredentialsDone,
+		DNSStart:            t.dnsStart,
+		DNSDone:             t.dnsDone,
+		TCPConnectStart:     t.tcpConnectStart,
+		TCPConnectDone:      t.tcpConnectDone,
+		SSLRequestStart:     t.sslRequestStart,
+		SSLRequestDone:      t.sslRequestDone,
+		GSSEncRequestStart:  t.gssEncRequestStart,
+		GSSEncRequestDone:   t.gssEncRequestDone,
+		ServiceTicketStart:  t.serviceTicketStart,
+		ServiceTicketDone:   t.serviceTicketDone,
+		GSSContextStart:     t.gssContextStart,
+		GSSContextDone:      t.gssContextDone,
+		TLSHandshakeStart:   t.tlsHandshakeStart,
+		TLSHandshakeDone:    t.tlsHandshakeDone,
+		StartupStart:        t.startupStart,
+		StartupDone:         t.startupDone,
+		Fallback:            t.fallback,
 	}
 }
 
@@ -85,9 +93,13 @@ type stepKey uint8
 const (
 	stepConnect stepKey = iota + 1 // value: *connectState
 	stepProbeWait
+	stepGSSCredentials
 	stepDNS
 	stepTCPConnect
 	stepSSLRequest
+	stepGSSEncRequest
+	stepServiceTicket
+	stepGSSContext
 	stepTLSHandshake
 	stepStartup
 )
@@ -224,6 +236,11 @@ func (t *tracer) decision(ctx context.Context, info negotiation.DecisionInfo) {
 		kv = append(kv, PlanSkippedKey.String(joinMethods(skipped)))
 	}
 	kv = append(kv, CacheHitKey.Bool(info.Plan.CacheHit()), ProbeWaitedKey.Bool(info.Waited))
+	if info.Input.GSSEncMode != negotiation.GSSEncModeDisable && !info.Input.UnixSocket {
+		// Only where the credentials count, as in Decide: GSS is allowed unless
+		// gssencmode=disable, and never over a Unix socket (where they are not even checked).
+		kv = append(kv, GSSCredentialsKey.Bool(info.Input.GSSCredentials))
+	}
 	st.span.SetAttributes(kv...)
 	// The event keeps each host's decision; the span attributes keep the last one.
 	event := make([]attribute.KeyValue, 0, len(kv)+2)
@@ -243,6 +260,25 @@ func (t *tracer) probeWaitStart(ctx context.Context, info negotiation.HostInfo) 
 
 func (t *tracer) probeWaitDone(ctx context.Context, err error) {
 	endStep(ctx, stepProbeWait, err, ErrorTypeConnectFailed)
+}
+
+func (t *tracer) gssCredentialsStart(ctx context.Context) context.Context {
+	ctx, _ = t.startStep(ctx, stepGSSCredentials, SpanGSSCredentials)
+	return ctx
+}
+
+// gssCredentialsDone records whether usable credentials exist and whether the check read the
+// credential cache; the hook is never given the principal.
+func (t *tracer) gssCredentialsDone(ctx context.Context, info negotiation.GSSCredentialsInfo) {
+	span := stepSpan(ctx, stepGSSCredentials)
+	if span == nil {
+		return
+	}
+	span.SetAttributes(GSSCredentialsValidKey.Bool(info.Valid), GSSCredentialsReusedKey.Bool(info.Reused))
+	if info.Err != nil {
+		fail(span, info.Err, "", ErrorTypeGSS)
+	}
+	span.End()
 }
 
 func (t *tracer) dnsStart(ctx context.Context, info negotiation.HostInfo) context.Context {
@@ -300,6 +336,66 @@ func (t *tracer) sslRequestDone(ctx context.Context, info negotiation.RequestDon
 	span.SetAttributes(SSLAnswerKey.String(sslAnswer(info.Answer)), CacheHitKey.Bool(info.CacheHit))
 	if info.Err != nil {
 		fail(span, info.Err, "", errorTypeRequestDefault)
+	}
+	span.End()
+}
+
+func (t *tracer) gssEncRequestStart(ctx context.Context, _ negotiation.DialInfo) context.Context {
+	ctx, _ = t.startStep(ctx, stepGSSEncRequest, SpanGSSEncRequest)
+	return ctx
+}
+
+func (t *tracer) gssEncRequestDone(ctx context.Context, info negotiation.RequestDoneInfo) {
+	span := stepSpan(ctx, stepGSSEncRequest)
+	if span == nil {
+		return
+	}
+	span.SetAttributes(GSSAnswerKey.String(gssAnswer(info.Answer)), CacheHitKey.Bool(info.CacheHit))
+	if info.Err != nil {
+		fail(span, info.Err, "", ErrorTypeGSS)
+	}
+	span.End()
+}
+
+// serviceTicketStart starts the span of obtaining the service ticket. The host (part of the
+// service principal) is on the connect and tcp_connect spans; no principal is recorded here.
+func (t *tracer) serviceTicketStart(ctx context.Context, _ negotiation.HostInfo) context.Context {
+	ctx, _ = t.startStep(ctx, stepServiceTicket, SpanServiceTicket)
+	return ctx
+}
+
+func (t *tracer) serviceTicketDone(ctx context.Context, info negotiation.ServiceTicketDoneInfo) {
+	span := stepSpan(ctx, stepServiceTicket)
+	if span == nil {
+		return
+	}
+	var a [2]attribute.KeyValue
+	kv := append(a[:0], GSSTicketFromCacheKey.Bool(info.FromCache))
+	if info.Enctype != "" {
+		kv = append(kv, GSSEnctypeKey.String(info.Enctype))
+	}
+	span.SetAttributes(kv...)
+	if info.Err != nil {
+		fail(span, info.Err, "", ErrorTypeGSS)
+	}
+	span.End()
+}
+
+func (t *tracer) gssContextStart(ctx context.Context, _ negotiation.DialInfo) context.Context {
+	ctx, _ = t.startStep(ctx, stepGSSContext, SpanGSSContext)
+	return ctx
+}
+
+func (t *tracer) gssContextDone(ctx context.Context, info negotiation.GSSContextDoneInfo) {
+	span := stepSpan(ctx, stepGSSContext)
+	if span == nil {
+		return
+	}
+	if info.Enctype != "" {
+		span.SetAttributes(GSSEnctypeKey.String(info.Enctype))
+	}
+	if info.Err != nil {
+		fail(span, info.Err, "", ErrorTypeGSS)
 	}
 	span.End()
 }
@@ -430,6 +526,17 @@ func sslAnswer(a negotiation.Answer) string {
 	switch a {
 	case negotiation.AnswerYes:
 		return "S"
+	case negotiation.AnswerNo:
+		return "N"
+	}
+	return ""
+}
+
+// gssAnswer is the byte the server answered to GSSENCRequest, as text.
+func gssAnswer(a negotiation.Answer) string {
+	switch a {
+	case negotiation.AnswerYes:
+		return "G"
 	case negotiation.AnswerNo:
 		return "N"
 	}
