@@ -4,6 +4,9 @@
 #     Debian's "postgresql" package, WITHOUT creating or starting its default cluster:
 #     the tests start their own throwaway clusters (internal/harness);
 #   - ca-certificates, only if the system CA bundle is missing;
+#   - MIT Kerberos (krb5-kdc, krb5-admin-server, krb5-user) for the GSSAPI tests, which run
+#     their own throwaway KDC on loopback: no KDC or kadmind is started or configured;
+#   - psql (postgresql-client), which the GSSAPI tests run beside the connector;
 #   - the Go modules listed in go.mod (go mod download).
 # Idempotent: anything already present is left alone. System packages need root; when
 # not run as root the privileged part goes through sudo if it exists.
@@ -50,6 +53,47 @@ find_pg_bindir() {
 }
 
 need_ca() { [ ! -s "$CA_BUNDLE" ]; }
+
+# The Kerberos programs the harness runs (see internal/harness/kdc.go).
+KRB5_PROGRAMS="/usr/sbin/krb5kdc /usr/sbin/kdb5_util /usr/sbin/kadmin.local /usr/bin/kinit /usr/bin/klist /usr/bin/kvno"
+missing_krb5() {
+  local p missing=()
+  for p in $KRB5_PROGRAMS; do [ -x "$p" ] || missing+=("$p"); done
+  echo "${missing[*]}"
+}
+need_krb5() { [ -n "$(missing_krb5)" ]; }
+
+# psql: next to the server binaries, or in $PATH.
+need_psql() {
+  local dir
+  if dir=$(find_pg_bindir) && [ -x "$dir/psql" ]; then return 1; fi
+  ! command -v psql >/dev/null 2>&1
+}
+
+# krb5_daemon_pids: pids of running krb5kdc and kadmind processes, one a line.
+krb5_daemon_pids() {
+  local d
+  for d in /proc/[0-9]*; do
+    case "$(cat "$d/comm" 2>/dev/null)" in
+      krb5kdc|kadmind) echo "${d#/proc/}" ;;
+    esac
+  done
+}
+
+# stop_new_krb5_daemons BEFORE: stops (by pid) every krb5kdc or kadmind that is running now
+# but was not in the list BEFORE, that is one a package script started for a default realm.
+stop_new_krb5_daemons() {
+  local before=$1 pid i
+  for pid in $(krb5_daemon_pids); do
+    if ! grep -qx "$pid" <<<"$before"; then
+      log "stopping $(cat "/proc/$pid/comm" 2>/dev/null) (pid $pid), started during the install"
+      kill "$pid" 2>/dev/null || true
+      for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  return 0
+}
 
 # ---------------------------------------------------------------------------------------
 # Privileged part: runs as root (directly, or re-invoked through sudo with --system).
@@ -134,12 +178,38 @@ system_part() {
     find_pg_bindir >/dev/null || die "the postgresql package did not provide PostgreSQL $MIN_PG_MAJOR+ server binaries"
   fi
 
-  # --- Kerberos (GSSAPI) packages: reserved spot, NOT installed yet -------------------
-  # Tests of GSSAPI encryption will need an MIT KDC and client tools on loopback. When
-  # they are added, install here, only if missing and with the policy-rc.d guard above
-  # (krb5-kdc ships a service):
-  #   krb5-kdc krb5-admin-server krb5-user
-  #   (present when /usr/sbin/krb5kdc, /usr/sbin/kadmin.local and /usr/bin/kinit exist)
+  # --- Kerberos (GSSAPI) packages ------------------------------------------------------
+  # The GSSAPI tests run a throwaway MIT KDC on loopback (internal/harness/kdc.go) and need
+  # krb5kdc, kdb5_util and kadmin.local (krb5-kdc, krb5-admin-server) and kinit, klist and
+  # kvno (krb5-user). The packages ship services: the policy-rc.d guard keeps them from
+  # starting, debconf is preseeded so that nothing asks a question and nothing writes a KDC
+  # configuration for a default realm under /etc/krb5kdc, and a KDC or kadmind that still
+  # appeared during the install is stopped (by pid, only the ones that were not there before).
+  if need_krb5; then
+    log "Kerberos tools missing ($(missing_krb5)): installing krb5-kdc krb5-admin-server krb5-user (no service is started)"
+    local before_pids
+    before_pids=$(krb5_daemon_pids)
+    debconf-set-selections <<'PRESEED'
+krb5-config krb5-config/read_conf boolean true
+krb5-config krb5-config/add_servers boolean false
+krb5-kdc krb5-kdc/debconf boolean false
+PRESEED
+    install_policy_rc
+    apt_update
+    log "apt-get install --no-install-recommends krb5-kdc krb5-admin-server krb5-user"
+    apt-get install -y -q --no-install-recommends krb5-kdc krb5-admin-server krb5-user
+    restore_policy_rc
+    stop_new_krb5_daemons "$before_pids"
+    if need_krb5; then die "the Kerberos packages did not provide $(missing_krb5)"; fi
+  fi
+
+  # psql: the GSSAPI tests compare the connector's outcome with libpq's.
+  if need_psql; then
+    log "psql missing: installing postgresql-client"
+    apt_update
+    apt-get install -y -q --no-install-recommends postgresql-client
+    if need_psql; then die "the postgresql-client package did not provide psql"; fi
+  fi
   # -------------------------------------------------------------------------------------
 }
 
@@ -154,7 +224,7 @@ fi
 # ---------------------------------------------------------------------------------------
 cd "$(dirname "$SCRIPT")/.."
 
-if bindir=$(find_pg_bindir) && ! need_ca; then
+if bindir=$(find_pg_bindir) && ! need_ca && ! need_krb5 && ! need_psql; then
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 else
   if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
@@ -171,6 +241,11 @@ else
   bindir=$(find_pg_bindir) || die "no PostgreSQL $MIN_PG_MAJOR+ server binaries after the install"
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 fi
+if need_krb5; then die "Kerberos programs still missing: $(missing_krb5)"; fi
+if need_psql; then die "psql still missing"; fi
+log "Kerberos: $(/usr/bin/klist -V 2>/dev/null | head -1) (krb5kdc, kdb5_util, kadmin.local, kinit, klist, kvno)"
+if [ -x "$bindir/psql" ]; then psql_path=$bindir/psql; else psql_path=$(command -v psql); fi
+log "psql: $psql_path ($("$psql_path" --version))"
 
 command -v go >/dev/null 2>&1 || die "go is not in PATH (this script expects Go to be installed)"
 log "go mod download"

@@ -20,6 +20,12 @@
 // process that dies without stopping its servers (a test binary killed by
 // -timeout, say) leaves them running; the next process that uses the harness
 // stops them and removes their files.
+//
+// For GSSAPI (Kerberos) tests the harness also starts throwaway MIT KDCs
+// (StartKDC, kdc.go) and servers that accept Kerberos with a keytab from such
+// a KDC (Options.GSS, gss.go); Psql runs the real psql beside the code under
+// test. These need the MIT Kerberos programs and psql, which
+// scripts/install-deps.sh installs.
 package harness
 
 import (
@@ -75,6 +81,11 @@ type Options struct {
 	// overriding) the harness's own. Changing log_line_prefix or lc_messages
 	// breaks ConnectionsSince.
 	Settings map[string]string
+	// GSS, when non-nil, prepares the server for Kerberos (GSSAPI
+	// authentication and encryption) with a harness KDC; see GSSOptions. Nil
+	// leaves Kerberos unconfigured (a server built with GSSAPI still answers
+	// 'G' to a GSSENCRequest over TCP).
+	GSS *GSSOptions
 }
 
 // Postgres is a running throwaway server. Its exported fields are set by
@@ -89,6 +100,12 @@ type Postgres struct {
 	CAFile    string // PEM file of the throwaway CA; "" until TLS is configured
 	DataDir   string // the cluster's data directory
 	Version   int    // server major version, for example 15
+	// KrbSrvName is the Kerberos service name of the server (libpq's
+	// krbsrvname): GSSOptions.Service, or "" without GSS.
+	KrbSrvName string
+	// KeytabFile is the server's keytab (krb_server_keyfile), or "" when the
+	// server has none (no GSS, or GSSOptions.Keytab false).
+	KeytabFile string
 
 	env     *env
 	dir     string // cluster directory: data, socket, log, CA
@@ -98,6 +115,9 @@ type Postgres struct {
 	ssl   bool
 	certs bool // server.crt and server.key are in DataDir
 	set   map[string]string
+
+	krbKeyfile string   // krb_server_keyfile; "" without GSS
+	serverEnv  []string // extra environment of the postmaster (Kerberos)
 
 	spansMu sync.Mutex
 	spans   []adminSpan // the harness's own connections, left out of ConnectionsSince
@@ -138,6 +158,9 @@ func Start(ctx context.Context, opts Options) (*Postgres, error) {
 		if strings.ContainsAny(l, "\n\r\x00") {
 			return nil, errors.New("harness: an HBA line contains a line break or NUL")
 		}
+	}
+	if err := opts.GSS.check(); err != nil {
+		return nil, err
 	}
 
 	e, err := setup(ctx)
@@ -191,6 +214,11 @@ func (p *Postgres) start(ctx context.Context, auth string, opts Options) error {
 
 	if opts.TLS {
 		if err := p.installCerts(); err != nil {
+			return err
+		}
+	}
+	if opts.GSS != nil {
+		if err := p.setupGSS(opts.GSS); err != nil {
 			return err
 		}
 	}
@@ -314,6 +342,9 @@ func (p *Postgres) pgCtlStart(ctx context.Context) error {
 	bg, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	var out bytes.Buffer
 	cmd := e.acct.command(bg, e.bin.pgCtl, "start", "-w", "-t", "60", "-s", "-D", p.DataDir, "-l", p.logFile)
+	// The postmaster keeps this environment for its life (reloads do not
+	// change it) and hands it to every backend.
+	cmd.Env = append(cmd.Env, p.serverEnv...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -801,6 +832,11 @@ func (p *Postgres) writeConf() error {
 		lines = append(lines,
 			"ssl_cert_file = "+confQuote(filepath.Join(p.DataDir, "server.crt")),
 			"ssl_key_file = "+confQuote(filepath.Join(p.DataDir, "server.key")))
+	}
+	if p.krbKeyfile != "" {
+		lines = append(lines,
+			"krb_server_keyfile = "+confQuote("FILE:"+p.krbKeyfile),
+			"krb_caseins_users = off")
 	}
 	keys := make([]string, 0, len(p.set))
 	for k := range p.set {

@@ -60,13 +60,14 @@ func lookupServerAccount() (*serverAccount, error) {
 
 // command builds an exec.Cmd that runs as the server account with a clean
 // environment: no PG* variables (they would change what pg_ctl and the server
-// do) and the C locale.
+// do), no KRB5* variables (a server with Kerberos gets its own, see
+// GSSOptions) and the C locale.
 func (a *serverAccount) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
 	env := []string{"LC_ALL=C", "LANG=C"}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "LC_") || k == "LANG" || k == "LANGUAGE" {
+		if strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "KRB5") || strings.HasPrefix(k, "LC_") || k == "LANG" || k == "LANGUAGE" {
 			continue
 		}
 		env = append(env, kv)

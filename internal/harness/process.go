@@ -361,8 +361,8 @@ func ownerAlive(base string) bool {
 	return kv["start"] == "" || start == kv["start"]
 }
 
-// sweepStale stops the clusters of base directories whose owning process is
-// gone and removes those directories. Errors are ignored: this is only
+// sweepStale stops the clusters and KDCs of base directories whose owning
+// process is gone and removes those directories. Errors are ignored: this is only
 // housekeeping.
 func sweepStale(acct *serverAccount, bin *binaries) {
 	var dirs []string
@@ -378,6 +378,10 @@ func sweepStale(acct *serverAccount, bin *binaries) {
 		seen[base] = true
 		if fi, err := os.Lstat(base); err != nil || !fi.IsDir() || ownerAlive(base) {
 			continue
+		}
+		kdcs, _ := filepath.Glob(filepath.Join(base, "kdc-*", "krb5kdc.pid"))
+		for _, pidFile := range kdcs {
+			_ = stopKDCProcess(readPidFile(pidFile))
 		}
 		datas, _ := filepath.Glob(filepath.Join(base, "cluster-*", "data"))
 		datas = append(datas, filepath.Join(base, "template"))
