@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgconnector/pgconnector/internal/gss"
 	"github.com/pgconnector/pgconnector/negotiation"
 	"github.com/pgconnector/pgconnector/tracing"
 )
@@ -36,6 +37,8 @@ type Connector struct {
 	settings   *Settings
 	negotiator *negotiation.Negotiator
 	stdlib     driver.Connector
+	gss        *gss.Client
+	unregister func()
 }
 
 // Option configures a Connector.
@@ -44,6 +47,23 @@ type Option func(*options)
 type options struct {
 	tracerProvider trace.TracerProvider
 	cacheTTL       time.Duration
+	kerberos       Kerberos
+}
+
+// Kerberos says where the client's Kerberos configuration and credentials are. Empty fields take
+// MIT's environment, read once by New: KRB5_CONFIG (else /etc/krb5.conf), KRB5CCNAME (a FILE
+// credential cache, else /tmp/krb5cc_<uid>), KRB5_CLIENT_KTNAME.
+type Kerberos struct {
+	Krb5Conf     string // krb5.conf path
+	CCache       string // FILE credential cache path, as written by kinit
+	ClientKeytab string // keytab to obtain credentials from when the cache holds none
+	Principal    string // client principal (user@REALM) in ClientKeytab; empty: its first entry
+}
+
+// WithKerberos sets where the Kerberos credentials for GSSAPI encryption and authentication are.
+// Default: the environment, as libpq.
+func WithKerberos(k Kerberos) Option {
+	return func(o *options) { o.kerberos = k }
 }
 
 // WithTracerProvider sets where spans go. Default: otel.GetTracerProvider() at the time of New.
@@ -80,6 +100,14 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
+	krb := gss.NewClient(gss.ClientConfig{
+		Krb5Conf:     o.kerberos.Krb5Conf,
+		CCache:       o.kerberos.CCache,
+		ClientKeytab: o.kerberos.ClientKeytab,
+		Principal:    o.kerberos.Principal,
+		Service:      s.Config.KerberosSrvName,
+		SPN:          s.Config.KerberosSpn,
+	})
 	neg, err := negotiation.NewNegotiator(negotiation.Config{
 		Hosts:      s.Hosts,
 		GSSEncMode: s.GSSEncMode,
@@ -89,13 +117,20 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		Trace:      tracing.NewTrace(o.tracerProvider),
 		LookupFunc: s.Config.LookupFunc,
 		DialFunc:   s.Config.DialFunc,
+		GSS:        krb,
 	})
 	if err != nil {
 		return nil, err
 	}
-	c := &Connector{settings: s, negotiator: neg}
+	c := &Connector{settings: s, negotiator: neg, gss: krb, unregister: krb.Register()}
 	c.stdlib = stdlib.GetConnector(*s.Config, stdlib.OptionBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
-		return neg.Configure(ctx, &cfg.Config)
+		if err := neg.Configure(ctx, &cfg.Config); err != nil {
+			return err
+		}
+		// GSS authentication (pg_hba method gss without GSS encryption) with this
+		// connector's credentials: see internal/gss, pgxauth.go.
+		cfg.KerberosSpn = krb.AuthToken(cfg.Host)
+		return nil
 	}))
 	return c, nil
 }
@@ -120,7 +155,10 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 func (c *Connector) Driver() driver.Driver { return Driver{} }
 
 // Close releases what the connector holds. database/sql calls it from DB.Close.
-func (c *Connector) Close() error { return nil }
+func (c *Connector) Close() error {
+	c.unregister()
+	return nil
+}
 
 // Settings returns what New parsed. The result must not be modified.
 func (c *Connector) Settings() *Settings { return c.settings }

@@ -47,6 +47,10 @@ func servers(t *testing.T) (plain, tls *harness.Postgres) {
 }
 
 func TestMain(m *testing.M) {
+	// No Kerberos credentials from the machine: tests that use Kerberos start their own KDC
+	// and say where the credentials are.
+	os.Setenv("KRB5CCNAME", "FILE:/nonexistent/pgconnector-test-ccache")
+	os.Setenv("KRB5_CLIENT_KTNAME", "")
 	code := m.Run()
 	for _, p := range []*harness.Postgres{plainServer, tlsServer} {
 		if p != nil {

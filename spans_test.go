@@ -57,6 +57,7 @@ var treeKeys = []attribute.Key{
 	"db.system.name", "db.namespace", "pgconnector.sslmode", "pgconnector.transport", "pgconnector.cache.hit",
 	"pgconnector.plan", "pgconnector.ssl.answer", "pgconnector.auth.method", "pgconnector.fallback.reason",
 	"pgconnector.fallback.new_connection", "tls.protocol.version", "error.type",
+	"pgconnector.gss.credentials.valid", "pgconnector.gss.credentials.reused",
 }
 
 func TestSpanTree(t *testing.T) {
@@ -73,6 +74,7 @@ func TestSpanTree(t *testing.T) {
 			name: "plain",
 			dsn:  plain.DSN("sslmode=disable"),
 			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=disable pgconnector.plan=plain pgconnector.cache.hit=false pgconnector.transport=plain]
+  postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
   postgresql.tcp_connect
   postgresql.startup[db.namespace=app pgconnector.auth.method=trust]
 `,
@@ -81,6 +83,7 @@ func TestSpanTree(t *testing.T) {
 			name: "TLS",
 			dsn:  tlsSrv.DSN(),
 			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=ssl,plain pgconnector.cache.hit=false pgconnector.transport=tls]
+  postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
   postgresql.tcp_connect
   postgresql.ssl_request[pgconnector.ssl.answer=S pgconnector.cache.hit=false]
   postgresql.tls_handshake[tls.protocol.version=1.3]
@@ -91,6 +94,7 @@ func TestSpanTree(t *testing.T) {
 			name: "TLS, warm",
 			dsn:  tlsSrv.DSN(), connect: 1,
 			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=ssl,plain pgconnector.cache.hit=true pgconnector.transport=tls]
+  postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=true]
   postgresql.tcp_connect
   postgresql.ssl_request[pgconnector.ssl.answer=S pgconnector.cache.hit=true]
   postgresql.tls_handshake[tls.protocol.version=1.3]
@@ -101,6 +105,7 @@ func TestSpanTree(t *testing.T) {
 			name: "fallback after a refused TLS",
 			dsn:  plain.DSN(),
 			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=ssl,plain pgconnector.cache.hit=false pgconnector.transport=plain]
+  postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
   postgresql.tcp_connect
   postgresql.ssl_request[pgconnector.ssl.answer=N pgconnector.cache.hit=false]
   postgresql.fallback[pgconnector.fallback.reason=server refused SSLRequest pgconnector.fallback.new_connection=false]
@@ -111,6 +116,7 @@ func TestSpanTree(t *testing.T) {
 			name: "refused TLS remembered",
 			dsn:  plain.DSN(), connect: 1,
 			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=plain pgconnector.cache.hit=true pgconnector.transport=plain]
+  postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=true]
   postgresql.tcp_connect
   postgresql.startup[db.namespace=app pgconnector.auth.method=trust]
 `,
@@ -120,6 +126,7 @@ func TestSpanTree(t *testing.T) {
 			dsn:   fmt.Sprintf("host=127.0.0.1 port=%d user=app dbname=app sslmode=prefer connect_timeout=5", dead),
 			fails: true,
 			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=ssl,plain pgconnector.cache.hit=false error.type=dial_error] ERROR
+  postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
   postgresql.tcp_connect[error.type=dial_error] ERROR
   postgresql.fallback[pgconnector.fallback.reason=could not connect pgconnector.fallback.new_connection=false]
 `,
@@ -129,6 +136,7 @@ func TestSpanTree(t *testing.T) {
 			dsn:   tlsSrv.DSN("password=wrong", "sslmode=require"),
 			fails: true,
 			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=require pgconnector.plan=ssl pgconnector.cache.hit=false error.type=28P01] ERROR
+  postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
   postgresql.tcp_connect
   postgresql.ssl_request[pgconnector.ssl.answer=S pgconnector.cache.hit=false]
   postgresql.tls_handshake[tls.protocol.version=1.3]

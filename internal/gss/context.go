@@ -1,0 +1,468 @@
+package gss
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jcmturner/gofork/encoding/asn1"
+	"github.com/jcmturner/gokrb5/v8/asn1tools"
+	"github.com/jcmturner/gokrb5/v8/client"
+	"github.com/jcmturner/gokrb5/v8/config"
+	"github.com/jcmturner/gokrb5/v8/credentials"
+	"github.com/jcmturner/gokrb5/v8/crypto"
+	"github.com/jcmturner/gokrb5/v8/gssapi"
+	"github.com/jcmturner/gokrb5/v8/iana"
+	"github.com/jcmturner/gokrb5/v8/iana/chksumtype"
+	"github.com/jcmturner/gokrb5/v8/iana/errorcode"
+	"github.com/jcmturner/gokrb5/v8/iana/flags"
+	"github.com/jcmturner/gokrb5/v8/iana/keyusage"
+	"github.com/jcmturner/gokrb5/v8/keytab"
+	"github.com/jcmturner/gokrb5/v8/messages"
+	"github.com/jcmturner/gokrb5/v8/types"
+)
+
+// Credentials is a Kerberos client identity: a gokrb5 client, from a
+// credential cache or a keytab, with its krb5 configuration. Its String shows
+// the principal only.
+type Credentials struct {
+	cl  *client.Client
+	cfg *config.Config
+}
+
+// NewCredentials wraps an existing gokrb5 client and its configuration; a
+// client without a configuration is given cfg.
+func NewCredentials(cl *client.Client, cfg *config.Config) (*Credentials, error) {
+	if cl == nil || cl.Credentials == nil {
+		return nil, errors.New("gss: NewCredentials: no Kerberos client")
+	}
+	if cfg == nil {
+		return nil, errors.New("gss: NewCredentials: no krb5 configuration")
+	}
+	if cl.Config == nil {
+		cl.Config = cfg
+	}
+	return &Credentials{cl: cl, cfg: cfg}, nil
+}
+
+// CredentialsFromCCache loads a FILE credential cache (as written by kinit)
+// with gokrb5 and builds a client from it. The cache must hold a TGT; gokrb5
+// reads it once and does not renew it.
+func CredentialsFromCCache(path string, cfg *config.Config, settings ...func(*client.Settings)) (*Credentials, error) {
+	if cfg == nil {
+		return nil, errors.New("gss: CredentialsFromCCache: no krb5 configuration")
+	}
+	cc, err := credentials.LoadCCache(path)
+	if err != nil {
+		return nil, fmt.Errorf("gss: loading credential cache %s: %w", path, err)
+	}
+	cl, err := client.NewFromCCache(cc, cfg, settings...)
+	if err != nil {
+		return nil, fmt.Errorf("gss: using credential cache %s: %w", path, err)
+	}
+	return &Credentials{cl: cl, cfg: cfg}, nil
+}
+
+// CredentialsFromKeytab builds a client that logs in as username@realm with
+// the key in kt (the AS exchange happens on first use, or with Login).
+func CredentialsFromKeytab(username, realm string, kt *keytab.Keytab, cfg *config.Config, settings ...func(*client.Settings)) (*Credentials, error) {
+	if cfg == nil {
+		return nil, errors.New("gss: CredentialsFromKeytab: no krb5 configuration")
+	}
+	if kt == nil {
+		return nil, errors.New("gss: CredentialsFromKeytab: no keytab")
+	}
+	if username == "" {
+		return nil, errors.New("gss: CredentialsFromKeytab: no user name")
+	}
+	cl := client.NewWithKeytab(username, realm, kt, cfg, settings...)
+	return &Credentials{cl: cl, cfg: cfg}, nil
+}
+
+// Client returns the gokrb5 client.
+func (c *Credentials) Client() *client.Client { return c.cl }
+
+// Config returns the krb5 configuration.
+func (c *Credentials) Config() *config.Config { return c.cfg }
+
+// Principal returns the client principal as name@REALM.
+func (c *Credentials) Principal() string {
+	return c.cl.Credentials.CName().PrincipalNameString() + "@" + c.cl.Credentials.Realm()
+}
+
+// String shows the principal only.
+func (c *Credentials) String() string { return "gss.Credentials{" + c.Principal() + "}" }
+
+// GoString is String.
+func (c *Credentials) GoString() string { return c.String() }
+
+// NewInitiator is NewInitiator(c.Client(), spn, delegate).
+func (c *Credentials) NewInitiator(spn string, delegate bool) (*Initiator, error) {
+	return NewInitiator(c.cl, spn, delegate)
+}
+
+// KerberosError is a KRB-ERROR the acceptor returned instead of an AP-REP.
+// Only its error code is kept: its e-text is unauthenticated.
+type KerberosError struct {
+	Code int32
+}
+
+func (e *KerberosError) Error() string {
+	return "gss: the server rejected the Kerberos authentication: " + errorcode.Lookup(e.Code)
+}
+
+// RFC 4121 §4.1.1 checksum flags requested by libpq for GSS encryption.
+const initiatorFlags = gssapi.ContextFlagMutual | gssapi.ContextFlagReplay |
+	gssapi.ContextFlagSequence | gssapi.ContextFlagConf | gssapi.ContextFlagInteg
+
+// RFC 4121 §4.1 / RFC 2743 §3.1 token IDs.
+const (
+	tokAPReq    = 0x0100
+	tokAPRep    = 0x0200
+	tokKRBError = 0x0300
+)
+
+type initiatorState int
+
+const (
+	stateInitial initiatorState = iota
+	stateSent
+	stateDone
+	stateFailed
+)
+
+func (s initiatorState) String() string {
+	switch s {
+	case stateInitial:
+		return "initial"
+	case stateSent:
+		return "AP-REQ sent"
+	case stateDone:
+		return "established"
+	default:
+		return "failed"
+	}
+}
+
+// Initiator establishes a Kerberos V5 GSS-API security context as the client,
+// with mutual authentication (RFC 4121 §4.1), one Step at a time. It is not
+// safe for concurrent use.
+type Initiator struct {
+	cl    *client.Client
+	spn   string
+	state initiatorState
+	err   error
+
+	sessionKey types.EncryptionKey // the ticket's session key, until done
+	subkey     types.EncryptionKey // our initiator subkey
+	ctime      time.Time           // authenticator ctime, to the second
+	cusec      int
+	sendSeq    uint64
+
+	acceptorSubkey    types.EncryptionKey
+	hasAcceptorSubkey bool
+	recvSeq           uint64
+}
+
+// NewInitiator prepares a context with the service principal spn, written
+// "service/host" (for PostgreSQL "postgres/host", host as in the connection
+// string). Credential delegation is not supported yet: delegate = true is an
+// error.
+func NewInitiator(cl *client.Client, spn string, delegate bool) (*Initiator, error) {
+	if delegate {
+		return nil, errors.New("gss: credential delegation (GSS_C_DELEG_FLAG, gssdelegation) is not supported")
+	}
+	if cl == nil || cl.Credentials == nil {
+		return nil, errors.New("gss: NewInitiator: no Kerberos client")
+	}
+	if cl.Config == nil {
+		return nil, errors.New("gss: NewInitiator: the Kerberos client has no krb5 configuration")
+	}
+	service, host, ok := strings.Cut(spn, "/")
+	if !ok || service == "" || host == "" || strings.ContainsAny(spn, "\x00@") {
+		return nil, fmt.Errorf("gss: service principal %q is not of the form service/host", spn)
+	}
+	return &Initiator{cl: cl, spn: spn}, nil
+}
+
+// String shows the target and the state, no key material.
+func (i *Initiator) String() string {
+	return fmt.Sprintf("gss.Initiator{%s, %s}", i.spn, i.state)
+}
+
+// GoString is String.
+func (i *Initiator) GoString() string { return i.String() }
+
+// Step advances context establishment. The first call takes no input and
+// returns the AP-REQ token (done = false); the second takes the acceptor's
+// token and returns done = true with no output token once the AP-REP is
+// verified. A KRB-ERROR from the acceptor is a *KerberosError. Any error ends
+// the context: later calls return it again.
+func (i *Initiator) Step(inputToken []byte) (outputToken []byte, done bool, err error) {
+	switch i.state {
+	case stateInitial:
+		if len(inputToken) != 0 {
+			return nil, false, i.fail(errors.New("gss: the first Step takes no input token"))
+		}
+		out, err := i.initSecContext()
+		if err != nil {
+			return nil, false, i.fail(err)
+		}
+		i.state = stateSent
+		return out, false, nil
+	case stateSent:
+		if len(inputToken) == 0 {
+			return nil, false, i.fail(errors.New("gss: expected the acceptor's AP-REP token, got none"))
+		}
+		if err := i.processReply(inputToken); err != nil {
+			return nil, false, i.fail(err)
+		}
+		i.state = stateDone
+		i.sessionKey = types.EncryptionKey{}
+		return nil, true, nil
+	case stateDone:
+		if len(inputToken) != 0 {
+			return nil, true, errors.New("gss: token received after the context was established")
+		}
+		return nil, true, nil
+	default:
+		return nil, false, i.err
+	}
+}
+
+func (i *Initiator) fail(err error) error {
+	i.state = stateFailed
+	i.err = err
+	i.sessionKey = types.EncryptionKey{}
+	i.subkey = types.EncryptionKey{}
+	i.acceptorSubkey = types.EncryptionKey{}
+	return err
+}
+
+// krb5OID is the DER encoding of 1.2.840.113554.1.2.2.
+var krb5OID = func() []byte {
+	b, err := asn1.Marshal(gssapi.OIDKRB5.OID())
+	if err != nil {
+		panic("gss: cannot encode the Kerberos V5 mechanism OID: " + err.Error())
+	}
+	return b
+}()
+
+// initSecContext gets the service ticket and builds the framed AP-REQ.
+func (i *Initiator) initSecContext() ([]byte, error) {
+	tkt, sessionKey, err := i.cl.GetServiceTicket(i.spn)
+	if err != nil {
+		return nil, fmt.Errorf("gss: getting a service ticket for %s: %w", i.spn, err)
+	}
+	et, info, err := checkKey(sessionKey)
+	if err != nil {
+		return nil, fmt.Errorf("gss: service ticket for %s: session key: %w", i.spn, err)
+	}
+	rnd := make([]byte, info.keyLen)
+	if _, err := rand.Read(rnd); err != nil {
+		return nil, fmt.Errorf("gss: generating a subkey: %w", err)
+	}
+	subkey := types.EncryptionKey{KeyType: sessionKey.KeyType, KeyValue: et.RandomToKey(rnd)}
+
+	// NewAuthenticator sets ctime/cusec and a random 30-bit sequence number.
+	auth, err := types.NewAuthenticator(i.cl.Credentials.Realm(), i.cl.Credentials.CName())
+	if err != nil {
+		return nil, fmt.Errorf("gss: building the authenticator: %w", err)
+	}
+	auth.Cksum = types.Checksum{CksumType: chksumtype.GSSAPI, Checksum: gssChecksum(initiatorFlags)}
+	auth.SubKey = subkey
+	apreq, err := messages.NewAPReq(tkt, sessionKey, auth)
+	if err != nil {
+		return nil, fmt.Errorf("gss: building the AP-REQ: %w", err)
+	}
+	types.SetFlag(&apreq.APOptions, flags.APOptionMutualRequired)
+	b, err := apreq.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("gss: encoding the AP-REQ: %w", err)
+	}
+
+	i.sessionKey = sessionKey
+	i.subkey = subkey
+	// The AP-REP echoes ctime as a GeneralizedTime, which has no fraction.
+	i.ctime = auth.CTime.Truncate(time.Second)
+	i.cusec = auth.Cusec
+	i.sendSeq = uint64(auth.SeqNumber)
+	return frameToken(tokAPReq, b), nil
+}
+
+// gssChecksum builds the RFC 4121 §4.1.1 authenticator checksum (type
+// 0x8003) without channel bindings and without delegation.
+func gssChecksum(fl uint32) []byte {
+	c := make([]byte, 24)
+	binary.LittleEndian.PutUint32(c[0:4], 16) // Lgth: length of Bnd
+	// c[4:20]: Bnd, zero: no channel bindings
+	binary.LittleEndian.PutUint32(c[20:24], fl)
+	return c
+}
+
+// frameToken wraps a Kerberos message in the RFC 2743 §3.1
+// InitialContextToken framing: [APPLICATION 0] { OID, TOK_ID, message }.
+func frameToken(tokID uint16, msg []byte) []byte {
+	inner := make([]byte, 0, len(krb5OID)+2+len(msg))
+	inner = append(inner, krb5OID...)
+	inner = binary.BigEndian.AppendUint16(inner, tokID)
+	inner = append(inner, msg...)
+	return asn1tools.AddASNAppTag(inner, 0)
+}
+
+// parseToken undoes frameToken, checking the framing strictly.
+func parseToken(b []byte) (tokID uint16, msg []byte, err error) {
+	if len(b) < 2 || b[0] != 0x60 {
+		return 0, nil, errors.New("gss: acceptor token is not a GSS-API InitialContextToken (no 0x60 tag)")
+	}
+	length, n, err := derLength(b[1:])
+	if err != nil {
+		return 0, nil, err
+	}
+	rest := b[1+n:]
+	if length != len(rest) {
+		return 0, nil, fmt.Errorf("gss: acceptor token length %d does not match its %d content bytes", length, len(rest))
+	}
+	if !bytes.HasPrefix(rest, krb5OID) {
+		return 0, nil, errors.New("gss: acceptor token is not for the Kerberos V5 mechanism")
+	}
+	rest = rest[len(krb5OID):]
+	if len(rest) < 2 {
+		return 0, nil, errors.New("gss: acceptor token has no TOK_ID")
+	}
+	return binary.BigEndian.Uint16(rest), rest[2:], nil
+}
+
+// derLength parses a DER length, returning it and the bytes it used.
+func derLength(b []byte) (int, int, error) {
+	if len(b) == 0 {
+		return 0, 0, errors.New("gss: acceptor token truncated in its length")
+	}
+	if b[0] < 0x80 {
+		return int(b[0]), 1, nil
+	}
+	n := int(b[0] & 0x7f)
+	if n == 0 || n > 3 || len(b) < 1+n {
+		return 0, 0, errors.New("gss: acceptor token has an invalid length encoding")
+	}
+	v := 0
+	for _, c := range b[1 : 1+n] {
+		v = v<<8 | int(c)
+	}
+	return v, 1 + n, nil
+}
+
+// processReply verifies the acceptor's AP-REP (or reports its KRB-ERROR).
+func (i *Initiator) processReply(tok []byte) error {
+	tokID, msg, err := parseToken(tok)
+	if err != nil {
+		return err
+	}
+	switch tokID {
+	case tokAPRep:
+	case tokKRBError:
+		var ke messages.KRBError
+		if err := ke.Unmarshal(msg); err != nil {
+			return errors.New("gss: the acceptor sent a malformed KRB-ERROR token")
+		}
+		return &KerberosError{Code: ke.ErrorCode}
+	default:
+		return fmt.Errorf("gss: unexpected acceptor token ID %04x, want an AP-REP (0200)", tokID)
+	}
+
+	// gokrb5's ASN.1 decoder does not hold the outer length to the data.
+	if len(msg) < 2 || msg[0] != 0x6f {
+		return errors.New("gss: malformed AP-REP: not an [APPLICATION 15]")
+	}
+	if l, n, err := derLength(msg[1:]); err != nil || l != len(msg)-1-n {
+		return errors.New("gss: malformed AP-REP: inconsistent length")
+	}
+	var rep messages.APRep
+	// (The tag check above also keeps gokrb5 from answering a KRB-ERROR
+	// found here with the KRB-ERROR itself, unauthenticated text included.)
+	if err := rep.Unmarshal(msg); err != nil {
+		return fmt.Errorf("gss: malformed AP-REP: %v", err)
+	}
+	if rep.PVNO != iana.PVNO { // gokrb5 checks the message type only
+		return fmt.Errorf("gss: AP-REP with protocol version %d, want %d", rep.PVNO, iana.PVNO)
+	}
+	if rep.EncPart.EType != i.sessionKey.KeyType {
+		return fmt.Errorf("gss: AP-REP encrypted with %s, but the session key is %s",
+			EnctypeName(rep.EncPart.EType), EnctypeName(i.sessionKey.KeyType))
+	}
+	et, _, err := checkEnctype(rep.EncPart.EType)
+	if err != nil {
+		return err
+	}
+	// gokrb5's DecryptMessage slices without checking the length.
+	if min := et.GetConfounderByteSize() + et.GetHMACBitLength()/8; len(rep.EncPart.Cipher) < min {
+		return fmt.Errorf("gss: AP-REP encrypted part is %d bytes, too short", len(rep.EncPart.Cipher))
+	}
+	pt, err := crypto.DecryptEncPart(rep.EncPart, i.sessionKey, keyusage.AP_REP_ENCPART)
+	if err != nil {
+		return errors.New("gss: the AP-REP does not decrypt with the session key: mutual authentication failed")
+	}
+	var enc messages.EncAPRepPart
+	if err := enc.Unmarshal(pt); err != nil {
+		return fmt.Errorf("gss: malformed AP-REP encrypted part: %v", err)
+	}
+	if !enc.CTime.Equal(i.ctime) || enc.Cusec != i.cusec {
+		return errors.New("gss: the AP-REP does not echo our authenticator's time: mutual authentication failed")
+	}
+	if enc.Subkey.KeyType != 0 || len(enc.Subkey.KeyValue) != 0 {
+		if _, _, err := checkKey(enc.Subkey); err != nil {
+			return fmt.Errorf("gss: acceptor subkey: %w", err)
+		}
+		i.acceptorSubkey = types.EncryptionKey{KeyType: enc.Subkey.KeyType, KeyValue: bytes.Clone(enc.Subkey.KeyValue)}
+		i.hasAcceptorSubkey = true
+	}
+	seq, err := seqNumber(enc.SequenceNumber)
+	if err != nil {
+		return err
+	}
+	i.recvSeq = seq
+	return nil
+}
+
+// seqNumber converts an AP-REP seq-number (UInt32, RFC 4120) to the wrap
+// token sequence space. Old MIT releases encoded it as a signed 32-bit
+// integer, so negative values are taken modulo 2^32.
+func seqNumber(v int64) (uint64, error) {
+	switch {
+	case v >= 0 && v <= math.MaxUint32:
+		return uint64(v), nil
+	case v < 0 && v >= math.MinInt32:
+		return uint64(uint32(int32(v))), nil
+	}
+	return 0, fmt.Errorf("gss: AP-REP sequence number %d out of range", v)
+}
+
+// Wrapper returns the message protection for the established context: the
+// acceptor's subkey if it sent one (flag AcceptorSubkey), else our initiator
+// subkey; our sequence numbers start at the authenticator's, the acceptor's
+// at the AP-REP's. Each call returns a new Wrapper with fresh counters: call
+// it once per context.
+func (i *Initiator) Wrapper() (*Wrapper, error) {
+	if i.state != stateDone {
+		return nil, fmt.Errorf("gss: the security context is not established (%s)", i.state)
+	}
+	if i.hasAcceptorSubkey {
+		return NewWrapper(i.acceptorSubkey, true, true, i.sendSeq, i.recvSeq)
+	}
+	return NewWrapper(i.subkey, true, false, i.sendSeq, i.recvSeq)
+}
+
+// Enctype returns the enctype of the key that protects messages: the
+// acceptor subkey's once the context is established with one, otherwise the
+// session key's (and our subkey's); 0 before the first Step.
+func (i *Initiator) Enctype() int32 {
+	if i.hasAcceptorSubkey {
+		return i.acceptorSubkey.KeyType
+	}
+	return i.subkey.KeyType
+}

@@ -1,0 +1,25 @@
+// Package gss implements the client side of PostgreSQL's GSSAPI session
+// encryption (gssencmode) in pure Go on top of github.com/jcmturner/gokrb5/v8.
+//
+// It has three parts:
+//
+//   - Wrapper: RFC 4121 §4.2.6.2 Wrap tokens with confidentiality (TOK_ID
+//     05 04, Sealed flag), which gokrb5 lacks (its gssapi.WrapToken is
+//     integrity-only). All cryptography is gokrb5's: the RFC 3961 "encrypt"
+//     of the enctype (EncryptMessage/DecryptMessage) with the RFC 4121 key
+//     usages 22 (acceptor seal) and 24 (initiator seal).
+//   - Initiator: Kerberos V5 GSS-API context establishment with mutual
+//     authentication (RFC 4121 §4.1): it builds the AP-REQ itself, so that it
+//     knows its sequence number and subkey, and verifies the AP-REP, which
+//     gokrb5 does not do.
+//   - NewConn: PostgreSQL's packet framing of wrap tokens (Int32 length plus
+//     one token, 16384 bytes at most per packet), as a net.Conn; and
+//     WriteToken/ReadToken for the context-establishment tokens.
+//
+// Only the AES enctypes are supported: aes128-cts-hmac-sha1-96 (17),
+// aes256-cts-hmac-sha1-96 (18), aes128-cts-hmac-sha256-128 (19) and
+// aes256-cts-hmac-sha384-192 (20).
+//
+// Nothing in this package puts a key, a ticket or a session key into an
+// error, a log line or a String result.
+package gss
