@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -125,4 +126,116 @@ func copyOut(t *testing.T, db *sql.DB, query string) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// transport reports how the session of db's next connection is protected.
+func transport(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var gss, ssl bool
+	err := db.QueryRow(`select coalesce((select encrypted from pg_stat_gssapi where pid = pg_backend_pid()), false),
+		coalesce((select ssl from pg_stat_ssl where pid = pg_backend_pid()), false)`).Scan(&gss, &ssl)
+	switch {
+	case err != nil:
+		return "error: " + err.Error()
+	case gss:
+		return "gss"
+	case ssl:
+		return "tls"
+	}
+	return "plain"
+}
+
+// With a valid ticket and gssencmode=prefer, on servers where GSS encryption cannot succeed,
+// every connection after the first costs one backend and logs no GSS failure; libpq pays two.
+func TestGSSFailureIsRemembered(t *testing.T) {
+	lab := newKerberosLab(t)
+	trust := "hostnogssenc all all 127.0.0.1/32 trust"
+	for _, tt := range []struct {
+		name   string
+		keytab bool
+		hba    []string
+	}{
+		{"server without keytab", false, []string{lab.gssHBA(), trust}},
+		{"pg_hba without hostgssenc", true, []string{trust}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := lab.server(t, tt.keytab, tt.hba...)
+			const n = 10
+			dsn := aliceDSN(srv, "localhost", "sslmode=disable")
+			db := sql.OpenDB(lab.connector(t, dsn))
+			defer db.Close()
+			db.SetMaxIdleConns(0)
+			if got := transport(t, db); got != "plain" {
+				t.Fatalf("first connection: %s, want plain", got)
+			}
+			mark := srv.LogMark()
+			for range n {
+				if got := transport(t, db); got != "plain" {
+					t.Fatalf("%s, want plain", got)
+				}
+			}
+			backends, err := srv.ConnectionsSince(mark)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if backends != n {
+				t.Errorf("pgconnector: %d backends for %d connections, want %d", backends, n, n)
+			}
+			log := srv.Log()[mark:]
+			for _, bad := range []string{"GSSAPI", "FATAL"} {
+				if strings.Contains(log, bad) {
+					t.Errorf("the server logged %q after the first connection:\n%s", bad, log)
+				}
+			}
+
+			// libpq, same environment, same server.
+			mark = srv.LogMark()
+			for range n {
+				if _, err := harness.Psql(context.Background(), lab.kdc.Env(lab.ccache), dsn, "select 1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			libpq, err := srv.ConnectionsSince(mark)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("backends for %d connections: pgconnector %d, libpq (psql) %d", n, backends, libpq)
+			if libpq != 2*n {
+				t.Errorf("libpq: %d backends for %d connections; expected %d", libpq, n, 2*n)
+			}
+		})
+	}
+}
+
+// kinit and kdestroy while a process keeps connecting change its decision at the next connection.
+func TestKinitAndKdestroyTakeEffect(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, true, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
+	ccache := filepath.Join(t.TempDir(), "later.ccache")
+	c := newConnector(t, aliceDSN(srv, "localhost", "sslmode=disable"),
+		pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: lab.kdc.Krb5Conf, CCache: ccache}))
+	db := sql.OpenDB(c)
+	defer db.Close()
+	db.SetMaxIdleConns(0)
+	step := func(want string) {
+		t.Helper()
+		if got := transport(t, db); got != want {
+			t.Fatalf("%s, want %s", got, want)
+		}
+	}
+	step("plain") // no ticket
+	step("plain")
+	if err := lab.kdc.Kinit(ccache, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	step("gss") // kinit
+	step("gss")
+	if err := os.Remove(ccache); err != nil { // kdestroy
+		t.Fatal(err)
+	}
+	step("plain")
+	if err := lab.kdc.Kinit(ccache, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	step("gss")
 }
