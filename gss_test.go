@@ -239,3 +239,77 @@ func TestKinitAndKdestroyTakeEffect(t *testing.T) {
 	}
 	step("gss")
 }
+
+// pg_hba method gss on a connection that is not GSS-encrypted: GSS authentication through pgx,
+// with this connector's credentials and the server verified (mutual authentication).
+func TestGSSAuthentication(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, true, "hostnogssenc all all 127.0.0.1/32 gss include_realm=0 krb_realm="+lab.kdc.Realm)
+	for _, sslmode := range []string{"disable", "prefer"} {
+		t.Run("gssencmode=disable sslmode="+sslmode, func(t *testing.T) {
+			rec, tp := newRecorder()
+			db := sql.OpenDB(lab.connector(t, aliceDSN(srv, "localhost", "gssencmode=disable", "sslmode="+sslmode), pgconnector.WithTracerProvider(tp)))
+			defer db.Close()
+			var encrypted, authenticated bool
+			var principal string
+			err := db.QueryRow("select encrypted, gss_authenticated, principal from pg_stat_gssapi where pid = pg_backend_pid()").Scan(&encrypted, &authenticated, &principal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if encrypted || !authenticated || principal != "alice@"+lab.kdc.Realm {
+				t.Errorf("encrypted=%v gss_authenticated=%v principal=%q", encrypted, authenticated, principal)
+			}
+			found := false
+			for _, s := range rec.Ended() {
+				for _, kv := range s.Attributes() {
+					if kv.Key == "pgconnector.auth.method" && kv.Value.AsString() == "gss" {
+						found = true
+					}
+				}
+			}
+			if !found {
+				t.Error("no startup span with pgconnector.auth.method=gss")
+			}
+		})
+	}
+	t.Run("no credentials", func(t *testing.T) {
+		c := newConnector(t, aliceDSN(srv, "localhost", "gssencmode=disable", "sslmode=disable"),
+			pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: lab.kdc.Krb5Conf, CCache: filepath.Join(t.TempDir(), "none")}))
+		_, err := c.Connect(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "no Kerberos credentials") {
+			t.Fatalf("error = %v, want one saying there are no Kerberos credentials", err)
+		}
+	})
+}
+
+// 64 goroutines connecting at once on a cold cache, with a ticket, to a server where GSS
+// encryption cannot succeed: one GSSENCRequest reaches the server.
+func TestGSSColdHerdSendsOneProbe(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, false, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
+	px := harness.ProxyT(t, srv.Addr())
+	host, port := px.Addr()
+	c := lab.connector(t, "host="+host+" port="+strconv.Itoa(port)+" user=alice dbname="+srv.Database+" sslmode=disable")
+	const herd = 64
+	errs := make(chan error, herd)
+	start := make(chan struct{})
+	for range herd {
+		go func() {
+			<-start
+			conn, err := c.Connect(context.Background())
+			if err == nil {
+				conn.Close()
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range herd {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if st := px.Stats(); st.GSSENCRequests != 1 || st.StartupMessages != herd {
+		t.Errorf("proxy saw %+v; want 1 GSSENCRequest and %d startup messages", st, herd)
+	}
+}
