@@ -34,6 +34,9 @@ type GSSCredentials struct {
 	// Reused is true when the check was answered from the previous one (the credential cache
 	// did not change and the ticket has not expired).
 	Reused bool
+	// Missing says, when Valid is false, why: for example "no credential cache" or "the
+	// ticket-granting ticket expired at 2026-11-30T04:00:00Z". It never names a principal.
+	Missing string
 }
 
 // GSSSession establishes one GSSAPI security context.

@@ -166,6 +166,9 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 	for {
 		plan, in, leader, err := n.decide(ctx, h, key, creds)
 		if err != nil {
+			if errors.Is(err, ErrGSSNoCredentials) && creds.Missing != "" {
+				err = fmt.Errorf("%w: %s", err, creds.Missing)
+			}
 			return false, err
 		}
 		final, opened, err := n.tryHost(ctx, h, key, plan, in, leader, open, res, notPreferred)

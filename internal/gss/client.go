@@ -63,6 +63,7 @@ type credState struct {
 	creds   *Credentials // nil: no usable credentials
 	expires time.Time    // TGT end time; zero for keytab credentials
 	gen     uint64
+	missing string // why there are none
 }
 
 type fileStamp struct {
@@ -117,6 +118,16 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 		return cur.describe(true), nil
 	}
 	next, err := c.load(st, now)
+	if next.creds == nil && next.missing == "" {
+		switch {
+		case err != nil:
+			next.missing = err.Error()
+		case c.cfg.CCache == "":
+			next.missing = "the credential cache type is not supported (FILE only)"
+		default:
+			next.missing = "no credential cache at " + c.cfg.CCache
+		}
+	}
 	if c.cur == nil || next.creds != c.cur.creds || next.expires != c.cur.expires {
 		c.gen++
 	}
@@ -126,7 +137,7 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 }
 
 func (s *credState) describe(reused bool) negotiation.GSSCredentials {
-	g := negotiation.GSSCredentials{Valid: s.creds != nil, Generation: s.gen, Reused: reused}
+	g := negotiation.GSSCredentials{Valid: s.creds != nil, Generation: s.gen, Reused: reused, Missing: s.missing}
 	if s.creds != nil {
 		g.Principal = s.creds.Principal()
 	}
@@ -141,6 +152,10 @@ func (c *Client) load(st fileStamp, now time.Time) (*credState, error) {
 		if err == nil {
 			next.creds, next.expires = creds, expires
 			return next, nil
+		}
+		if exp, ok := err.(errExpired); ok {
+			// Not a failure of the check: decided, no credentials until the cache changes.
+			next.missing, err = exp.Error(), nil
 		}
 		if c.cfg.ClientKeytab == "" {
 			return next, err
@@ -176,7 +191,9 @@ func (c *Client) fromCCache(now time.Time) (*Credentials, time.Time, error) {
 		return nil, time.Time{}, errors.New("gss: the credential cache holds no ticket-granting ticket")
 	}
 	if !now.Before(tgt.EndTime) {
-		return nil, tgt.EndTime, nil // expired: no credentials, decided again after kinit
+		// Expired: no credentials (libpq would still try and fail in the server's face);
+		// decided again after kinit.
+		return nil, tgt.EndTime, errExpired{tgt.EndTime}
 	}
 	cfg, err := c.config()
 	if err != nil {
@@ -187,6 +204,13 @@ func (c *Client) fromCCache(now time.Time) (*Credentials, time.Time, error) {
 		return nil, time.Time{}, err
 	}
 	return creds, tgt.EndTime, nil
+}
+
+// errExpired is a ticket-granting ticket that has expired.
+type errExpired struct{ at time.Time }
+
+func (e errExpired) Error() string {
+	return "the ticket-granting ticket expired at " + e.at.UTC().Format(time.RFC3339)
 }
 
 func (c *Client) fromKeytab() (*Credentials, error) {
