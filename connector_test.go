@@ -57,6 +57,7 @@ func TestMain(m *testing.M) {
 			p.Stop()
 		}
 	}
+	harness.Cleanup()
 	os.Exit(code)
 }
 
@@ -276,6 +277,23 @@ func TestTLS(t *testing.T) {
 			t.Fatal("connected to 127.0.0.2 with a certificate for 127.0.0.1 and localhost")
 		}
 	})
+
+	// A failed TLS handshake must be an error, not a panic in pgx (which closes the net.Conn
+	// that AfterNetConnect returns, even with an error). 127.0.0.2 above never gets that far:
+	// nothing listens there.
+	t.Run("a failed TLS handshake is an error", func(t *testing.T) {
+		other := harness.StartT(t, harness.Options{TLS: true}) // another throwaway CA
+		for _, extra := range []string{
+			"sslmode=verify-full sslrootcert=" + other.CAFile,
+			"sslmode=verify-ca sslrootcert=" + other.CAFile,
+			"sslmode=require sslnegotiation=direct", // direct TLS needs PostgreSQL 17
+		} {
+			c := newConnector(t, tlsSrv.DSN(extra))
+			if _, err := c.Connect(context.Background()); err == nil {
+				t.Errorf("%s: connected", extra)
+			}
+		}
+	})
 }
 
 func TestSSLRequireAgainstServerWithoutTLS(t *testing.T) {
@@ -356,6 +374,7 @@ func TestBadInput(t *testing.T) {
 		{"malformed URL", "postgres://user:s3cr3t-pw@host:notaport/db", []string{"port"}},
 		{"malformed keyword/value", "host=h password='s3cr3t-pw", []string{"unterminated"}},
 		{"bad port", "host=h port=99999 password=s3cr3t-pw", []string{"port"}},
+		{"unknown sslnegotiation", "host=h sslnegotiation=fast password=s3cr3t-pw", []string{"sslnegotiation", `"fast"`, "postgres or direct"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := pgconnector.New(tt.dsn)

@@ -38,6 +38,12 @@ func ParseSettings(dsn string) (*Settings, error) {
 	if err != nil {
 		return nil, redacted(dsn, err)
 	}
+	switch cfg.SSLNegotiation {
+	case "", "postgres", "direct":
+	default:
+		// pgx keeps any value and treats it as "postgres"; libpq rejects it.
+		return nil, fmt.Errorf("pgconnector: invalid sslnegotiation %q: must be postgres or direct", cfg.SSLNegotiation)
+	}
 	s := &Settings{Config: cfg}
 
 	params := maps.Clone(cfg.RuntimeParams)

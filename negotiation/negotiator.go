@@ -374,11 +374,15 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	cfg.DialFunc = at.dial
 	afterNetConnect := cfg.AfterNetConnect
 	cfg.AfterNetConnect = func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
-		conn, err := at.afterNetConnect(ctx, conn)
+		out, err := at.afterNetConnect(ctx, conn)
 		if err == nil && afterNetConnect != nil {
-			conn, err = afterNetConnect(ctx, cfg, conn)
+			out, err = afterNetConnect(ctx, cfg, out)
 		}
-		return conn, err
+		if err != nil && out == nil {
+			// pgx calls Close on what AfterNetConnect returns, even with an error.
+			out = conn
+		}
+		return out, err
 	}
 	buildFrontend := cfg.BuildFrontend
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
@@ -503,7 +507,8 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 		}
 		if err != nil {
 			at.tlsErr = true
-			return nil, err
+			// pgx closes the connection it gets back with the error: never hand it nil.
+			return conn, err
 		}
 	}
 	if tr.StartupStart != nil {

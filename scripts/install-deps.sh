@@ -4,6 +4,7 @@
 #     Debian's "postgresql" package, WITHOUT creating or starting its default cluster:
 #     the tests start their own throwaway clusters (internal/harness);
 #   - ca-certificates, only if the system CA bundle is missing;
+#   - gcc and libc6-dev, only if there is no C compiler: go test -race needs cgo;
 #   - MIT Kerberos (krb5-kdc, krb5-admin-server, krb5-user) for the GSSAPI tests, which run
 #     their own throwaway KDC on loopback: no KDC or kadmind is started or configured;
 #   - psql (postgresql-client), which the GSSAPI tests run beside the connector;
@@ -53,6 +54,20 @@ find_pg_bindir() {
 }
 
 need_ca() { [ ! -s "$CA_BUNDLE" ]; }
+
+# need_cc: no C compiler, so cgo is off and go test -race fails ("-race requires cgo").
+need_cc() { ! command -v "${CC:-gcc}" >/dev/null 2>&1 && ! command -v cc >/dev/null 2>&1; }
+
+# check_go: Go is in PATH and new enough (Go 1.21+ fetches the toolchain go.mod names by
+# itself; Debian 12's golang-go is 1.19 and only says "invalid go version").
+check_go() {
+  local have
+  command -v go >/dev/null 2>&1 || die "go is not in PATH: install Go from https://go.dev/dl (Debian 12's golang-go, 1.19, is too old)"
+  have=$(go env GOVERSION 2>/dev/null | sed -n 's/^go\([0-9.]*\).*/\1/p')
+  if [ -n "$have" ] && [ "$(printf '%s\n' "$have" 1.21 | sort -V | head -1)" != 1.21 ]; then
+    die "go $have is too old for go.mod ($(sed -n 's/^go //p' go.mod)): install a newer Go from https://go.dev/dl"
+  fi
+}
 
 # The Kerberos programs the harness runs (see internal/harness/kdc.go).
 KRB5_PROGRAMS="/usr/sbin/krb5kdc /usr/sbin/kdb5_util /usr/sbin/kadmin.local /usr/bin/kinit /usr/bin/klist /usr/bin/kvno"
@@ -160,6 +175,12 @@ system_part() {
   [ "$(id -u)" -eq 0 ] || die "the system part must run as root"
   export DEBIAN_FRONTEND=noninteractive
 
+  if need_cc; then
+    apt_update
+    log "apt-get install gcc libc6-dev (no C compiler: go test -race needs cgo)"
+    apt-get install -y -q --no-install-recommends gcc libc6-dev
+  fi
+
   if need_ca; then
     apt_update
     log "apt-get install ca-certificates ($CA_BUNDLE is missing)"
@@ -223,8 +244,9 @@ fi
 # the invoking user.
 # ---------------------------------------------------------------------------------------
 cd "$(dirname "$SCRIPT")/.."
+check_go
 
-if bindir=$(find_pg_bindir) && ! need_ca && ! need_krb5 && ! need_psql; then
+if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_psql; then
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 else
   if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
@@ -247,7 +269,6 @@ log "Kerberos: $(/usr/bin/klist -V 2>/dev/null | head -1) (krb5kdc, kdb5_util, k
 if [ -x "$bindir/psql" ]; then psql_path=$bindir/psql; else psql_path=$(command -v psql); fi
 log "psql: $psql_path ($("$psql_path" --version))"
 
-command -v go >/dev/null 2>&1 || die "go is not in PATH (this script expects Go to be installed)"
 log "go mod download"
 go mod download
 log "done"

@@ -14,9 +14,11 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -33,17 +35,23 @@ func main() {
 	jsonOut := flag.Bool("json", false, "also print every span with the OpenTelemetry stdout exporter")
 	flag.Parse()
 	log.SetFlags(0)
-	if err := run(*workers, *jsonOut); err != nil {
+	// Ctrl-C, SIGTERM, or a closed stdout (quickstart.sh | head) must not kill the process before
+	// the deferred Stop of the throwaway cluster: cancel instead, and let a write to a closed pipe
+	// fail (EPIPE) rather than end the program.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	if err := run(ctx, *workers, *jsonOut); err != nil {
+		stop()
 		log.Fatalf("quickstart: %v", err)
 	}
 }
 
-func run(workers int, jsonOut bool) error {
-	ctx := context.Background()
-
+func run(ctx context.Context, workers int, jsonOut bool) error {
 	dsn := os.Getenv("DATABASE_URL")
 	if dsn == "" {
 		fmt.Println("DATABASE_URL is not set: starting a throwaway PostgreSQL cluster (TLS off, trust)...")
+		defer harness.Cleanup() // runs after pg.Stop: removes the initdb template too
 		pg, err := harness.Start(ctx, harness.Options{})
 		if err != nil {
 			return err
@@ -129,7 +137,9 @@ func printDecisions(spans []sdktrace.ReadOnlySpan, parent string) {
 		}
 		counts[d]++
 	}
-	sort.Strings(keys)
+	sort.Slice(keys, func(i, j int) bool { // the probe first, then the connects that waited for it
+		return counts[keys[i]] < counts[keys[j]] || counts[keys[i]] == counts[keys[j]] && keys[i] < keys[j]
+	})
 	for _, k := range keys {
 		fmt.Printf("   %2d connect(s): %s\n", counts[k], k)
 	}

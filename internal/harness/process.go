@@ -83,6 +83,25 @@ func setup(ctx context.Context) (*env, error) {
 	return e, nil
 }
 
+// Cleanup removes this process's base directory (the initdb template and the
+// directories of clusters already stopped). Call it once every server has been
+// stopped, at the end of a program or of TestMain; a later Start sets up again.
+// Without it the template (tens of MB, in /dev/shm) stays until the next
+// process that uses the harness sweeps it.
+func Cleanup() error {
+	procMu.Lock()
+	defer procMu.Unlock()
+	if procEnv == nil {
+		return nil
+	}
+	base := procEnv.base
+	procEnv = nil
+	if err := os.RemoveAll(base); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	return nil
+}
+
 // makeTemplate runs initdb once, then starts the new cluster briefly (unix
 // socket only) to create the application role and database, and shuts it down
 // cleanly so that copies start without recovery.
