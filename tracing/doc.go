@@ -18,7 +18,7 @@
 //	├─ postgresql.gss_context     INTERNAL the GSSAPI context establishment (AP-REQ, AP-REP)
 //	├─ postgresql.ssl_request     INTERNAL SSLRequest and its one-byte answer
 //	├─ postgresql.tls_handshake   INTERNAL the TLS handshake (after 'S', or direct)
-//	├─ postgresql.fallback        INTERNAL zero-length: the connect goes on with the next method
+//	├─ postgresql.fallback        INTERNAL 1 µs long: the connect goes on with the next method
 //	└─ postgresql.startup         INTERNAL StartupMessage, authentication, up to ReadyForQuery
 //
 // A step span is a child of whatever span is in the ctx the negotiation code passes to its Start

@@ -480,7 +480,9 @@ func (t *tracer) fallback(ctx context.Context, info negotiation.FallbackInfo) {
 		}
 		kv = append(kv, FallbackReasonKey.String(info.Reason), FallbackNewConnectionKey.Bool(info.NewConnection))
 		span.SetAttributes(kv...)
-		span.End(trace.WithTimestamp(now))
+		// A decision takes no time; one microsecond keeps backends that reject zero-length
+		// spans (Jaeger warns of a negative duration) quiet.
+		span.End(trace.WithTimestamp(now.Add(time.Microsecond)))
 		return
 	}
 	span.End()
