@@ -1,10 +1,12 @@
 // Package pgconnector opens PostgreSQL connections for database/sql on top of pgx, deciding the
 // transport of each host of a connection string once, from a cached capability probe, instead of
 // re-learning it on every connection, and reporting every negotiation step as an OpenTelemetry span.
+// Statements are spans too, and connects, statements, the decision cache and the pool are
+// measured through the OpenTelemetry metric API (package tracing).
 //
 //	c, err := pgconnector.New("host=db.example user=app dbname=app")
 //	if err != nil { ... }
-//	db := sql.OpenDB(c)
+//	db := c.OpenDB() // sql.OpenDB(c), plus the pool metrics
 //	defer db.Close()
 //
 // Connection strings are those of pgx (URL or keyword/value, PG* environment variables), plus the
@@ -16,11 +18,13 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgconnector/pgconnector/internal/gss"
@@ -31,14 +35,20 @@ import (
 // DefaultCacheTTL is how long a server's answer is trusted when WithCacheTTL is not given.
 const DefaultCacheTTL = 5 * time.Minute
 
-// Connector opens connections for database/sql: use it with sql.OpenDB. It implements
-// driver.Connector and io.Closer, and is safe for concurrent use.
+// Connector opens connections for database/sql: use it with sql.OpenDB, or [Connector.OpenDB]
+// for the pool metrics too. It implements driver.Connector and io.Closer, and is safe for
+// concurrent use.
 type Connector struct {
 	settings   *Settings
 	negotiator *negotiation.Negotiator
 	stdlib     driver.Connector
 	gss        *gss.Client
 	unregister func()
+	statements *tracing.Statements // nil: WithStatementSpans(false)
+	metrics    *tracing.Metrics
+
+	mu      sync.Mutex
+	onClose []func() // unregister the DBStats callbacks of OpenDB
 }
 
 // Option configures a Connector.
@@ -46,8 +56,12 @@ type Option func(*options)
 
 type options struct {
 	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
 	cacheTTL       time.Duration
 	kerberos       Kerberos
+	statementSpans bool
+	queryText      bool
+	spanName       func(ctx context.Context, operation, query string) string
 }
 
 // Kerberos says where the client's Kerberos configuration and credentials are. Empty fields take
@@ -71,6 +85,39 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) { o.tracerProvider = tp }
 }
 
+// WithMeterProvider sets where metrics go: the duration of each statement
+// (db.client.operation.duration), of each connect (db.client.connection.create_time), the
+// decision cache's hits and misses, the round trips and backends the cache saved, and, for a pool
+// opened with [Connector.OpenDB], its connections. Default: otel.GetMeterProvider() at the time
+// of New.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meterProvider = mp }
+}
+
+// WithStatementSpans sets whether the statements run on the connector's connections are traced:
+// one span of kind CLIENT per exec, query (until its rows are closed), prepare, prepared
+// statement exec or query, begin, commit, rollback and ping, and one measurement of
+// db.client.operation.duration each. With false the connector returns pgx's connections as they
+// are, with neither. Default: true.
+func WithStatementSpans(on bool) Option {
+	return func(o *options) { o.statementSpans = on }
+}
+
+// WithQueryText sets whether statement spans record the statement's text (db.query.text): as
+// given when the call has arguments or the text has $n placeholders, else with every literal
+// replaced by "?". Parameter values are never recorded. Default: true.
+func WithQueryText(on bool) Option {
+	return func(o *options) { o.queryText = on }
+}
+
+// WithSpanNameFunc names statement spans: f receives the operation (db.operation.name: SELECT,
+// INSERT, ..., BEGIN, COMMIT, ROLLBACK, PREPARE, PING; "" when unknown) and the text as
+// db.query.text would record it (whatever WithQueryText says; "" for the calls without one).
+// An empty result keeps the default name: the operation, or "postgresql" when it is unknown.
+func WithSpanNameFunc(f func(ctx context.Context, operation, query string) string) Option {
+	return func(o *options) { o.spanName = f }
+}
+
 // WithCacheTTL sets how long a server's answer to SSLRequest (and, with Kerberos, to
 // GSSENCRequest) is trusted. Zero or less disables remembering: every connection then negotiates
 // as libpq does. Default: DefaultCacheTTL.
@@ -87,7 +134,7 @@ func WithCacheTTL(d time.Duration) Option {
 //
 // Neither is sent to the server as a run-time parameter.
 func New(dsn string, opts ...Option) (*Connector, error) {
-	o := options{cacheTTL: DefaultCacheTTL}
+	o := options{cacheTTL: DefaultCacheTTL, statementSpans: true, queryText: true}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -95,6 +142,9 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	}
 	if o.tracerProvider == nil {
 		o.tracerProvider = otel.GetTracerProvider()
+	}
+	if o.meterProvider == nil {
+		o.meterProvider = otel.GetMeterProvider()
 	}
 	s, err := ParseSettings(dsn)
 	if err != nil {
@@ -108,13 +158,15 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		Service:      s.Config.KerberosSrvName,
 		SPN:          s.Config.KerberosSpn,
 	})
+	metrics := tracing.NewMetrics(o.meterProvider, tracing.Pool{Host: s.Hosts[0].Host, Port: s.Hosts[0].Port, Database: s.Config.Database})
 	neg, err := negotiation.NewNegotiator(negotiation.Config{
 		Hosts:      s.Hosts,
 		GSSEncMode: s.GSSEncMode,
 		DirectSSL:  s.Config.SSLNegotiation == "direct",
 		Database:   s.Config.Database,
 		Cache:      negotiation.NewCache(o.cacheTTL),
-		Trace:      tracing.NewTrace(o.tracerProvider),
+		// The metric hooks first: the span hooks' Done hooks end the span that is current.
+		Trace:      tracing.Compose(metrics.Trace(), tracing.NewTrace(o.tracerProvider)),
 		LookupFunc: s.Config.LookupFunc,
 		DialFunc:   s.Config.DialFunc,
 		GSS:        krb,
@@ -122,10 +174,22 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Connector{settings: s, negotiator: neg, gss: krb, unregister: krb.Register()}
+	c := &Connector{settings: s, negotiator: neg, gss: krb, unregister: krb.Register(), metrics: metrics}
+	if o.statementSpans {
+		c.statements = tracing.NewStatements(tracing.StatementConfig{
+			TracerProvider: o.tracerProvider,
+			MeterProvider:  o.meterProvider,
+			Database:       s.Config.Database,
+			QueryText:      o.queryText,
+			SpanName:       o.spanName,
+		})
+	}
 	c.stdlib = stdlib.GetConnector(*s.Config, stdlib.OptionBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
 		if err := neg.Configure(ctx, &cfg.Config); err != nil {
 			return err
+		}
+		if t, _ := ctx.Value(targetKey{}).(*target); t != nil {
+			t.host, t.port = cfg.Host, cfg.Port // this attempt's; the last one is the one that succeeds
 		}
 		// GSS authentication (pg_hba method gss without GSS encryption) with this
 		// connector's credentials: see internal/gss, pgxauth.go.
@@ -138,8 +202,16 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 // Connect opens one connection: it decides, per host, which of GSSAPI encryption, TLS and
 // plaintext to try from what the server answered before, and falls back as libpq does.
 // The error of a failed connect says which host and step failed.
+//
+// The connection is pgx's (*stdlib.Conn) with WithStatementSpans(false); otherwise it is that
+// connection wrapped by the statement tracer (github.com/ngrok/sqlmw): use [PgxConn] to reach
+// the *pgx.Conn under it.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	var conn driver.Conn
+	var t target
+	if c.statements != nil {
+		ctx = context.WithValue(ctx, targetKey{}, &t)
+	}
 	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
 		var err error
 		conn, err = c.stdlib.Connect(ctx)
@@ -148,14 +220,52 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return conn, nil
+	if c.statements == nil {
+		return conn, nil
+	}
+	if sc, ok := conn.(*stdlib.Conn); ok { // always, from stdlib.GetConnector
+		conn = &pgxConn{Conn: sc}
+	}
+	return c.statements.WrapConn(conn, t.host, t.port), nil
+}
+
+// target is the host and port one Connect's connection went to, as written in the connection
+// string: its statement spans' server.address and server.port.
+type target struct {
+	host string
+	port uint16
+}
+
+type targetKey struct{}
+
+// OpenDB returns sql.OpenDB(c) with the pool metrics of the returned sql.DB reported to the
+// meter provider: db.client.connection.count (idle, used), db.client.connection.max (when
+// SetMaxOpenConns set one), pgconnector.connection.waits and pgconnector.connection.wait_time,
+// read from DBStats at each collection. They stop with DB.Close, which closes the connector.
+// A pool opened with sql.OpenDB(c) has every other metric and span, but not these: the
+// connector does not own it.
+func (c *Connector) OpenDB() *sql.DB {
+	db := sql.OpenDB(c)
+	unregister := c.metrics.ObserveDBStats(db.Stats)
+	c.mu.Lock()
+	c.onClose = append(c.onClose, unregister)
+	c.mu.Unlock()
+	return db
 }
 
 // Driver returns a driver whose Open parses its argument with New; database/sql uses Connect.
 func (c *Connector) Driver() driver.Driver { return Driver{} }
 
-// Close releases what the connector holds. database/sql calls it from DB.Close.
+// Close releases what the connector holds and stops the pool metrics of [Connector.OpenDB].
+// database/sql calls it from DB.Close.
 func (c *Connector) Close() error {
+	c.mu.Lock()
+	onClose := c.onClose
+	c.onClose = nil
+	c.mu.Unlock()
+	for _, f := range onClose {
+		f()
+	}
 	c.unregister()
 	return nil
 }

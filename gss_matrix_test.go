@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
@@ -125,7 +123,7 @@ func connectorMatrixOutcome(t *testing.T, c *pgconnector.Connector) (outcome, er
 	}
 	defer dc.Close()
 	var encrypted, ssl bool
-	if err := dc.(*stdlib.Conn).Conn().QueryRow(ctx, matrixQuery).Scan(&encrypted, &ssl); err != nil {
+	if err := pgconnector.PgxConnOf(dc).QueryRow(ctx, matrixQuery).Scan(&encrypted, &ssl); err != nil {
 		return outcomeError, "query: " + err.Error()
 	}
 	return matrixOutcome(encrypted, ssl), ""

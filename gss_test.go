@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
@@ -118,8 +118,8 @@ func copyOut(t *testing.T, db *sql.DB, query string) []byte {
 	}
 	defer conn.Close()
 	var buf bytes.Buffer
-	err = conn.Raw(func(dc any) error {
-		_, err := dc.(*stdlib.Conn).Conn().PgConn().CopyTo(context.Background(), &buf, query)
+	err = pgconnector.PgxConn(conn, func(pc *pgx.Conn) error {
+		_, err := pc.PgConn().CopyTo(context.Background(), &buf, query)
 		return err
 	})
 	if err != nil {

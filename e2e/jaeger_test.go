@@ -162,6 +162,34 @@ func TestJaegerExample(t *testing.T) {
 			}
 		})
 	}
+	// The handler's two statements: CLIENT spans under the request, one per query, each after
+	// the connect that opened its connection, with the database conventions' attributes.
+	selects := named(spans, "SELECT")
+	if len(selects) != 2 {
+		t.Fatalf("want 2 SELECT statement spans, got %d:\n%s", len(selects), dump(spans))
+	}
+	for i, s := range selects {
+		if s.Kind != trace.SpanKindClient {
+			t.Errorf("statement %d: kind %v, want CLIENT", i+1, s.Kind)
+		}
+		if !descendsFrom(s, root, byID) {
+			t.Errorf("statement %d: not under the server span: ancestors %v", i+1, ancestors(s, byID))
+		}
+		wantAttrs(t, s, map[string]any{
+			"db.system.name":    "postgresql",
+			"db.namespace":      pg.Database,
+			"server.address":    pg.Host,
+			"server.port":       int64(pg.Port),
+			"db.operation.name": "SELECT",
+		})
+		if q, _ := s.Attributes["db.query.text"].(string); !strings.HasPrefix(q, "SELECT ") {
+			t.Errorf("statement %d: db.query.text = %q", i+1, q)
+		}
+		if i < len(connects) && s.Start.Before(connects[i].End) {
+			t.Errorf("statement %d starts before its connect ends", i+1)
+		}
+	}
+
 	if len(connects) == 2 && !connects[0].End.Before(connects[1].Start) && !connects[0].End.Equal(connects[1].Start) {
 		t.Errorf("the connects overlap; the handler runs its queries one after the other")
 	}

@@ -1,0 +1,276 @@
+package tracing
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
+
+	"github.com/pgconnector/pgconnector/negotiation"
+)
+
+// Metric names of this project. The names of the semantic conventions
+// (db.client.operation.duration, db.client.connection.*) come from the semconv package.
+const (
+	// MetricCacheHits counts decisions made with every server answer they could use already
+	// remembered: no probe was needed. Attributes: server.address, server.port.
+	MetricCacheHits = "pgconnector.decision.cache.hits"
+	// MetricCacheMisses counts decisions made with some answer they could use unknown: the
+	// connect probes (or waits for another's probe). Attributes: server.address, server.port.
+	MetricCacheMisses = "pgconnector.decision.cache.misses"
+	// MetricAttemptsAvoided counts what libpq would have spent on a successful connect and this
+	// one did not, by [AvoidedKindKey]. Attributes: server.address, server.port, the kind.
+	MetricAttemptsAvoided = "pgconnector.connection.attempts_avoided"
+	// MetricConnectionWaits counts the connections callers waited for because the pool had none
+	// free (database/sql DBStats.WaitCount). Attribute: db.client.connection.pool.name.
+	MetricConnectionWaits = "pgconnector.connection.waits"
+	// MetricConnectionWaitTime is the total time callers waited for a connection, in seconds
+	// (DBStats.WaitDuration). Attribute: db.client.connection.pool.name.
+	MetricConnectionWaitTime = "pgconnector.connection.wait_time"
+)
+
+// Attribute keys of the metrics of this project.
+const (
+	// AvoidedKindKey is what a connect avoided: "round_trip" or "backend" (a server backend, with
+	// its TCP connection). Metric: pgconnector.connection.attempts_avoided.
+	AvoidedKindKey = attribute.Key("pgconnector.avoided.kind")
+	// OutcomeKey is "success" or "error". Metric: db.client.connection.create_time.
+	OutcomeKey = attribute.Key("pgconnector.outcome")
+)
+
+// Values of AvoidedKindKey and OutcomeKey.
+const (
+	AvoidedRoundTrip = "round_trip"
+	AvoidedBackend   = "backend"
+	OutcomeSuccess   = "success"
+	OutcomeError     = "error"
+)
+
+// Pool identifies a connector's connection pool in metrics: the first host of its connection
+// string, its port, and the database.
+type Pool struct {
+	Host     string
+	Port     uint16
+	Database string
+}
+
+// Name is db.client.connection.pool.name: server.address:server.port/db.namespace, as the
+// semantic conventions suggest for a pool without a name of its own.
+func (p Pool) Name() string {
+	return p.Host + ":" + strconv.Itoa(int(p.Port)) + "/" + p.Database
+}
+
+// Metrics measures the connects of one connector and the pool of its sql.DB, through the
+// OpenTelemetry metric API. Like the spans, it observes and does not decide: its [Metrics.Trace]
+// hooks read what the negotiation code hands them, and [Metrics.ObserveDBStats] reads
+// database/sql's DBStats when the meter provider collects.
+//
+//   - db.client.connection.create_time (histogram, s): each logical connect, from the
+//     ConnectDone hook; attributes db.client.connection.pool.name, pgconnector.outcome (success,
+//     error), pgconnector.transport (plain, tls, gss) on success, error.type on failure (as on
+//     the postgresql.connect span).
+//   - pgconnector.decision.cache.hits and .misses (counters): one per decision that could use a
+//     remembered answer (a host where SSLRequest or GSSENCRequest is a candidate; not a Unix
+//     socket, not sslmode=disable with GSS impossible, not sslnegotiation=direct alone): a hit
+//     when every such answer was remembered, a miss otherwise. A connect that waits for another
+//     one's probe decides after the wait: a hit. With WithCacheTTL(0) every one is a miss.
+//   - pgconnector.connection.attempts_avoided (counter) on a successful connect, from the plan
+//     of the host connected to and the method that succeeded: a skipped SSL method (the server
+//     is remembered to answer 'N') avoided one round trip, when libpq would have tried SSL before
+//     the plaintext that succeeded (not with sslmode=allow, where libpq tries plaintext first);
+//     a skipped GSS method (GSS encryption remembered as failing for these credentials) avoided
+//     one backend and one round trip, the least libpq spends on it (GSSENCRequest, 'G', a failed
+//     context or authentication, a new connection; after 'N' it spends one round trip and no
+//     backend: the cache does not tell the two apart). A wait for another connect's probe avoided
+//     that probe: it is counted once, as the method the plan made after the wait skips.
+//   - db.client.connection.count{db.client.connection.state=idle|used},
+//     db.client.connection.max (only when sql.DB.SetMaxOpenConns set one),
+//     pgconnector.connection.waits and pgconnector.connection.wait_time, observed from DBStats.
+//
+// database/sql does not report a wait that ended with the caller's context (a timeout), nor a
+// distribution of wait times: db.client.connection.timeouts, .pending_requests and .wait_time
+// are not emitted.
+type Metrics struct {
+	meter      metric.Meter
+	poolName   string
+	pool       attribute.KeyValue
+	createTime dbconv.ClientConnectionCreateTime
+	hits       metric.Int64Counter
+	misses     metric.Int64Counter
+	avoided    metric.Int64Counter
+	count      dbconv.ClientConnectionCountObservable
+	max        dbconv.ClientConnectionMaxObservable
+	waits      metric.Int64ObservableCounter
+	waitTime   metric.Float64ObservableCounter
+}
+
+// NewMetrics creates the instruments of a connector whose pool is pool. mp nil means
+// otel.GetMeterProvider(). An instrument that cannot be created is reported to otel.Handle and
+// replaced by a no-op one.
+func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := &Metrics{meter: meter(mp), poolName: pool.Name()}
+	m.pool = semconv.DBClientConnectionPoolName(m.poolName)
+	var errs [8]error
+	m.createTime, errs[0] = dbconv.NewClientConnectionCreateTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
+	m.hits, errs[1] = m.meter.Int64Counter(MetricCacheHits, metric.WithUnit("{decision}"),
+		metric.WithDescription("Decisions made with every server answer they could use remembered."))
+	m.misses, errs[2] = m.meter.Int64Counter(MetricCacheMisses, metric.WithUnit("{decision}"),
+		metric.WithDescription("Decisions made with some server answer they could use unknown."))
+	m.avoided, errs[3] = m.meter.Int64Counter(MetricAttemptsAvoided, metric.WithUnit("{attempt}"),
+		metric.WithDescription("Round trips and server backends libpq would have spent and a successful connect did not."))
+	m.count, errs[4] = dbconv.NewClientConnectionCountObservable(m.meter)
+	m.max, errs[5] = dbconv.NewClientConnectionMaxObservable(m.meter)
+	m.waits, errs[6] = m.meter.Int64ObservableCounter(MetricConnectionWaits, metric.WithUnit("{wait}"),
+		metric.WithDescription("Connections callers waited for because the pool had none free."))
+	m.waitTime, errs[7] = m.meter.Float64ObservableCounter(MetricConnectionWaitTime, metric.WithUnit("s"),
+		metric.WithDescription("Total time callers waited for a connection from the pool."))
+	for _, err := range errs {
+		if err != nil {
+			otel.Handle(err)
+		}
+	}
+	return m
+}
+
+// Trace returns the hooks that record the connect metrics. Compose them with the span hooks of
+// [NewTrace], spans last: Compose(m.Trace(), NewTrace(tp)).
+func (m *Metrics) Trace() *negotiation.Trace {
+	return &negotiation.Trace{
+		ConnectStart: m.connectStart,
+		Decision:     m.decision,
+		ConnectDone:  m.connectDone,
+	}
+}
+
+// ObserveDBStats reports the pool metrics from stats (a sql.DB's Stats method) at each
+// collection, until unregister is called.
+func (m *Metrics) ObserveDBStats(stats func() sql.DBStats) (unregister func()) {
+	idle := metric.WithAttributeSet(attribute.NewSet(m.pool, semconv.DBClientConnectionStateIdle))
+	used := metric.WithAttributeSet(attribute.NewSet(m.pool, semconv.DBClientConnectionStateUsed))
+	pool := metric.WithAttributeSet(attribute.NewSet(m.pool))
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		o.ObserveInt64(m.count.Inst(), int64(s.Idle), idle)
+		o.ObserveInt64(m.count.Inst(), int64(s.InUse), used)
+		if s.MaxOpenConnections > 0 {
+			o.ObserveInt64(m.max.Inst(), int64(s.MaxOpenConnections), pool)
+		}
+		o.ObserveInt64(m.waits, s.WaitCount, pool)
+		o.ObserveFloat64(m.waitTime, s.WaitDuration.Seconds(), pool)
+		return nil
+	}, m.count.Inst(), m.max.Inst(), m.waits, m.waitTime)
+	if err != nil {
+		otel.Handle(err)
+		return func() {}
+	}
+	return func() {
+		if err := reg.Unregister(); err != nil {
+			otel.Handle(err)
+		}
+	}
+}
+
+// metricsConnectKey marks the state of one logical connect in its context.
+type metricsConnectKey struct{}
+
+// connectMetrics is what ConnectDone needs of the decisions of its connect: the last one.
+type connectMetrics struct {
+	decided bool
+	host    string
+	port    uint16
+	sslMode negotiation.SSLMode
+	skipped [2]negotiation.Method
+	nskip   int
+}
+
+func (m *Metrics) connectStart(ctx context.Context, _ negotiation.ConnectStartInfo) context.Context {
+	if !m.avoided.Enabled(ctx) {
+		return ctx
+	}
+	return context.WithValue(ctx, metricsConnectKey{}, &connectMetrics{})
+}
+
+func (m *Metrics) decision(ctx context.Context, info negotiation.DecisionInfo) {
+	if hit, counted := cacheLookup(&info.Input); counted {
+		var a [2]attribute.KeyValue
+		attrs := metric.WithAttributes(appendServer(a[:0], info.Host, info.Port)...)
+		if hit {
+			m.hits.Add(ctx, 1, attrs)
+		} else {
+			m.misses.Add(ctx, 1, attrs)
+		}
+	}
+	if st, _ := ctx.Value(metricsConnectKey{}).(*connectMetrics); st != nil {
+		st.decided, st.host, st.port, st.sslMode = true, info.Host, info.Port, info.Input.SSLMode
+		st.nskip = copy(st.skipped[:], info.Plan.Skipped())
+	}
+}
+
+// cacheLookup reports whether a decision could use a remembered answer (counted) and whether
+// every answer it could use was remembered (hit). The candidates are those of Decide: SSLRequest
+// unless the host is a Unix socket, sslmode=disable, gssencmode=require or
+// sslnegotiation=direct; GSSENCRequest unless the host is a Unix socket, gssencmode=disable or
+// the client holds no credentials (a GSS answer learned with other credentials is unknown).
+func cacheLookup(in *negotiation.Input) (hit, counted bool) {
+	if in.UnixSocket {
+		return false, false
+	}
+	ssl := in.SSLMode != negotiation.SSLModeDisable && !in.DirectSSL && in.GSSEncMode != negotiation.GSSEncModeRequire
+	gss := in.GSSEncMode != negotiation.GSSEncModeDisable && in.GSSCredentials
+	if !ssl && !gss {
+		return false, false
+	}
+	hit = (!ssl || in.Known.SSL != negotiation.AnswerUnknown) &&
+		(!gss || (in.Known.GSS != negotiation.AnswerUnknown && in.Known.GSSGeneration == in.GSSGeneration))
+	return hit, true
+}
+
+func (m *Metrics) connectDone(ctx context.Context, info negotiation.ConnectDoneInfo) {
+	var a [3]attribute.KeyValue
+	kv := a[:0]
+	if info.Err == nil {
+		kv = append(kv, OutcomeKey.String(OutcomeSuccess))
+		if tr := info.Method.Transport(); tr != "" {
+			kv = append(kv, TransportKey.String(tr))
+		}
+	} else {
+		kv = append(kv, OutcomeKey.String(OutcomeError), semconv.ErrorTypeKey.String(errorType(info.Err, ErrorTypeConnectFailed)))
+	}
+	m.createTime.Record(ctx, info.Duration.Seconds(), m.poolName, kv...)
+
+	st, _ := ctx.Value(metricsConnectKey{}).(*connectMetrics)
+	if st == nil || !st.decided || info.Err != nil || st.host != info.Host || st.port != info.Port {
+		return
+	}
+	var roundTrips, backends int64
+	for _, skipped := range st.skipped[:st.nskip] {
+		switch skipped {
+		case negotiation.MethodGSS: // libpq tries GSS first
+			roundTrips++
+			backends++
+		case negotiation.MethodSSL: // before plaintext, except with sslmode=allow
+			if info.Method == negotiation.MethodPlain && st.sslMode != negotiation.SSLModeAllow {
+				roundTrips++
+			}
+		}
+	}
+	if roundTrips == 0 && backends == 0 {
+		return
+	}
+	var b [3]attribute.KeyValue
+	server := appendServer(b[:0], info.Host, info.Port)
+	if roundTrips > 0 {
+		m.avoided.Add(ctx, roundTrips, metric.WithAttributes(append(server, AvoidedKindKey.String(AvoidedRoundTrip))...))
+	}
+	if backends > 0 {
+		m.avoided.Add(ctx, backends, metric.WithAttributes(append(server, AvoidedKindKey.String(AvoidedBackend))...))
+	}
+}

@@ -1,0 +1,298 @@
+package tracing
+
+import (
+	"strings"
+)
+
+// What the text of a statement tells without a parser: its first command keyword, whether it
+// holds more than one statement, whether it has $n placeholders, and (for db.query.text) the text
+// with its literals replaced by "?". A small lexer of PostgreSQL's lexical rules
+// (sql-syntax-lexical.html) is enough for that: it knows comments, quoted strings (standard, E'',
+// B'', X'', N'', U&''), quoted identifiers, dollar-quoted strings, numbers, $n parameters and ';'.
+// Nothing here allocates, except the sanitized text.
+
+// describeQuery returns the operation of a statement text, for db.operation.name: its first
+// keyword in upper case when it is one of PostgreSQL's SQL commands and the text holds a single
+// statement (semconv: the operation name is not taken from a text that may hold several), else
+// "". params reports $n placeholders.
+func describeQuery(q string) (op string, params bool) {
+	sc := sqlScanner{s: q}
+	seen, ended, multi := false, false, false
+	for {
+		k, a, b := sc.next()
+		switch k {
+		case tokEOF:
+			if multi {
+				op = ""
+			}
+			return op, params
+		case tokSemicolon:
+			ended = seen
+			continue
+		case tokParam:
+			params = true
+		}
+		if ended {
+			multi = true
+		}
+		if !seen {
+			if k == tokOther && q[a] == '(' { // (SELECT ...) UNION ...
+				continue
+			}
+			seen = true
+			if k == tokWord {
+				op = commandKeyword(q[a:b])
+			}
+		}
+	}
+}
+
+// sanitizeQuery returns q with every literal (strings of every form, numbers, TRUE and FALSE)
+// replaced by "?", as the semantic conventions ask of a text that is not parameterized: such a
+// text may hold a secret (ALTER ROLE ... PASSWORD '...'). Comments, identifiers, keywords,
+// operators and placeholders are kept as written.
+func sanitizeQuery(q string) string {
+	sc := sqlScanner{s: q}
+	var b strings.Builder
+	last := 0
+	for {
+		k, start, end := sc.next()
+		if k == tokEOF {
+			break
+		}
+		if k == tokString || k == tokNumber || (k == tokWord && isBoolLiteral(q[start:end])) {
+			if b.Len() == 0 {
+				b.Grow(len(q))
+			}
+			b.WriteString(q[last:start])
+			b.WriteByte('?')
+			last = end
+		}
+	}
+	if last == 0 {
+		return q // no literal
+	}
+	b.WriteString(q[last:])
+	return b.String()
+}
+
+type tokKind uint8
+
+const (
+	tokEOF         tokKind = iota
+	tokWord                // identifier or keyword
+	tokQuotedIdent         // "..."
+	tokString              // '...', E'...', B'...', X'...', N'...', U&'...', $tag$...$tag$
+	tokNumber
+	tokParam // $1
+	tokSemicolon
+	tokOther // operators, punctuation
+)
+
+// sqlScanner returns the tokens of a statement text, skipping white space and comments.
+type sqlScanner struct {
+	s string
+	i int
+}
+
+// next returns the next token and its bounds in s.
+func (sc *sqlScanner) next() (tokKind, int, int) {
+	s := sc.s
+	sc.skipSpaceAndComments()
+	start := sc.i
+	if start >= len(s) {
+		return tokEOF, len(s), len(s)
+	}
+	c := s[start]
+	switch {
+	case c == '\'':
+		sc.i = endQuoted(s, start+1, '\'', false)
+		return tokString, start, sc.i
+	case c == '"':
+		sc.i = endQuoted(s, start+1, '"', false)
+		return tokQuotedIdent, start, sc.i
+	case c == '$':
+		if start+1 < len(s) && isDigit(s[start+1]) {
+			j := start + 1
+			for j < len(s) && isDigit(s[j]) {
+				j++
+			}
+			sc.i = j
+			return tokParam, start, j
+		}
+		if end, ok := endDollarQuoted(s, start); ok {
+			sc.i = end
+			return tokString, start, end
+		}
+	case isDigit(c) || (c == '.' && start+1 < len(s) && isDigit(s[start+1])):
+		sc.i = endNumber(s, start)
+		return tokNumber, start, sc.i
+	case isIdentStart(c):
+		j := start + 1
+		for j < len(s) && isIdentCont(s[j]) {
+			j++
+		}
+		if j-start == 1 && j < len(s) {
+			switch lower := c | 0x20; {
+			case s[j] == '\'' && lower == 'e': // escape string: backslashes escape
+				sc.i = endQuoted(s, j+1, '\'', true)
+				return tokString, start, sc.i
+			case s[j] == '\'' && (lower == 'b' || lower == 'x' || lower == 'n'):
+				sc.i = endQuoted(s, j+1, '\'', false)
+				return tokString, start, sc.i
+			case s[j] == '&' && lower == 'u' && j+1 < len(s) && s[j+1] == '\'':
+				sc.i = endQuoted(s, j+2, '\'', false)
+				return tokString, start, sc.i
+			}
+		}
+		sc.i = j
+		return tokWord, start, j
+	case c == ';':
+		sc.i++
+		return tokSemicolon, start, sc.i
+	}
+	sc.i++
+	return tokOther, start, sc.i
+}
+
+func (sc *sqlScanner) skipSpaceAndComments() {
+	s := sc.s
+	for sc.i < len(s) {
+		switch c := s[sc.i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			sc.i++
+		case c == '-' && sc.i+1 < len(s) && s[sc.i+1] == '-':
+			if j := strings.IndexByte(s[sc.i:], '\n'); j >= 0 {
+				sc.i += j + 1
+			} else {
+				sc.i = len(s)
+			}
+		case c == '/' && sc.i+1 < len(s) && s[sc.i+1] == '*':
+			sc.i = endBlockComment(s, sc.i+2)
+		default:
+			return
+		}
+	}
+}
+
+// endBlockComment returns the end of a /* comment whose body starts at i; they nest.
+func endBlockComment(s string, i int) int {
+	depth := 1
+	for i < len(s) {
+		switch {
+		case s[i] == '*' && i+1 < len(s) && s[i+1] == '/':
+			depth--
+			i += 2
+			if depth == 0 {
+				return i
+			}
+		case s[i] == '/' && i+1 < len(s) && s[i+1] == '*':
+			depth++
+			i += 2
+		default:
+			i++
+		}
+	}
+	return len(s)
+}
+
+// endQuoted returns the end of a quoted token whose body starts at i: a doubled quote is part of
+// it, and so is a character after a backslash when backslash is set (E'...').
+func endQuoted(s string, i int, quote byte, backslash bool) int {
+	for i < len(s) {
+		switch s[i] {
+		case '\\':
+			if backslash {
+				i += 2
+				continue
+			}
+		case quote:
+			if i+1 < len(s) && s[i+1] == quote {
+				i += 2
+				continue
+			}
+			return i + 1
+		}
+		i++
+	}
+	return len(s)
+}
+
+// endDollarQuoted returns the end of the dollar-quoted string starting at s[i] ('$'), or false
+// when s[i] does not open one ($tag$ where the tag is empty or an identifier without '$').
+func endDollarQuoted(s string, i int) (int, bool) {
+	j := i + 1
+	for j < len(s) && s[j] != '$' {
+		if !isIdentCont(s[j]) || (j == i+1 && !isIdentStart(s[j])) {
+			return 0, false
+		}
+		j++
+	}
+	if j >= len(s) {
+		return 0, false
+	}
+	delim := s[i : j+1]
+	if k := strings.Index(s[j+1:], delim); k >= 0 {
+		return j + 1 + k + len(delim), true
+	}
+	return len(s), true
+}
+
+// endNumber returns the end of the numeric constant starting at s[i]: decimal with a fraction
+// and an exponent, 0x, 0o, 0b, and '_' separators (PostgreSQL 16).
+func endNumber(s string, i int) int {
+	for i < len(s) {
+		c := s[i]
+		switch {
+		case (c == 'e' || c == 'E') && i+1 < len(s) && (s[i+1] == '+' || s[i+1] == '-'):
+			i += 2
+		case isDigit(c) || isLetter(c) || c == '_' || c == '.':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+func isDigit(c byte) bool      { return '0' <= c && c <= '9' }
+func isLetter(c byte) bool     { return 'a' <= c|0x20 && c|0x20 <= 'z' }
+func isIdentStart(c byte) bool { return isLetter(c) || c == '_' || c >= 0x80 }
+func isIdentCont(c byte) bool  { return isIdentStart(c) || isDigit(c) || c == '$' }
+
+func isBoolLiteral(w string) bool {
+	return strings.EqualFold(w, "true") || strings.EqualFold(w, "false")
+}
+
+// commands are the keywords that start PostgreSQL's SQL commands (sql-commands.html). Only these
+// become db.operation.name, so that a malformed text cannot add a value to the metric's attributes.
+var commands = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{
+		"ABORT", "ALTER", "ANALYSE", "ANALYZE", "BEGIN", "CALL", "CHECKPOINT", "CLOSE", "CLUSTER",
+		"COMMENT", "COMMIT", "COPY", "CREATE", "DEALLOCATE", "DECLARE", "DELETE", "DISCARD", "DO",
+		"DROP", "END", "EXECUTE", "EXPLAIN", "FETCH", "GRANT", "IMPORT", "INSERT", "LISTEN", "LOAD",
+		"LOCK", "MERGE", "MOVE", "NOTIFY", "PREPARE", "REASSIGN", "REFRESH", "REINDEX", "RELEASE",
+		"RESET", "REVOKE", "ROLLBACK", "SAVEPOINT", "SECURITY", "SELECT", "SET", "SHOW", "START",
+		"TABLE", "TRUNCATE", "UNLISTEN", "UPDATE", "VACUUM", "VALUES", "WITH",
+	} {
+		m[k] = k
+	}
+	return m
+}()
+
+// commandKeyword returns w in upper case if it is a command keyword, else "". It does not allocate.
+func commandKeyword(w string) string {
+	var buf [16]byte
+	if len(w) > len(buf) {
+		return ""
+	}
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return commands[string(buf[:len(w)])]
+}

@@ -1,0 +1,453 @@
+package tracing
+
+import (
+	"context"
+	"database/sql/driver"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ngrok/sqlmw"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Operation names (db.operation.name) of the calls that have no statement text of their own.
+// A statement's operation is the first keyword of its text (see [StatementConfig]).
+const (
+	OperationBegin    = "BEGIN"
+	OperationCommit   = "COMMIT"
+	OperationRollback = "ROLLBACK"
+	OperationPrepare  = "PREPARE"
+	OperationPing     = "PING"
+)
+
+// errorTypeOther is error.type for a failed statement whose error is neither a server error
+// (SQLSTATE) nor one of the ErrorType classes: the semantic conventions' fallback, "_OTHER".
+var errorTypeOther = semconv.ErrorTypeOther.Value.AsString()
+
+// durationBuckets are the explicit bucket boundaries, in seconds, of
+// db.client.operation.duration (semantic conventions, database-metrics.md), used for
+// db.client.connection.create_time too.
+var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
+
+// StatementConfig configures [NewStatements]. The zero value gives spans and the metric to the
+// global providers, without db.namespace or db.query.text.
+type StatementConfig struct {
+	// TracerProvider is where the spans go; nil means otel.GetTracerProvider(), read once, now.
+	TracerProvider trace.TracerProvider
+	// MeterProvider is where db.client.operation.duration goes; nil means otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// Database is db.namespace: the database of the connection string.
+	Database string
+	// QueryText records db.query.text: the text as given when it is parameterized (the call has
+	// arguments, or the text $n placeholders), else the text with every literal replaced by "?".
+	// Parameter values are never recorded.
+	QueryText bool
+	// SpanName, when set, names each statement span from its operation (db.operation.name, "" when
+	// unknown) and its text (as db.query.text records it, whatever QueryText says; "" for
+	// BEGIN, COMMIT, ROLLBACK and PING). An empty result keeps the default name.
+	SpanName func(ctx context.Context, operation, query string) string
+}
+
+// Statements traces the statement-level calls of database/sql connections: each exec, query,
+// prepare, prepared statement exec and query, begin, commit, rollback and ping is one span of
+// kind CLIENT, a child of the span in the caller's context, and one measurement of
+// db.client.operation.duration. It is the [github.com/ngrok/sqlmw] interceptor of the connections
+// [Statements.WrapConn] returns.
+//
+// A span is named after its operation: the first keyword of the statement (SELECT, INSERT, ...)
+// in upper case, when the text is a single statement and the keyword starts one of PostgreSQL's
+// SQL commands (else "postgresql", the database system); PREPARE for a prepare; BEGIN, COMMIT,
+// ROLLBACK and PING for the calls without a text. The {target} of the conventions' span name
+// is left out: table names are not parsed, and the server is in server.address and server.port.
+// (The conventions recommend against taking the operation name from the text for PostgreSQL;
+// the first keyword of a single statement is what the connector's users asked for.)
+//
+// Attributes, all given at the start of the span so that a sampler sees them: db.system.name,
+// db.namespace, server.address and server.port of the connection's host (the host as written
+// in the connection string, the one this connection went to), db.operation.name and
+// db.query.text. A failed call adds db.response.status_code (the SQLSTATE of a server error) and
+// error.type (the SQLSTATE, else one of the ErrorType classes, else "_OTHER") and sets the
+// status Error, described by error.type. The error's own text is not recorded: a server or
+// driver message can quote a parameter value (invalid input syntax for type integer: "...").
+//
+// The span of a query ends when its rows are closed, not when the query returns: reading the
+// rows is part of the operation, and its errors are the operation's. database/sql closes the
+// rows after the last one, at Rows.Close, at Row.Scan, or when the query's context ends.
+//
+// Nothing else of a connection is traced: not ResetSession (database/sql's check of a pooled
+// connection), not IsValid, not Close, not the closing of a prepared statement.
+//
+// What a statement text gives (operation, recorded text, span start options) is worked out once
+// per text and server, for the first 256 texts; later ones are worked out at each call.
+type Statements struct {
+	cfg      StatementConfig
+	tracer   trace.Tracer
+	duration dbconv.ClientOperationDuration
+	servers  sync.Map // serverKey -> *server
+}
+
+// maxCachedStatements is how many statement texts per server Statements remembers what it
+// worked out of.
+const maxCachedStatements = 256
+
+// NewStatements returns the statement tracer of cfg.
+func NewStatements(cfg StatementConfig) *Statements {
+	tp, mp := cfg.TracerProvider, cfg.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	duration, err := dbconv.NewClientOperationDuration(meter(mp), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	if err != nil {
+		otel.Handle(err)
+	}
+	return &Statements{
+		cfg: cfg,
+		tracer: tp.Tracer(ScopeName,
+			trace.WithInstrumentationVersion(Version),
+			trace.WithSchemaURL(semconv.SchemaURL)),
+		duration: duration,
+	}
+}
+
+// meter is the meter of this package's instruments.
+func meter(mp metric.MeterProvider) metric.Meter {
+	return mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(semconv.SchemaURL))
+}
+
+// WrapConn returns conn wrapped by sqlmw so that its statement-level calls are traced. host and
+// port are those of the server conn is connected to, as written in the connection string: they
+// become server.address and server.port of its spans and measurements.
+//
+// sqlmw wraps connections only as they come out of a driver.Connector of its own; the one used
+// here hands out conn, already open. The returned connection claims every optional interface of
+// database/sql/driver; those conn lacks fall back as sqlmw decides (IsValid: true).
+func (s *Statements) WrapConn(conn driver.Conn, host string, port uint16) driver.Conn {
+	ic := &interceptor{s: s, srv: s.server(host, port)}
+	c, err := sqlmw.Driver(openedConn{conn}, ic).(driver.DriverContext).OpenConnector("")
+	if err == nil {
+		var wc driver.Conn
+		if wc, err = c.Connect(context.Background()); err == nil {
+			return wc
+		}
+	}
+	otel.Handle(err) // unreachable: openedConn never fails
+	return conn
+}
+
+// openedConn is the driver, connector and driver.Connector of one connection already open.
+type openedConn struct{ conn driver.Conn }
+
+func (o openedConn) Open(string) (driver.Conn, error)               { return o.conn, nil }
+func (o openedConn) OpenConnector(string) (driver.Connector, error) { return o, nil }
+func (o openedConn) Connect(context.Context) (driver.Conn, error)   { return o.conn, nil }
+func (o openedConn) Driver() driver.Driver                          { return o }
+
+type serverKey struct {
+	host string
+	port uint16
+}
+
+// server is what the connections to one host share: their attributes, and what was worked out
+// of the statements they ran.
+type server struct {
+	base  []attribute.KeyValue // db.system.name, db.namespace, server.address, server.port
+	calls map[string]*statement
+	texts sync.Map // textKey -> *statement
+	n     atomic.Int32
+	sets  sync.Map // operation -> attribute.Set of a success's measurement
+}
+
+type textKey struct {
+	text string
+	kind callKind
+}
+
+// callKind is how a text is used: run without arguments, run with arguments (the text is then
+// parameterized), or prepared (operation PREPARE).
+type callKind uint8
+
+const (
+	runText callKind = iota
+	runTextWithArgs
+	prepareText
+)
+
+func runKind(args []driver.NamedValue) callKind {
+	if len(args) > 0 {
+		return runTextWithArgs
+	}
+	return runText
+}
+
+// statement is what a call of one text (or a call without one) gives.
+type statement struct {
+	op   string // db.operation.name; "" when unknown
+	text string // as db.query.text records it (for the span name function too); "" when not needed
+	name string // the default span name
+	opts []trace.SpanStartOption
+}
+
+func (s *Statements) server(host string, port uint16) *server {
+	key := serverKey{host, port}
+	if srv, ok := s.servers.Load(key); ok {
+		return srv.(*server)
+	}
+	srv := &server{base: []attribute.KeyValue{semconv.DBSystemNamePostgreSQL}}
+	if s.cfg.Database != "" {
+		srv.base = append(srv.base, semconv.DBNamespace(s.cfg.Database))
+	}
+	srv.base = appendServer(srv.base, host, port)
+	srv.calls = map[string]*statement{}
+	for _, op := range []string{OperationBegin, OperationCommit, OperationRollback, OperationPing} {
+		srv.calls[op] = s.newStatement(srv, op, "")
+	}
+	got, _ := s.servers.LoadOrStore(key, srv)
+	return got.(*server)
+}
+
+// statement returns what a call of text gives.
+func (s *Statements) statement(srv *server, text string, kind callKind) *statement {
+	key := textKey{text, kind}
+	if st, ok := srv.texts.Load(key); ok {
+		return st.(*statement)
+	}
+	op, params := describeQuery(text)
+	recorded := ""
+	if s.cfg.QueryText || s.cfg.SpanName != nil {
+		recorded = text
+		if !params && kind != runTextWithArgs {
+			recorded = sanitizeQuery(text)
+		}
+	}
+	if kind == prepareText {
+		op = OperationPrepare
+	}
+	st := s.newStatement(srv, op, recorded)
+	if srv.n.Load() < maxCachedStatements && srv.n.Add(1) <= maxCachedStatements {
+		srv.texts.Store(key, st)
+	}
+	return st
+}
+
+func (s *Statements) newStatement(srv *server, op, text string) *statement {
+	st := &statement{op: op, text: text, name: op}
+	if st.name == "" {
+		st.name = semconv.DBSystemNamePostgreSQL.Value.AsString()
+	}
+	kv := make([]attribute.KeyValue, len(srv.base), len(srv.base)+2)
+	copy(kv, srv.base)
+	if op != "" {
+		kv = append(kv, semconv.DBOperationName(op))
+	}
+	if s.cfg.QueryText && text != "" {
+		kv = append(kv, semconv.DBQueryText(text))
+	}
+	st.opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(kv...)}
+	return st
+}
+
+// interceptor is the sqlmw.Interceptor of one connection. The methods it does not define pass
+// the call through (sqlmw.NullInterceptor).
+type interceptor struct {
+	sqlmw.NullInterceptor
+	s   *Statements
+	srv *server
+}
+
+// call is one traced operation.
+type call struct {
+	op       string
+	span     trace.Span
+	start    time.Time // zero when the operation is not measured
+	rowsErr  error     // the first error reading the rows of a query
+	finished bool
+}
+
+// begin starts the span of a call of st and, when the metric is enabled, its measurement.
+func (ic *interceptor) begin(ctx context.Context, st *statement) (context.Context, call) {
+	c := call{op: st.op}
+	if ic.s.duration.Enabled(ctx) {
+		c.start = time.Now()
+	}
+	name := st.name
+	if f := ic.s.cfg.SpanName; f != nil {
+		if n := f(ctx, st.op, st.text); n != "" {
+			name = n
+		}
+	}
+	ctx, c.span = ic.s.tracer.Start(ctx, name, st.opts...)
+	return ctx, c
+}
+
+// end ends the span and records the measurement of c, with err as its outcome.
+func (ic *interceptor) end(ctx context.Context, c *call, err error) {
+	if c.finished {
+		return
+	}
+	c.finished = true
+	var code, errType string
+	if err != nil {
+		code = sqlState(err)
+		errType = code
+		if errType == "" {
+			errType = errorType(err, errorTypeOther)
+		}
+	}
+	if err != nil && c.span.IsRecording() {
+		var a [2]attribute.KeyValue
+		kv := append(a[:0], semconv.ErrorTypeKey.String(errType))
+		if code != "" {
+			kv = append(kv, semconv.DBResponseStatusCode(code))
+		}
+		c.span.SetAttributes(kv...)
+		c.span.SetStatus(codes.Error, errType)
+	}
+	c.span.End()
+	if !c.start.IsZero() {
+		ic.s.duration.RecordSet(ctx, time.Since(c.start).Seconds(), ic.measurementSet(c.op, code, errType))
+	}
+}
+
+// measurementSet returns the attributes of a measurement: those of the connection, the operation
+// and, for a failure, error.type and db.response.status_code. A success's set is made once per
+// server and operation name (a bounded set: see commandKeyword).
+func (ic *interceptor) measurementSet(op, code, errType string) attribute.Set {
+	if errType == "" {
+		if set, ok := ic.srv.sets.Load(op); ok {
+			return set.(attribute.Set)
+		}
+	}
+	kv := make([]attribute.KeyValue, 0, len(ic.srv.base)+3)
+	kv = append(kv, ic.srv.base...)
+	if op != "" {
+		kv = append(kv, semconv.DBOperationName(op))
+	}
+	if errType != "" {
+		kv = append(kv, semconv.ErrorTypeKey.String(errType))
+		if code != "" {
+			kv = append(kv, semconv.DBResponseStatusCode(code))
+		}
+		return attribute.NewSet(kv...)
+	}
+	set := attribute.NewSet(kv...)
+	ic.srv.sets.Store(op, set)
+	return set
+}
+
+func (ic *interceptor) ConnExecContext(ctx context.Context, conn driver.ExecerContext, query string, args []driver.NamedValue) (driver.Result, error) {
+	ctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, runKind(args)))
+	res, err := conn.ExecContext(ctx, query, args)
+	ic.end(ctx, &c, err)
+	return res, err
+}
+
+func (ic *interceptor) StmtExecContext(ctx context.Context, stmt driver.StmtExecContext, query string, args []driver.NamedValue) (driver.Result, error) {
+	ctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, runKind(args)))
+	res, err := stmt.ExecContext(ctx, args)
+	ic.end(ctx, &c, err)
+	return res, err
+}
+
+func (ic *interceptor) ConnQueryContext(ctx context.Context, conn driver.QueryerContext, query string, args []driver.NamedValue) (context.Context, driver.Rows, error) {
+	qctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, runKind(args)))
+	rows, err := conn.QueryContext(qctx, query, args)
+	return ic.rows(ctx, qctx, &c, rows, err)
+}
+
+func (ic *interceptor) StmtQueryContext(ctx context.Context, stmt driver.StmtQueryContext, query string, args []driver.NamedValue) (context.Context, driver.Rows, error) {
+	qctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, runKind(args)))
+	rows, err := stmt.QueryContext(qctx, args)
+	return ic.rows(ctx, qctx, &c, rows, err)
+}
+
+// rowsKey marks, in the context sqlmw hands to RowsNext and RowsClose (the one ConnQueryContext
+// and StmtQueryContext return), the call the rows belong to.
+type rowsKey struct{}
+
+// rows ends c now if the query failed; otherwise it returns the context under which sqlmw reads
+// the rows, carrying c, so that RowsClose ends it.
+func (ic *interceptor) rows(ctx, qctx context.Context, c *call, rows driver.Rows, err error) (context.Context, driver.Rows, error) {
+	if err != nil {
+		ic.end(qctx, c, err)
+		return ctx, nil, err
+	}
+	if !c.span.IsRecording() && c.start.IsZero() {
+		c.span.End()
+		return ctx, rows, nil // nothing to record at the end
+	}
+	h := new(call)
+	*h = *c
+	return context.WithValue(qctx, rowsKey{}, h), rows, nil
+}
+
+func (ic *interceptor) RowsNext(ctx context.Context, rows driver.Rows, dest []driver.Value) error {
+	err := rows.Next(dest)
+	if err != nil && err != io.EOF {
+		if c, _ := ctx.Value(rowsKey{}).(*call); c != nil && c.rowsErr == nil {
+			c.rowsErr = err
+		}
+	}
+	return err
+}
+
+func (ic *interceptor) RowsClose(ctx context.Context, rows driver.Rows) error {
+	err := rows.Close()
+	if c, _ := ctx.Value(rowsKey{}).(*call); c != nil {
+		if c.rowsErr != nil {
+			err = c.rowsErr
+		}
+		ic.end(ctx, c, err)
+	}
+	return err
+}
+
+func (ic *interceptor) ConnPrepareContext(ctx context.Context, conn driver.ConnPrepareContext, query string) (context.Context, driver.Stmt, error) {
+	pctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, prepareText))
+	stmt, err := conn.PrepareContext(pctx, query)
+	ic.end(pctx, &c, err)
+	// sqlmw keeps the returned context for the statement's Close: the caller's, not the span's.
+	return ctx, stmt, err
+}
+
+func (ic *interceptor) ConnBeginTx(ctx context.Context, conn driver.ConnBeginTx, opts driver.TxOptions) (context.Context, driver.Tx, error) {
+	bctx, c := ic.begin(ctx, ic.srv.calls[OperationBegin])
+	tx, err := conn.BeginTx(bctx, opts)
+	ic.end(bctx, &c, err)
+	// sqlmw hands the returned context to TxCommit and TxRollback: their spans are siblings of
+	// this one, under the caller's span.
+	return ctx, tx, err
+}
+
+func (ic *interceptor) TxCommit(ctx context.Context, tx driver.Tx) error {
+	ctx, c := ic.begin(ctx, ic.srv.calls[OperationCommit])
+	err := tx.Commit()
+	ic.end(ctx, &c, err)
+	return err
+}
+
+func (ic *interceptor) TxRollback(ctx context.Context, tx driver.Tx) error {
+	ctx, c := ic.begin(ctx, ic.srv.calls[OperationRollback])
+	err := tx.Rollback()
+	ic.end(ctx, &c, err)
+	return err
+}
+
+func (ic *interceptor) ConnPing(ctx context.Context, conn driver.Pinger) error {
+	ctx, c := ic.begin(ctx, ic.srv.calls[OperationPing])
+	err := conn.Ping(ctx)
+	ic.end(ctx, &c, err)
+	return err
+}
+
+var _ sqlmw.Interceptor = (*interceptor)(nil)
