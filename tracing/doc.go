@@ -1,4 +1,11 @@
-// Package tracing turns the steps of a logical PostgreSQL connect into OpenTelemetry spans.
+// Package tracing turns the steps of a logical PostgreSQL connect into OpenTelemetry spans, and the
+// statements run on a connection into spans and measurements.
+//
+// Three parts, each fed plain data by the code it observes: [NewTrace] (connect steps, below),
+// [NewStatements] (a github.com/ngrok/sqlmw interceptor: one CLIENT span and one
+// db.client.operation.duration measurement per statement-level call), and [NewMetrics] (connect
+// durations, decision cache hits and misses, attempts avoided, pool statistics); [Compose] runs two
+// negotiation.Trace values as one.
 //
 // It observes, it does not decide: [NewTrace] returns a [negotiation.Trace] whose hooks start and
 // end spans and set attributes from the plain data the negotiation code hands them. Nothing here
@@ -45,8 +52,8 @@
 //
 // Steps follow the sampling of the connect they belong to: a step hook whose context holds no
 // recording span and belongs to no recording connect (the connect was not sampled, or the
-// TracerProvider is a no-op) starts no span and returns its context as it is. This is what the SDK's default ParentBased sampler would
-// decide anyway; a sampler that samples children of unsampled parents gets no step spans.
+// TracerProvider is a no-op) starts no span and returns its context as it is. This is what the
+// SDK's default ParentBased sampler would decide anyway; a sampler that samples children of unsampled parents gets no step spans.
 // So when the connect span does not record, the step hooks allocate nothing, and ConnectStart
 // costs the start of one span (BenchmarkHooksNoop: 4 small allocations per connect with a no-op
 // provider). Attribute slices are built only for recording spans, except the connect span's
