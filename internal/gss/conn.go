@@ -92,6 +92,7 @@ type conn struct {
 	rlenN  int    // bytes of rlen read so far
 	rpkt   []byte // packet being read; len(rpkt) is the packet length once known
 	rpktN  int    // bytes of rpkt read so far
+	rbuf   []byte // reused backing buffer for rpkt (MaxPacket-4 bytes)
 	plain  []byte // decrypted bytes not yet returned
 	plainB []byte // backing buffer for plain
 	rerr   error  // sticky: the stream can no longer be trusted
@@ -156,7 +157,10 @@ func (c *conn) readPacket() error {
 			c.rerr = fmt.Errorf("gss: GSSAPI packet length %d out of range (1..%d)", size, MaxPacket-4)
 			return c.rerr
 		}
-		c.rpkt = make([]byte, size)
+		if c.rbuf == nil {
+			c.rbuf = make([]byte, MaxPacket-4)
+		}
+		c.rpkt = c.rbuf[:size]
 		c.rpktN = 0
 	}
 	for c.rpktN < len(c.rpkt) {

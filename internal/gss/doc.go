@@ -5,9 +5,13 @@
 //
 //   - Wrapper: RFC 4121 §4.2.6.2 Wrap tokens with confidentiality (TOK_ID
 //     05 04, Sealed flag), which gokrb5 lacks (its gssapi.WrapToken is
-//     integrity-only). All cryptography is gokrb5's: the RFC 3961 "encrypt"
-//     of the enctype (EncryptMessage/DecryptMessage) with the RFC 4121 key
-//     usages 22 (acceptor seal) and 24 (initiator seal).
+//     integrity-only). It is the RFC 3961 "encrypt" of the enctype with the
+//     RFC 4121 key usages 22 (acceptor seal) and 24 (initiator seal). The
+//     keys Ke and Ki are derived once per Wrapper and direction with
+//     gokrb5's key derivation (RFC 3961 DK, RFC 8009 KDF-HMAC-SHA2); the
+//     per-message AES-CBC-CTS and truncated HMAC use the standard library
+//     and are checked against gokrb5's EncryptMessage/DecryptMessage in the
+//     tests.
 //   - Initiator: Kerberos V5 GSS-API context establishment with mutual
 //     authentication (RFC 4121 §4.1): it builds the AP-REQ itself, so that it
 //     knows its sequence number and subkey, and verifies the AP-REP, which

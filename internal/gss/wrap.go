@@ -2,9 +2,12 @@ package gss
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/jcmturner/gokrb5/v8/crypto"
@@ -136,11 +139,14 @@ type Wrapper struct {
 	hmacLen  int // checksum bytes
 	overhead int
 
-	sendMu  sync.Mutex
-	sendSeq uint64
+	sendMu   sync.Mutex
+	sendSeq  uint64
+	sendKeys *sealKeys // Ke/Ki for sendUsage, under sendMu
 
-	recvMu  sync.Mutex
-	recvSeq uint64
+	recvMu   sync.Mutex
+	recvSeq  uint64
+	recvKeys *sealKeys // Ke/Ki for recvUsage, under recvMu
+	recvBuf  []byte    // scratch for rotated or aliased tokens, under recvMu
 }
 
 // NewWrapper returns a Wrapper for a context whose wrap key is key. initiator
@@ -179,6 +185,13 @@ func NewWrapper(key types.EncryptionKey, initiator bool, acceptorSubkey bool, se
 	if acceptorSubkey {
 		w.sendFlags |= FlagAcceptorSubkey
 		w.recvFlags |= FlagAcceptorSubkey
+	}
+	// Derive the keys of both directions once (gokrb5's derivation).
+	if w.sendKeys, err = newSealKeys(et, w.keyValue, w.sendUsage); err != nil {
+		return nil, err
+	}
+	if w.recvKeys, err = newSealKeys(et, w.keyValue, w.recvUsage); err != nil {
+		return nil, err
 	}
 	// header | E(confounder | plaintext | filler(EC=0) | header copy) | HMAC
 	w.overhead = wrapHeaderLen + w.confLen + wrapHeaderLen + w.hmacLen
@@ -231,21 +244,25 @@ func (w *Wrapper) Wrap(dst, plaintext []byte) ([]byte, error) {
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
 	hdr := wrapHeader(w.sendFlags, 0, 0, w.sendSeq)
-	msg := make([]byte, 0, len(plaintext)+wrapHeaderLen)
-	msg = append(msg, plaintext...)
-	msg = append(msg, hdr[:]...)
-	// gokrb5's EncryptMessage is RFC 3961 encrypt: a random confounder,
-	// AES-CTS with Ke = DK(key, usage|0xAA), then the truncated HMAC (over
-	// confounder | plaintext with Ki for RFC 3962; over IV | ciphertext for
-	// RFC 8009), appended.
-	_, ct, err := w.et.EncryptMessage(w.keyValue, msg, w.sendUsage)
-	if err != nil {
-		return dst, fmt.Errorf("gss: sealing wrap token: %v", err)
+	// The token is built in place in dst: header | confounder | plaintext |
+	// header copy | room for the checksum; then the RFC 3961 encrypt of the
+	// enctype (AES-CTS with Ke, HMAC with Ki over confounder | plaintext for
+	// RFC 3962, over IV | ciphertext for RFC 8009) runs over it in place.
+	n := len(plaintext) + w.overhead
+	orig, start := dst, len(dst)
+	dst = slices.Grow(dst, n)
+	tok := dst[start : start+n]
+	// plaintext first: copy handles a plaintext that overlaps dst's spare
+	// capacity, and nothing reads plaintext afterwards.
+	copy(tok[wrapHeaderLen+w.confLen:], plaintext)
+	copy(tok, hdr[:])
+	copy(tok[wrapHeaderLen+w.confLen+len(plaintext):], hdr[:])
+	if _, err := rand.Read(tok[wrapHeaderLen : wrapHeaderLen+w.confLen]); err != nil {
+		return orig, fmt.Errorf("gss: sealing wrap token: could not generate random confounder: %v", err)
 	}
-	dst = append(dst, hdr[:]...)
-	dst = append(dst, ct...)
+	w.sendKeys.seal(tok[wrapHeaderLen:])
 	w.sendSeq++
-	return dst, nil
+	return dst[:start+n], nil
 }
 
 // Unwrap verifies and decrypts a sealed wrap token and appends its plaintext
@@ -285,41 +302,55 @@ func (w *Wrapper) Unwrap(dst, token []byte) ([]byte, error) {
 
 	body := token[wrapHeaderLen:]
 	// The smallest valid body: confounder, EC filler bytes, the header copy
-	// and the checksum. Checked before gokrb5 sees it: its DecryptMessage
-	// slices without checking lengths.
+	// and the checksum.
 	if minBody := w.confLen + ec + wrapHeaderLen + w.hmacLen; len(body) < minBody {
 		return dst, fmt.Errorf("%w: %d bytes after the header, need at least %d (EC %d)",
 			ErrMalformedToken, len(body), minBody, ec)
 	}
+	w.recvMu.Lock()
+	defer w.recvMu.Unlock()
+	orig, start := dst, len(dst)
+	// Plaintext after the confounder: data | EC filler | header copy.
+	restLen := len(body) - w.hmacLen - w.confLen
+	dst = slices.Grow(dst, restLen)
+	rest := dst[start : start+restLen]
 	// RFC 4121 §4.2.5: the sender rotated everything after the header right
-	// by RRC bytes; rotate it back (left), modulo its length.
-	if r := rrc % len(body); r != 0 {
-		rotated := make([]byte, len(body))
+	// by RRC bytes; rotate it back (left), modulo its length. The ciphertext
+	// is also copied aside if it shares memory with where the plaintext goes.
+	if r := rrc % len(body); r != 0 || overlaps(rest, body) {
+		var rotated []byte
+		if len(body) <= MaxPacket {
+			if cap(w.recvBuf) < len(body) {
+				w.recvBuf = make([]byte, MaxPacket)
+			}
+			rotated = w.recvBuf[:len(body)]
+		} else {
+			rotated = make([]byte, len(body))
+		}
 		n := copy(rotated, body[r:])
 		copy(rotated[n:], body[:r])
 		body = rotated
 	}
-	pt, err := w.et.DecryptMessage(w.keyValue, body, w.recvUsage)
-	if err != nil {
-		return dst, fmt.Errorf("%w: %v", ErrIntegrity, err)
+	var confounder [aes.BlockSize]byte
+	if !w.recvKeys.open(&confounder, rest, body) {
+		clear(rest)
+		return orig, fmt.Errorf("%w: integrity verification failed", ErrIntegrity)
 	}
-	if len(pt) < ec+wrapHeaderLen {
-		return dst, fmt.Errorf("%w: decrypted payload too short", ErrIntegrity)
-	}
-	copyHdr := pt[len(pt)-wrapHeaderLen:]
+	copyHdr := rest[restLen-wrapHeaderLen:]
 	want := wrapHeader(flags, uint16(ec), 0, seq)
 	if !bytes.Equal(copyHdr, want[:]) {
-		return dst, fmt.Errorf("%w: the encrypted header copy does not match the token header", ErrIntegrity)
+		clear(rest)
+		return orig, fmt.Errorf("%w: the encrypted header copy does not match the token header", ErrIntegrity)
 	}
 
-	w.recvMu.Lock()
-	defer w.recvMu.Unlock()
 	switch {
 	case seq < w.recvSeq:
-		return dst, fmt.Errorf("%w: sequence number %d already seen (replayed or reordered token), expected %d", ErrSequence, seq, w.recvSeq)
+		clear(rest)
+		return orig, fmt.Errorf("%w: sequence number %d already seen (replayed or reordered token), expected %d", ErrSequence, seq, w.recvSeq)
 	case seq > w.recvSeq:
-		return dst, fmt.Errorf("%w: sequence number %d, expected %d (reordered or missing token)", ErrSequence, seq, w.recvSeq)
+		clear(rest)
+		return orig, fmt.Errorf("%w: sequence number %d, expected %d (reordered or missing token)", ErrSequence, seq, w.recvSeq)
 	}
 	w.recvSeq++
-	return append(dst, pt[:len(pt)-wrapHeaderLen-ec]...), nil
+	return dst[:start+restLen-wrapHeaderLen-ec], nil
 }

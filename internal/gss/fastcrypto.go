@@ -1,0 +1,193 @@
+package gss
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/subtle"
+	"fmt"
+	"hash"
+	"unsafe"
+
+	"github.com/jcmturner/gokrb5/v8/crypto/common"
+	"github.com/jcmturner/gokrb5/v8/crypto/etype"
+	"github.com/jcmturner/gokrb5/v8/iana/etypeID"
+)
+
+// sealKeys is the RFC 3961 "encrypt" of one enctype and one key usage with
+// its keys derived once: Ke as a cached AES cipher.Block and Ki as a keyed
+// HMAC whose state is Reset for every message. The derivation is gokrb5's
+// (RFC 3961 DK for RFC 3962, the RFC 8009 KDF-HMAC-SHA2 with its key
+// lengths); only the per-message AES-CTS and HMAC are done here.
+//
+// A sealKeys is not safe for concurrent use: the Wrapper uses one per
+// direction, under that direction's lock.
+type sealKeys struct {
+	block   cipher.Block
+	mac     hash.Hash
+	hmacLen int
+	// rfc8009: the checksum is HMAC(Ki, IV | ciphertext) with a zero IV;
+	// otherwise (RFC 3962) HMAC(Ki, confounder | plaintext).
+	rfc8009 bool
+	sum     []byte // scratch for mac.Sum
+}
+
+func newSealKeys(et etype.EType, key []byte, usage uint32) (*sealKeys, error) {
+	ke, err := et.DeriveKey(key, common.GetUsageKe(usage))
+	if err != nil {
+		return nil, fmt.Errorf("gss: deriving the encryption key: %v", err)
+	}
+	ki, err := et.DeriveKey(key, common.GetUsageKi(usage))
+	if err != nil {
+		return nil, fmt.Errorf("gss: deriving the integrity key: %v", err)
+	}
+	block, err := aes.NewCipher(ke)
+	clear(ke)
+	if err != nil {
+		return nil, fmt.Errorf("gss: encryption key: %v", err)
+	}
+	mac := hmac.New(et.GetHashFunc(), ki)
+	clear(ki)
+	id := et.GetETypeID()
+	return &sealKeys{
+		block:   block,
+		mac:     mac,
+		hmacLen: et.GetHMACBitLength() / 8,
+		rfc8009: id == etypeID.AES128_CTS_HMAC_SHA256_128 || id == etypeID.AES256_CTS_HMAC_SHA384_192,
+		sum:     make([]byte, 0, mac.Size()),
+	}, nil
+}
+
+var zeroBlock [aes.BlockSize]byte
+
+// seal encrypts buf[:n-hmacLen] in place, where buf holds confounder |
+// message | room for the checksum (len(buf) = n), and writes the checksum into
+// the last hmacLen bytes. len(buf)-hmacLen must be at least one block.
+func (k *sealKeys) seal(buf []byte) {
+	pt := buf[:len(buf)-k.hmacLen]
+	k.mac.Reset()
+	if !k.rfc8009 {
+		k.mac.Write(pt)
+	}
+	ctsEncrypt(k.block, pt)
+	if k.rfc8009 {
+		k.mac.Write(zeroBlock[:])
+		k.mac.Write(pt)
+	}
+	k.sum = k.mac.Sum(k.sum[:0])
+	copy(buf[len(pt):], k.sum[:k.hmacLen])
+}
+
+// open verifies and decrypts body = ciphertext | checksum. The first
+// plaintext block (the confounder) goes to first, the rest to rest, which
+// must have len(body)-hmacLen-16 bytes and must not overlap body. It reports
+// whether the checksum matched; on false the content of rest is undefined.
+// len(body)-hmacLen must be at least one block.
+func (k *sealKeys) open(first *[aes.BlockSize]byte, rest, body []byte) bool {
+	ct, mac := body[:len(body)-k.hmacLen], body[len(body)-k.hmacLen:]
+	k.mac.Reset()
+	if k.rfc8009 {
+		// Encrypt-then-MAC: check before decrypting.
+		k.mac.Write(zeroBlock[:])
+		k.mac.Write(ct)
+		k.sum = k.mac.Sum(k.sum[:0])
+		if !hmac.Equal(k.sum[:k.hmacLen], mac) {
+			return false
+		}
+		ctsDecrypt(k.block, first, rest, ct)
+		return true
+	}
+	ctsDecrypt(k.block, first, rest, ct)
+	k.mac.Write(first[:])
+	k.mac.Write(rest)
+	k.sum = k.mac.Sum(k.sum[:0])
+	return hmac.Equal(k.sum[:k.hmacLen], mac)
+}
+
+// ctsEncrypt encrypts buf in place with AES-CBC and ciphertext stealing and a
+// zero IV, as RFC 3962 §5 and RFC 8009 §5 specify (CBC-CS3: the last two
+// blocks are always swapped, also when the length is a block multiple; a
+// single block is plain AES). len(buf) must be at least one block.
+func ctsEncrypt(block cipher.Block, buf []byte) {
+	const bs = aes.BlockSize
+	n := len(buf)
+	if n < bs {
+		panic("gss: ctsEncrypt: less than one block")
+	}
+	if n == bs {
+		block.Encrypt(buf, buf)
+		return
+	}
+	lastLen := n % bs
+	if lastLen == 0 {
+		lastLen = bs
+	}
+	full := n - lastLen // all complete blocks before the last (partial) one
+	cipher.NewCBCEncrypter(block, zeroBlock[:]).CryptBlocks(buf[:full], buf[:full])
+	var prev, last [bs]byte
+	copy(prev[:], buf[full-bs:full]) // E(P[n-1] ^ C[n-2])
+	copy(last[:], buf[full:])        // P[n], zero padded
+	subtle.XORBytes(last[:], last[:], prev[:])
+	block.Encrypt(last[:], last[:])
+	copy(buf[full-bs:full], last[:])
+	copy(buf[full:], prev[:lastLen])
+}
+
+// ctsDecrypt is the inverse of ctsEncrypt for ct (at least one block): the
+// first plaintext block goes to first, the remaining len(ct)-16 bytes to
+// rest, which must not overlap ct.
+func ctsDecrypt(block cipher.Block, first *[aes.BlockSize]byte, rest, ct []byte) {
+	const bs = aes.BlockSize
+	n := len(ct)
+	if n < bs || len(rest) != n-bs {
+		panic("gss: ctsDecrypt: bad lengths")
+	}
+	if overlaps(rest, ct) {
+		panic("gss: ctsDecrypt: output overlaps input")
+	}
+	if n == bs {
+		block.Decrypt(first[:], ct)
+		return
+	}
+	lastLen := n % bs
+	if lastLen == 0 {
+		lastLen = bs
+	}
+	tail := n - lastLen - bs // offset of the last two (swapped) blocks
+	if tail > 0 {
+		block.Decrypt(first[:], ct[:bs])
+		if tail > bs {
+			cipher.NewCBCDecrypter(block, ct[:bs]).CryptBlocks(rest[:tail-bs], ct[bs:tail])
+		}
+	}
+	cprev := zeroBlock[:]
+	if tail > 0 {
+		cprev = ct[tail-bs : tail]
+	}
+	cn := ct[tail+bs:] // the stolen, truncated C[n-1] (lastLen bytes)
+	var x, cn1, pn1 [bs]byte
+	block.Decrypt(x[:], ct[tail:tail+bs]) // P[n] zero padded ^ C[n-1]
+	copy(cn1[:], cn)
+	copy(cn1[lastLen:], x[lastLen:])
+	block.Decrypt(pn1[:], cn1[:])
+	subtle.XORBytes(pn1[:], pn1[:], cprev)
+	var pn []byte
+	if tail == 0 {
+		*first = pn1
+		pn = rest[:lastLen]
+	} else {
+		copy(rest[tail-bs:], pn1[:])
+		pn = rest[tail:]
+	}
+	subtle.XORBytes(pn, x[:lastLen], cn)
+}
+
+// overlaps reports whether a and b share any memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa := uintptr(unsafe.Pointer(unsafe.SliceData(a)))
+	pb := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
