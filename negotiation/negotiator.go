@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -242,7 +243,7 @@ func (n *Negotiator) waitProbe(ctx context.Context, h *Host, wait <-chan struct{
 }
 
 func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
-	if h.UnixSocket() || net.ParseIP(h.Host) != nil {
+	if _, err := netip.ParseAddr(h.Host); err == nil || h.UnixSocket() {
 		return []string{h.Host}, nil
 	}
 	dctx := ctx

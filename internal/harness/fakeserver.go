@@ -1,13 +1,10 @@
 package harness
 
 import (
-	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -33,32 +30,23 @@ type FakeStats struct {
 // It runs in the calling process, so process-wide measurements (getrusage RUSAGE_SELF) include
 // its work too, in proportion to the connections and startups it serves (Stats).
 type FakeServer struct {
-	ln net.Listener
+	*loopbackServer // Addr, Close
 
 	connections    atomic.Int64
 	sslRequests    atomic.Int64
 	gssencRequests atomic.Int64
 	startups       atomic.Int64
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-
-	wg        sync.WaitGroup
-	closeOnce sync.Once
-	closeErr  error
 }
 
 // StartFakeServer listens on 127.0.0.1 at a free port and serves each connection it accepts
 // in its own goroutine. Call Close when done.
 func StartFakeServer() (*FakeServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := listenLoopback("fake server")
 	if err != nil {
-		return nil, fmt.Errorf("harness: fake server: %w", err)
+		return nil, err
 	}
-	s := &FakeServer{ln: ln, conns: map[net.Conn]struct{}{}}
-	s.wg.Add(1)
-	go s.acceptLoop()
+	s := &FakeServer{loopbackServer: srv}
+	srv.start(s.serve)
 	return s, nil
 }
 
@@ -78,12 +66,6 @@ func FakeServerT(t testing.TB) *FakeServer {
 	return s
 }
 
-// Addr returns the host and port clients should connect to.
-func (s *FakeServer) Addr() (host string, port int) {
-	a := s.ln.Addr().(*net.TCPAddr)
-	return a.IP.String(), a.Port
-}
-
 // Stats returns a snapshot of the counters. Each packet is counted before it is answered, so
 // the counts include everything a client's completed connection attempt sent.
 func (s *FakeServer) Stats() FakeStats {
@@ -95,77 +77,10 @@ func (s *FakeServer) Stats() FakeStats {
 	}
 }
 
-// Close stops accepting, closes every open connection and waits for the server's goroutines
-// to finish. It is safe to call more than once.
-func (s *FakeServer) Close() error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		for c := range s.conns {
-			_ = c.Close()
-		}
-		s.mu.Unlock()
-		if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			s.closeErr = fmt.Errorf("harness: fake server: %w", err)
-		}
-		s.wg.Wait()
-	})
-	return s.closeErr
-}
-
-// track registers c so that Close can close it; it reports false (and closes c) when the
-// server is already closed.
-func (s *FakeServer) track(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return false
-	}
-	s.conns[c] = struct{}{}
-	return true
-}
-
-func (s *FakeServer) untrack(c net.Conn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-	_ = c.Close()
-}
-
-func (s *FakeServer) acceptLoop() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			// Temporary trouble such as running out of file descriptors: back off briefly
-			// rather than spin.
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		s.connections.Add(1)
-		if !s.track(c) {
-			return
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.untrack(c)
-			s.serve(c)
-		}()
-	}
-}
-
 // serve handles one connection until the client terminates, the connection fails or the
 // server is closed.
 func (s *FakeServer) serve(c net.Conn) {
+	s.connections.Add(1)
 	be := pgproto3.NewBackend(c, c)
 	if !s.startup(c, be) {
 		return

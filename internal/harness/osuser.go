@@ -64,15 +64,7 @@ func lookupServerAccount() (*serverAccount, error) {
 // GSSOptions) and the C locale.
 func (a *serverAccount) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
-	env := []string{"LC_ALL=C", "LANG=C"}
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "KRB5") || strings.HasPrefix(k, "LC_") || k == "LANG" || k == "LANGUAGE" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	cmd.Env = env
+	cmd.Env = cleanEnv()
 	cmd.Dir = "/"
 	if a.switched {
 		cmd.SysProcAttr = &syscall.SysProcAttr{

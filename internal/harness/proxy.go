@@ -2,8 +2,6 @@ package harness
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -44,29 +42,22 @@ type ProxyStats struct {
 // copies bytes. A first packet with an impossible length (for example a TLS
 // ClientHello sent directly) is counted as a connection only.
 type Proxy struct {
-	target string
-	ln     net.Listener
+	*loopbackServer // Addr, Close
+	target          string
 
-	mu     sync.Mutex
-	stats  ProxyStats
-	conns  map[net.Conn]struct{}
-	closed bool
-
-	wg        sync.WaitGroup
-	closeOnce sync.Once
-	closeErr  error
+	mu    sync.Mutex
+	stats ProxyStats
 }
 
 // NewProxy listens on 127.0.0.1 at a free port and forwards each connection
 // it accepts to target ("host:port"). Call Close when done.
 func NewProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := listenLoopback("proxy")
 	if err != nil {
-		return nil, fmt.Errorf("harness: proxy: %w", err)
+		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.acceptLoop()
+	p := &Proxy{loopbackServer: srv, target: target}
+	srv.start(p.serve)
 	return p, nil
 }
 
@@ -86,12 +77,6 @@ func ProxyT(t testing.TB, target string) *Proxy {
 	return p
 }
 
-// Addr returns the host and port clients should connect to.
-func (p *Proxy) Addr() (host string, port int) {
-	a := p.ln.Addr().(*net.TCPAddr)
-	return a.IP.String(), a.Port
-}
-
 // Stats returns a snapshot of the counters. Every packet is counted before it
 // is forwarded, so the counts include everything a client's completed (or
 // refused) connection attempt sent.
@@ -101,82 +86,15 @@ func (p *Proxy) Stats() ProxyStats {
 	return p.stats
 }
 
-// Close stops accepting, closes every proxied connection and waits for the
-// proxy's goroutines to finish. It is safe to call more than once.
-func (p *Proxy) Close() error {
-	p.closeOnce.Do(func() {
-		p.mu.Lock()
-		p.closed = true
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		if err := p.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			p.closeErr = fmt.Errorf("harness: proxy: %w", err)
-		}
-		p.wg.Wait()
-	})
-	return p.closeErr
-}
-
 func (p *Proxy) count(f func(*ProxyStats)) {
 	p.mu.Lock()
 	f(&p.stats)
 	p.mu.Unlock()
 }
 
-// track registers c so that Close can close it; it reports false (and closes
-// c) when the proxy is already closed.
-func (p *Proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *Proxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-	_ = c.Close()
-}
-
-func (p *Proxy) acceptLoop() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			// Temporary trouble such as running out of file descriptors:
-			// back off briefly rather than spin.
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		p.count(func(s *ProxyStats) { s.Connections++ })
-		if !p.track(c) {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			defer p.untrack(c)
-			p.serve(c)
-		}()
-	}
-}
-
 // serve proxies one client connection.
 func (p *Proxy) serve(client net.Conn) {
+	p.count(func(s *ProxyStats) { s.Connections++ })
 	server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
 	if err != nil {
 		return
