@@ -169,7 +169,7 @@ func Psql(ctx context.Context, env []string, conninfo, query string) (string, er
 	defer cancel()
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, psql, "-X", "-w", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", query)
-	cmd.Env = append(append(cleanEnv(), "PGCONNECT_TIMEOUT=20",
+	cmd.Env = append(append(CleanEnv(), "PGCONNECT_TIMEOUT=20",
 		"KRB5_CONFIG=/dev/null", "KRB5CCNAME=MEMORY:pgconnector-harness-none", "KRB5_CLIENT_KTNAME="), env...)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -183,16 +183,24 @@ func Psql(ctx context.Context, env []string, conninfo, query string) (string, er
 // psqlPath finds psql: next to the server programs the harness uses, else
 // in $PATH.
 func psqlPath(ctx context.Context) (string, error) {
+	return Program(ctx, "psql")
+}
+
+// Program returns the path of the PostgreSQL client program name (psql,
+// pgbench, ...): the one next to the server programs the harness uses (the
+// same version), else the one in $PATH. The error names the Debian package
+// and the install script.
+func Program(ctx context.Context, name string) (string, error) {
 	e, err := setup(ctx)
 	if err != nil {
 		return "", err
 	}
-	if p := filepath.Join(e.bin.dir, "psql"); isExecutable(p) {
+	if p := filepath.Join(e.bin.dir, name); isExecutable(p) {
 		return p, nil
 	}
-	p, err := exec.LookPath("psql")
+	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("harness: psql not found next to %s nor in $PATH; run scripts/install-deps.sh (package postgresql-client)", e.bin.dir)
+		return "", fmt.Errorf("harness: %s not found next to %s nor in $PATH; run scripts/install-deps.sh (packages postgresql and postgresql-client)", name, e.bin.dir)
 	}
 	return p, nil
 }

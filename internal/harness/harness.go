@@ -682,10 +682,16 @@ func (p *Postgres) logSince(mark int64) string {
 // admin runs fn on a new superuser connection over the unix socket, and
 // records the connection so that ConnectionsSince leaves it out.
 func (p *Postgres) admin(ctx context.Context, fn func(*pgx.Conn) error) error {
+	return p.adminIn(ctx, "postgres", fn)
+}
+
+// adminIn is admin with a connection to the database dbname.
+func (p *Postgres) adminIn(ctx context.Context, dbname string, fn func(*pgx.Conn) error) error {
 	cfg, err := adminConfig(p.SocketDir, p.Port)
 	if err != nil {
 		return err
 	}
+	cfg.Database = dbname
 	from := p.LogMark()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -923,4 +929,18 @@ func FreePort(t testing.TB) int {
 		t.Fatalf("harness: %v", err)
 	}
 	return port
+}
+
+// ExecAdmin runs sql (one or more statements, simple query protocol) in the
+// application database (Database) as the superuser over the unix socket,
+// whatever pg_hba.conf says about TCP: for setting up tables and grants that
+// a test's own roles then use. The connection is left out of
+// ConnectionsSince.
+func (p *Postgres) ExecAdmin(ctx context.Context, sql string) error {
+	return p.adminIn(ctx, p.Database, func(conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("harness: ExecAdmin: %w", err)
+		}
+		return nil
+	})
 }

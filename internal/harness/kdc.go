@@ -378,7 +378,7 @@ func (k *KDC) writeConfig(clockSkew time.Duration) error {
 // adminEnv is the environment of the KDC programs: ours without any Kerberos
 // or PostgreSQL variables, in the C locale, pointed at this realm.
 func (k *KDC) adminEnv() []string {
-	return append(cleanEnv(),
+	return append(CleanEnv(),
 		"KRB5_CONFIG="+k.Krb5Conf,
 		"KRB5_KDC_PROFILE="+k.kdcConf,
 		"KRB5RCACHEDIR="+k.rcache,
@@ -387,9 +387,11 @@ func (k *KDC) adminEnv() []string {
 	)
 }
 
-// cleanEnv returns our environment without PG*, KRB5*, LC_* and LANG
-// variables, plus LC_ALL=C and LANG=C.
-func cleanEnv() []string {
+// CleanEnv returns this process's environment without PG*, KRB5*, LC_* and
+// LANG variables, plus LC_ALL=C and LANG=C: the base environment of every
+// program the harness runs, and of clients that must see only what they are
+// given (a connection string, KDC.Env).
+func CleanEnv() []string {
 	env := []string{"LC_ALL=C", "LANG=C"}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -895,7 +897,7 @@ func (k *KDC) Kinit(ccache string, principal string, lifetime time.Duration) err
 	args = append(args, name)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, _, err = runKrb5(ctx, append(cleanEnv(), k.Env(ccache)...), "", k.progs.kinit, args...)
+	_, _, err = runKrb5(ctx, append(CleanEnv(), k.Env(ccache)...), "", k.progs.kinit, args...)
 	return err
 }
 
@@ -934,7 +936,7 @@ func (k *KDC) Env(ccache string) []string {
 func (k *KDC) Klist(ccache string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, _, err := runKrb5(ctx, append(cleanEnv(), k.Env(ccache)...), "", k.progs.klist, "-e")
+	out, _, err := runKrb5(ctx, append(CleanEnv(), k.Env(ccache)...), "", k.progs.klist, "-e")
 	return out, err
 }
 

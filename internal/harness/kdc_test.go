@@ -196,7 +196,7 @@ func TestKinitShortLifetime(t *testing.T) {
 	}
 	klistS := func() error {
 		cmd := exec.Command(k.progs.klist, "-s")
-		cmd.Env = append(cleanEnv(), k.Env(ccache)...)
+		cmd.Env = append(CleanEnv(), k.Env(ccache)...)
 		return cmd.Run()
 	}
 	if err := klistS(); err != nil && time.Since(t0) < time.Second {

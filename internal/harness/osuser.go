@@ -64,7 +64,7 @@ func lookupServerAccount() (*serverAccount, error) {
 // GSSOptions) and the C locale.
 func (a *serverAccount) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = CleanEnv()
 	cmd.Dir = "/"
 	if a.switched {
 		cmd.SysProcAttr = &syscall.SysProcAttr{
