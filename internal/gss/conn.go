@@ -1,6 +1,7 @@
 package gss
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -80,9 +81,16 @@ func noEOF(err error) error {
 	return err
 }
 
+// readBuffer is the size of a conn's read buffer on the raw connection: two
+// full packets, so that a bulk transfer (COPY out, large rows) costs one read
+// system call per two packets instead of two per packet (header, body). A
+// timeout or other error from raw leaves what was buffered in place.
+const readBuffer = 2 * MaxPacket
+
 // conn is PostgreSQL's GSSAPI-encrypted transport over a raw connection.
 type conn struct {
 	raw      net.Conn
+	rd       *bufio.Reader // reads raw: a packet's header and body, and often the next packets, in one system call
 	w        *Wrapper
 	maxChunk int
 
@@ -112,7 +120,7 @@ type conn struct {
 // corresponding direction keeps returning that error. One Read and one Write
 // may run concurrently. Close closes raw.
 func NewConn(raw net.Conn, w *Wrapper) net.Conn {
-	return &conn{raw: raw, w: w, maxChunk: w.MaxPlaintext(MaxPacket - 4)}
+	return &conn{raw: raw, rd: bufio.NewReaderSize(raw, readBuffer), w: w, maxChunk: w.MaxPlaintext(MaxPacket - 4)}
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -139,7 +147,7 @@ func (c *conn) Read(p []byte) (int, error) {
 // place for the next call.
 func (c *conn) readPacket() error {
 	for c.rlenN < 4 {
-		n, err := c.raw.Read(c.rlen[c.rlenN:])
+		n, err := c.rd.Read(c.rlen[c.rlenN:])
 		c.rlenN += n
 		if c.rlenN == 4 {
 			break
@@ -164,7 +172,7 @@ func (c *conn) readPacket() error {
 		c.rpktN = 0
 	}
 	for c.rpktN < len(c.rpkt) {
-		n, err := c.raw.Read(c.rpkt[c.rpktN:])
+		n, err := c.rd.Read(c.rpkt[c.rpktN:])
 		c.rpktN += n
 		if c.rpktN == len(c.rpkt) {
 			break
