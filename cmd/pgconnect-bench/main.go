@@ -1,0 +1,305 @@
+// Command pgconnect-bench measures how PostgreSQL connections open with
+// libpq (pgbench -C, psql), pgx's stdlib, lib/pq and pgconnector, side by side
+// in one run, on throwaway servers and a Kerberos KDC that it starts itself
+// on loopback, and writes the figures into a directory (docs/ by default):
+//
+//	benchmarks.json  every figure, machine-readable
+//	benchmarks.md    the tables and the targets
+//	bench-*.png      the charts
+//
+// Scenarios (see docs/benchmarks.md for what each measures):
+//
+//  1. TLS off, default DSN (sslmode=prefer), no Kerberos ticket.
+//  2. Ticket held; server built with GSS but without a keytab.
+//  3. Ticket held; server with a keytab, pg_hba without hostgssenc.
+//  4. Full GSS (hostgssenc only): connect rate, then COPY out and a bytea
+//     round trip over GSS encryption and over TLS, against psql.
+//  5. Client-bound: a fake server (no fork), 1, 2 and 16 clients, with and
+//     without a ticket.
+//  6. Cold herd: concurrent first connections on a cold cache, and the
+//     probes that reach the server.
+//
+// Each peer runs in a process of its own (pgbench, psql, or this program
+// re-executed as a Go client), so that the client CPU time reported is that
+// process's own; by default the clients run on half of the CPUs and the
+// servers on the other half (-pin). It needs what the tests need:
+// scripts/install-deps.sh.
+//
+//	go run ./cmd/pgconnect-bench            # about 9 minutes on 2 cores
+//	go run ./cmd/pgconnect-bench -quick     # a smoke run with small counts
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
+)
+
+// config is the command line.
+type config struct {
+	out         string
+	quick       bool
+	scenarios   []int
+	clients     int   // concurrent clients, scenarios 1-4
+	conns       int   // connections per peer, scenarios 1-3
+	gssConns    int   // connections per peer, scenario 4
+	fakeConns   int   // connections per peer and client count, scenario 5
+	fakeClients []int // client counts, scenario 5
+	herd        int   // concurrent first connections, scenario 6
+	rounds      int   // each storm is split into this many rounds, peers taking turns
+	copyMiB     int   // scenario 4 COPY table size
+	byteaMiB    int   // scenario 4 bytea size
+	bulkReps    int   // scenario 4 repetitions (the best counts)
+	cpuProfile  string
+	render      string // a benchmarks.json to render again instead of measuring
+	pin         bool   // clients and servers on separate CPUs
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("pgconnect-bench", flag.ContinueOnError)
+	var c config
+	var scenarios, fakeClients string
+	fs.StringVar(&c.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and the charts")
+	fs.BoolVar(&c.quick, "quick", false, "small counts: a smoke run whose figures are not for publishing")
+	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6", "comma-separated scenarios to run")
+	fs.IntVar(&c.clients, "clients", 4, "concurrent clients in scenarios 1-4")
+	fs.IntVar(&c.conns, "conns", 2000, "connections per peer in scenarios 1-3")
+	fs.IntVar(&c.gssConns, "gss-conns", 1000, "connections per peer in scenario 4")
+	fs.IntVar(&c.fakeConns, "fake-conns", 3000, "connections per peer and client count in scenario 5")
+	fs.StringVar(&fakeClients, "fake-clients", "1,2,16", "client counts in scenario 5")
+	fs.IntVar(&c.herd, "herd", 64, "concurrent first connections in scenario 6")
+	fs.IntVar(&c.rounds, "rounds", 10, "rounds per storm; peers take turns, so that noise is shared")
+	fs.IntVar(&c.copyMiB, "copy-mib", 256, "size of the COPY table in scenario 4, MiB (0: skip)")
+	fs.IntVar(&c.byteaMiB, "bytea-mib", 64, "size of the bytea round trip in scenario 4, MiB (0: skip)")
+	fs.IntVar(&c.bulkReps, "bulk-reps", 5, "repetitions of each transfer in scenario 4; the fastest counts")
+	fs.BoolVar(&c.pin, "pin", true, "run the clients on half of the CPUs and the servers on the other half (taskset), as on separate hosts")
+	fs.StringVar(&c.render, "render", "", "render benchmarks.md and the charts again from this benchmarks.json, measuring nothing")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "directory where each Go client process writes a CPU profile of its measured part")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.quick {
+		c.conns, c.gssConns, c.fakeConns, c.rounds = 30, 20, 60, 1
+		c.copyMiB, c.byteaMiB, c.bulkReps = 4, 2, 1
+	}
+	var err error
+	if c.scenarios, err = intList("-scenarios", scenarios, 1, 6); err != nil {
+		return c, err
+	}
+	if c.fakeClients, err = intList("-fake-clients", fakeClients, 1, 1024); err != nil {
+		return c, err
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"-clients", c.clients}, {"-conns", c.conns}, {"-gss-conns", c.gssConns}, {"-fake-conns", c.fakeConns}, {"-herd", c.herd}, {"-rounds", c.rounds}, {"-bulk-reps", c.bulkReps}} {
+		if v.n < 1 {
+			return c, fmt.Errorf("%s must be at least 1, got %d", v.name, v.n)
+		}
+	}
+	if c.copyMiB < 0 || c.byteaMiB < 0 || c.byteaMiB > 256 {
+		return c, fmt.Errorf("-copy-mib must be >= 0 and -bytea-mib between 0 and 256 (the server's 1 GB limit on a statement), got %d and %d", c.copyMiB, c.byteaMiB)
+	}
+	return c, nil
+}
+
+// intList parses "1,2,16" into numbers between lo and hi.
+func intList(flagName, s string, lo, hi int) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < lo || n > hi {
+			return nil, fmt.Errorf("%s: %q is not a number from %d to %d", flagName, f, lo, hi)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func main() {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain(os.Stdin, os.Stdout))
+	}
+	log.SetFlags(log.Ltime)
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		log.Fatalf("pgconnect-bench: %v", err)
+	}
+	var rep *Report
+	if cfg.render != "" {
+		rep, err = readReport(cfg.render)
+	} else {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		rep, err = run(ctx, cfg)
+		stop()
+		if cerr := harness.Cleanup(); cerr != nil {
+			log.Printf("harness cleanup: %v", cerr)
+		}
+	}
+	if err != nil {
+		log.Fatalf("pgconnect-bench: %v", err)
+	}
+	files, err := writeOutputs(cfg.out, rep)
+	if err != nil {
+		log.Fatalf("pgconnect-bench: %v", err)
+	}
+	log.Printf("wrote %s", strings.Join(files, ", "))
+	for _, t := range rep.Targets {
+		if !t.Met {
+			log.Printf("target missed: %s: want %s, measured %s", t.Name, t.Want, t.Got)
+		}
+	}
+}
+
+// run starts the lab, runs the scenarios of cfg and returns the report.
+func run(ctx context.Context, cfg config) (*Report, error) {
+	rep := &Report{Started: time.Now().UTC(), Quick: cfg.quick, Rounds: cfg.rounds, BulkReps: cfg.bulkReps}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	pgbench, err := harness.Program(ctx, "pgbench")
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "pgconnect-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	r := &runner{self: self, pgbench: pgbench, env: harness.CleanEnv(), tmp: tmp}
+	if cfg.cpuProfile != "" {
+		dir, err := filepath.Abs(cfg.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		r.env = append(r.env, profileEnv+"="+dir)
+	}
+	if cfg.pin {
+		if r.pin, err = newPinning(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rep.Machine = machineInfo(ctx, serverVersion(ctx))
+	rep.Machine.Pinning = r.pin.describe()
+
+	l, err := newLab(ctx, cfg, r, rep)
+	if err != nil {
+		return nil, err
+	}
+	defer l.close()
+	has := func(s int) bool { return slices.Contains(cfg.scenarios, s) }
+	for _, s := range []int{1, 2, 3} {
+		if has(s) || (s < 3 && has(6)) {
+			if err := l.realServerScenario(ctx, s, has(s), has(6)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if has(4) {
+		if err := l.fullGSS(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(5) {
+		if err := l.clientBound(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rep.WarmDecision = warmDecision()
+	rep.Targets = checkTargets(rep)
+	rep.Duration = time.Since(rep.Started)
+	return rep, nil
+}
+
+// serverVersion is the version of the PostgreSQL server programs the
+// harness runs, for example "15.18".
+func serverVersion(ctx context.Context) string {
+	p, err := harness.Program(ctx, "postgres")
+	if err != nil {
+		return ""
+	}
+	out, err := exec.CommandContext(ctx, p, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(out))
+	if len(f) >= 3 {
+		return f[2]
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// readReport reads a benchmarks.json that an earlier run wrote, and checks
+// its figures against the targets again.
+func readReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	rep.Targets = checkTargets(&rep)
+	return &rep, nil
+}
+
+// writeOutputs writes the report, its tables and its charts into dir and
+// returns the files written.
+func writeOutputs(dir string, rep *Report) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	files := []string{filepath.Join(dir, "benchmarks.json")}
+	if err := os.WriteFile(files[0], append(js, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	md, err := os.Create(filepath.Join(dir, "benchmarks.md"))
+	if err != nil {
+		return nil, err
+	}
+	if err := writeMarkdown(md, rep); err != nil {
+		md.Close()
+		return nil, err
+	}
+	if err := md.Close(); err != nil {
+		return nil, err
+	}
+	files = append(files, md.Name())
+	charts, err := writeCharts(dir, rep)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range charts {
+		files = append(files, filepath.Join(dir, c))
+	}
+	return files, nil
+}

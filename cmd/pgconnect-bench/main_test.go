@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
+)
+
+// TestMain makes the test binary a client process when the benchmark re-executes it (os.Executable
+// is the test binary here), as main does for the command.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain(os.Stdin, os.Stdout))
+	}
+	code := m.Run()
+	if err := harness.Cleanup(); err != nil && code == 0 {
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// TestQuickRun runs every scenario with the -quick counts against real servers, a real KDC,
+// pgbench and psql, and checks what does not depend on the machine's speed: who errs, how many
+// backends and TCP connections each peer costs, how many probes reach the server, that bulk
+// transfers moved the same bytes, and that the outputs are written.
+func TestQuickRun(t *testing.T) {
+	out := t.TempDir()
+	// On two CPUs or more, clients and servers get their own, as in a real run.
+	pin := fmt.Sprintf("-pin=%v", runtime.NumCPU() >= 2)
+	cfg, err := parseFlags([]string{"-quick", pin, "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := writeOutputs(out, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"benchmarks.json", "benchmarks.md", "bench-connect.png", "bench-clientbound.png", "bench-throughput.png"} {
+		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+			t.Errorf("%s not written (wrote %v)", name, files)
+		}
+	}
+
+	get := func(scenario int, peer string, ticket bool, clients int) ConnectResult {
+		t.Helper()
+		for _, c := range rep.Connect {
+			if c.Scenario == scenario && c.Peer == peer && c.Ticket == ticket && (clients == 0 || c.Clients == clients) {
+				return c
+			}
+		}
+		t.Fatalf("no result for scenario %d, %s, ticket %v, %d clients", scenario, peer, ticket, clients)
+		return ConnectResult{}
+	}
+	ok := func(c ConnectResult) {
+		t.Helper()
+		if c.Errors != 0 || c.Conns == 0 || c.ConnsPerSec <= 0 || c.P50 <= 0 || c.P99 < c.P50 || c.CPU <= 0 {
+			t.Errorf("scenario %d, %s: %d of %d failed (%s), %.0f/s, p50 %v, p99 %v, CPU %v",
+				c.Scenario, c.Peer, c.Errors, c.Conns, c.Error, c.ConnsPerSec, c.P50, c.P99, c.CPU)
+		}
+	}
+	backends := func(c ConnectResult, want float64) {
+		t.Helper()
+		if c.Backends != want {
+			t.Errorf("scenario %d, %s: %.3f backends per connection, want %.2f", c.Scenario, c.Peer, c.Backends, want)
+		}
+	}
+	for s := 1; s <= 3; s++ {
+		ticket := s > 1
+		warm := get(s, peerWarm, ticket, 0)
+		ok(warm)
+		backends(warm, 1)
+		libpq := get(s, peerLibpqDefault, ticket, 0)
+		ok(libpq)
+		ok(get(s, peerLibpqExplicit, ticket, 0))
+		backends(get(s, peerLibpqExplicit, ticket, 0), 1)
+		ok(get(s, "pgconnector cold", ticket, 0))
+		pgx := get(s, peerPgxDefault, ticket, 0)
+		ok(pgx)
+		backends(pgx, 2) // SSLRequest, 'N', a new connection
+		if s == 1 {
+			backends(libpq, 1) // no ticket: plaintext on the same socket after 'N'
+			if c := get(1, "lib/pq default (sslmode=require)", false, 0); c.Errors != c.Conns || !strings.Contains(c.Error, "SSL") {
+				t.Errorf("lib/pq with sslmode=require against a server without TLS: %d of %d failed (%s)", c.Errors, c.Conns, c.Error)
+			}
+		} else {
+			backends(libpq, 2) // GSSENCRequest, 'G', a failed context or a rejection, a new connection
+		}
+	}
+
+	ok(get(4, peerWarm, true, 0))
+	ok(get(4, peerLibpqDefault, true, 0))
+	if c := get(4, peerPgxDefault, true, 0); c.Errors != c.Conns {
+		t.Errorf("pgx against a hostgssenc-only server: %d of %d failed, want all", c.Errors, c.Conns)
+	}
+
+	for _, clients := range cfg.fakeClients {
+		for _, c := range []struct {
+			peer   string
+			ticket bool
+			tcp    float64
+		}{
+			{peerDefault, false, 1}, {peerDefault, true, 1}, {peerNoGSS, false, 1},
+			{peerLibpqDefault, false, 1}, {peerLibpqDefault, true, 1}, {peerPgxDefault, false, 2},
+		} {
+			r := get(5, c.peer, c.ticket, clients)
+			ok(r)
+			if r.TCP != c.tcp {
+				t.Errorf("scenario 5, %d clients, %s (ticket %v): %.3f TCP connections per connection, want %.0f", clients, c.peer, c.ticket, r.TCP, c.tcp)
+			}
+		}
+	}
+
+	herds := 0
+	for _, h := range rep.Herd {
+		if h.Errors != 0 {
+			t.Errorf("herd, %s, %s: %d errors", h.Server, h.Peer, h.Errors)
+		}
+		switch h.Family {
+		case "pgconnector":
+			herds++
+			wantGSS := map[bool]int{false: 0, true: 1}[h.Ticket]
+			if h.SSLRequests != 1 || h.GSSENCRequests != wantGSS {
+				t.Errorf("herd, %s: %d SSLRequests and %d GSSENCRequests reached the server, want 1 and %d", h.Server, h.SSLRequests, h.GSSENCRequests, wantGSS)
+			}
+		case "libpq":
+			if h.SSLRequests != h.Clients {
+				t.Errorf("herd, %s, libpq: %d SSLRequests for %d connections", h.Server, h.SSLRequests, h.Clients)
+			}
+		}
+	}
+	if herds != 2 {
+		t.Errorf("%d pgconnector herd results, want 2 (scenarios 1 and 2)", herds)
+	}
+
+	if len(rep.Throughput) != 8 { // 2 workloads x 2 transports x (psql, pgconnector)
+		t.Fatalf("%d throughput results, want 8", len(rep.Throughput))
+	}
+	for i := 0; i < len(rep.Throughput); i += 2 {
+		psql, pc := rep.Throughput[i], rep.Throughput[i+1]
+		if psql.Error != "" || pc.Error != "" || psql.MBPerSec <= 0 || pc.MBPerSec <= 0 {
+			t.Errorf("%s over %s: psql %q %.0f MB/s, pgconnector %q %.0f MB/s", psql.Workload, psql.Transport, psql.Error, psql.MBPerSec, pc.Error, pc.MBPerSec)
+		}
+		if strings.HasPrefix(psql.Workload, "COPY") && psql.Bytes != int64(cfg.copyMiB)<<20 {
+			t.Errorf("psql COPY over %s: %d bytes, want %d", psql.Transport, psql.Bytes, int64(cfg.copyMiB)<<20)
+		}
+		if psql.Bytes != pc.Bytes {
+			t.Errorf("%s over %s: psql moved %d bytes, pgconnector %d", psql.Workload, psql.Transport, psql.Bytes, pc.Bytes)
+		}
+	}
+
+	md, err := os.ReadFile(filepath.Join(out, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"smoke", "## Scenario 4: throughput", "## Scenario 6: cold herd", "warm decision path", "**CPUs:**"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("benchmarks.md has no %q", want)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // part of the error; "" for none
+	}{
+		{nil, ""},
+		{[]string{"-scenarios", "1,7"}, `-scenarios: "7" is not a number from 1 to 6`},
+		{[]string{"-scenarios", "one"}, `-scenarios: "one"`},
+		{[]string{"-fake-clients", "0"}, `-fake-clients: "0"`},
+		{[]string{"-conns", "0"}, "-conns must be at least 1"},
+		{[]string{"-bytea-mib", "512"}, "-bytea-mib between 0 and 256"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		_, err := parseFlags(tc.args)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("parseFlags(%q): %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("parseFlags(%q) = %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// pairedRatio takes the median of the per-round ratios, and the pooled ratio when the rounds do
+// not pair up.
+func TestPairedRatio(t *testing.T) {
+	a := &ConnectResult{ConnsPerSec: 300, RoundRates: []float64{300, 200, 330, 100}}
+	b := &ConnectResult{ConnsPerSec: 150, RoundRates: []float64{100, 200, 110, 100}}
+	if m, lo, hi := pairedRatio(a, b); m != 2 || lo != 1 || hi != 3 { // ratios 3, 1, 3, 1
+		t.Errorf("pairedRatio = %v, %v, %v; want 2, 1, 3", m, lo, hi)
+	}
+	b.RoundRates = b.RoundRates[:3]
+	if m, lo, hi := pairedRatio(a, b); m != 2 || lo != 2 || hi != 2 {
+		t.Errorf("unpaired: pairedRatio = %v, %v, %v; want the pooled 2", m, lo, hi)
+	}
+}
+
+// -render reads a benchmarks.json and checks its figures against the targets again, so that a
+// report can be re-rendered without measuring.
+func TestRender(t *testing.T) {
+	rep := Report{
+		Connect: []ConnectResult{
+			{Scenario: 1, Peer: peerWarm, Family: "pgconnector", Clients: 4, Conns: 10, ConnsPerSec: 200, Backends: 1, RoundRates: []float64{190, 210}},
+			{Scenario: 1, Peer: peerPgxDefault, Family: "pgx", Clients: 4, Conns: 10, ConnsPerSec: 100, Backends: 2, RoundRates: []float64{100, 100}},
+		},
+		WarmDecision: []Target{{Name: "warm decision path: time", Want: "< 1 µs", Got: "120 ns", Met: true}},
+		Targets:      []Target{{Name: "stale"}},
+	}
+	dir := t.TempDir()
+	if _, err := writeOutputs(dir, &rep); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readReport(filepath.Join(dir, "benchmarks.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Target{
+		{Name: "scenario 1: pgconnector warm / pgx default, connections/s", Want: ">= 1.80x", Got: "2.00x (rounds 1.90-2.10)", Met: true},
+		{Name: "scenario 1: pgconnector warm, backends per connection", Want: "1.00", Got: "1.000", Met: true},
+		rep.WarmDecision[0],
+	}
+	if fmt.Sprint(got.Targets) != fmt.Sprint(want) {
+		t.Errorf("targets after -render:\n got %v\nwant %v", got.Targets, want)
+	}
+	if _, err := readReport(filepath.Join(dir, "benchmarks.md")); err == nil || !strings.Contains(err.Error(), "benchmarks.md") {
+		t.Errorf("reading markdown as a report: %v, want an error naming the file", err)
+	}
+}

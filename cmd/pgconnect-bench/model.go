@@ -1,0 +1,116 @@
+package main
+
+import "time"
+
+// Report is everything one run of pgconnect-bench measured. It is written as
+// docs/benchmarks.json, and docs/benchmarks.md and the charts are made from it.
+type Report struct {
+	Machine  Machine       `json:"machine"`
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
+	// Quick is set when the run used the -quick counts (a smoke test, not
+	// figures to publish).
+	Quick bool `json:"quick,omitempty"`
+	// Rounds is how many rounds each connection storm was split into, the
+	// peers taking turns; BulkReps how many times each transfer ran.
+	Rounds   int `json:"rounds"`
+	BulkReps int `json:"bulk_reps"`
+
+	Connect    []ConnectResult    `json:"connect"`    // scenarios 1, 2, 3, 4 (connect rate) and 5
+	Throughput []ThroughputResult `json:"throughput"` // scenario 4
+	Herd       []HerdResult       `json:"herd"`       // scenario 6
+	Targets    []Target           `json:"targets"`    // the targets, checked against this run (checkTargets)
+	// WarmDecision is the warm decision path measured in process (its
+	// allocations and time), as target lines.
+	WarmDecision []Target `json:"warm_decision"`
+}
+
+// Machine describes where the figures were measured.
+type Machine struct {
+	CPU        string `json:"cpu"`        // model name from /proc/cpuinfo
+	Cores      int    `json:"cores"`      // runtime.NumCPU
+	MemoryGiB  int    `json:"memory_gib"` // MemTotal
+	Kernel     string `json:"kernel"`     // uname -r
+	OS         string `json:"os"`         // PRETTY_NAME of /etc/os-release
+	Go         string `json:"go"`         // runtime.Version
+	PostgreSQL string `json:"postgresql"` // server version, for example "15.18"
+	Pgbench    string `json:"pgbench"`    // pgbench --version
+	Krb5       string `json:"krb5"`       // MIT Kerberos version
+	Modules    string `json:"modules"`    // pgx, lib/pq and gokrb5 versions
+	Pinning    string `json:"pinning"`    // how the CPUs were split between clients and servers
+}
+
+// ConnectResult is one peer's connection storm in one scenario: Conns logical
+// connections, each opened, used for "select 1" and closed, by Clients
+// concurrent clients.
+type ConnectResult struct {
+	Scenario int    `json:"scenario"` // 1-5
+	Peer     string `json:"peer"`     // for example "libpq default (pgbench -C)"
+	Family   string `json:"family"`   // "libpq", "pgx", "lib/pq" or "pgconnector"
+	Clients  int    `json:"clients"`
+	Ticket   bool   `json:"ticket"` // a Kerberos ticket is in the client's credential cache
+
+	Conns   int     `json:"conns"`   // logical connections attempted
+	Errors  int     `json:"errors"`  // of which failed
+	Error   string  `json:"error"`   // the first error, if any
+	Seconds float64 `json:"seconds"` // wall time of the storm
+
+	ConnsPerSec float64       `json:"conns_per_sec"` // successful connections per second
+	RoundRates  []float64     `json:"round_rates"`   // the same, per round
+	P50         time.Duration `json:"p50_ns"`        // connect latency percentiles
+	P99         time.Duration `json:"p99_ns"`
+	// Backends is server backends (forks) per logical connection; 0 when
+	// not measured (the fake server of scenario 5 forks nothing: see TCP).
+	Backends float64 `json:"backends"`
+	// TCP is TCP connections per logical connection, where counted.
+	TCP float64 `json:"tcp"`
+	// CPU is the client process's user+system CPU time per logical
+	// connection.
+	CPU time.Duration `json:"cpu_ns"`
+}
+
+// ThroughputResult is one bulk transfer of scenario 4 over one transport.
+type ThroughputResult struct {
+	Workload  string        `json:"workload"`   // "COPY out 256 MiB" or "bytea 64 MiB round trip"
+	Peer      string        `json:"peer"`       // "psql (libpq)" or "pgconnector"
+	Family    string        `json:"family"`     // "libpq" or "pgconnector"
+	Transport string        `json:"transport"`  // "GSS" or "TLS"
+	Bytes     int64         `json:"bytes"`      // bytes moved (both directions for a round trip)
+	Seconds   float64       `json:"seconds"`    // best of the repetitions, wall time
+	MBPerSec  float64       `json:"mb_per_sec"` // Bytes / Seconds / 1e6
+	CPU       time.Duration `json:"cpu_ns"`     // client CPU (user+system) of that repetition
+	Error     string        `json:"error"`
+}
+
+// HerdResult is scenario 6: Clients concurrent first connections to one host
+// on a cold cache, and what reached the server.
+type HerdResult struct {
+	Peer           string `json:"peer"`
+	Family         string `json:"family"`
+	Server         string `json:"server"` // which scenario's server
+	Ticket         bool   `json:"ticket"`
+	Clients        int    `json:"clients"`
+	Errors         int    `json:"errors"`
+	SSLRequests    int    `json:"ssl_requests"`
+	GSSENCRequests int    `json:"gssenc_requests"`
+	TCP            int    `json:"tcp"`
+	Backends       int    `json:"backends"`
+}
+
+// Target is one of the targets the benchmark is held to, as measured.
+type Target struct {
+	Name string `json:"name"` // what is compared, for example "scenario 1: pgconnector warm / libpq default"
+	Want string `json:"want"` // for example ">= 1.80x"
+	Got  string `json:"got"`  // for example "1.93x"
+	Met  bool   `json:"met"`
+}
+
+// scenarioTitles names the scenarios in tables and charts.
+var scenarioTitles = map[int]string{
+	1: "TLS off, default DSN, no Kerberos ticket",
+	2: "ticket held; server built with GSS, no keytab",
+	3: "ticket held; server with keytab, pg_hba without hostgssenc",
+	4: "full GSS: pg_hba hostgssenc only",
+	5: "client-bound: fake server, no fork",
+	6: "cold herd: concurrent first connections",
+}

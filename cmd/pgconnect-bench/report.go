@@ -1,0 +1,417 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxErrorLen is how many characters of a first error a table cell shows.
+const maxErrorLen = 80
+
+// dash stands for a figure that was not measured, or that a row whose every
+// connection failed does not have.
+const dash = "–"
+
+// writeMarkdown writes r as the markdown document docs/benchmarks.md: when
+// and where it was measured, the targets, one table per connect scenario
+// (with a client-count pivot for scenario 5), the throughput and cold herd
+// tables, and links to the charts writeCharts makes from the same report.
+func writeMarkdown(w io.Writer, r *Report) error {
+	if r == nil {
+		return errors.New("write benchmarks markdown: nil report")
+	}
+	var b strings.Builder
+	writeHeader(&b, r)
+	writeMachine(&b, r.Machine)
+	writeMethod(&b, r)
+	writeTargets(&b, r.Targets)
+	if len(connectChartScenarios(r.Connect)) > 0 {
+		fmt.Fprintf(&b, "![connections per second](%s)\n\n", connectChartFile)
+	}
+	for n := 1; n <= 5; n++ {
+		writeConnectScenario(&b, n, scenarioRows(r.Connect, n))
+	}
+	writeThroughput(&b, r.Throughput)
+	writeHerd(&b, r.Herd)
+	if _, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n"); err != nil {
+		return fmt.Errorf("write benchmarks markdown: %w", err)
+	}
+	return nil
+}
+
+// writeHeader writes the title, when the run started and how long it took,
+// and the warning that a quick run's counts are not for publishing.
+func writeHeader(b *strings.Builder, r *Report) {
+	b.WriteString("# Benchmarks\n\n")
+	when := "at an unrecorded time"
+	if !r.Started.IsZero() {
+		when = r.Started.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	fmt.Fprintf(b, "Measured %s; the run took %s.\n\n", when, r.Duration.Round(time.Second))
+	if r.Quick {
+		b.WriteString("**Quick run: these are smoke-test counts, not figures to publish.**\n\n")
+	}
+}
+
+// writeMethod writes how the figures are measured, so that a reader can
+// judge them without reading the code.
+func writeMethod(b *strings.Builder, r *Report) {
+	b.WriteString(`## How it is measured
+
+Reproduce with ` + "`bash scripts/bench.sh`" + ` (installs what the tests need, then
+` + "`go run ./cmd/pgconnect-bench`" + `). Every peer runs in the same run, against the same throwaway
+servers on loopback, and in a process of its own:
+
+- **libpq** is ` + "`pgbench -C`" + ` (a new connection per transaction, the script ` + "`select 1;`" + `, simple
+  query protocol), and psql for the transfers.
+- **Go peers** (pgx v5 stdlib, lib/pq, pgconnector) are this program re-executed: ` + "`database/sql`" + `
+  with no idle connections, so that each connection is opened, runs ` + "`select 1`" + ` in the simple
+  query protocol (as pgbench does; pgx would otherwise prepare it on every new connection, a second
+  round trip that is not a cost of connecting), and is closed. *warm* is one Connector for the whole
+  run, after one unmeasured connection; *cold* is a new Connector, so an empty decision cache, per
+  connection.
+- **Connections/s**: successful connections over the storm's duration (for pgbench, its tps, which
+  leaves out its start).
+- **Connect latency** (p50, p99): on each client, from the end of one ` + "`select 1`" + ` to the start of the
+  next, that is closing the old connection and opening the new one (TCP, negotiation, startup,
+  authentication); for pgbench it comes from its per-transaction log.
+- **Backends per connection**: ` + "`connection received`" + ` lines in the server log (one per fork) over
+  logical connections; pgbench's own first connection is counted as one.
+- **Client CPU per connection**: user+system time of the client process. For Go peers, getrusage
+  around the storm (warm-up and process start left out); for pgbench, the whole process (its start,
+  its first connection and its log writes included: slightly against libpq).
+- Each storm is split into ` + strconv.Itoa(max(r.Rounds, 1)) + ` rounds, the peers taking turns, so that a slow patch of a noisy
+  machine is shared; each transfer runs ` + strconv.Itoa(max(r.BulkReps, 1)) + ` times, the fastest counts. Unless the run
+  says otherwise under Machine (CPUs), the clients run on half of the CPUs and the servers on the
+  other half (` + "`-pin`" + `), as on separate hosts: a client's CPU time does not slow the server.
+- Scenarios 1-3 use ` + "`trust`" + `, so that authentication (the same for every peer) does not hide the
+  negotiation; scenario 4 uses ` + "`gss`" + `, which the server skips under GSS encryption.
+
+`)
+}
+
+// writeMachine writes the "Machine" section: a short bullet list of the
+// hardware and software the figures were measured with.
+func writeMachine(b *strings.Builder, m Machine) {
+	b.WriteString("## Machine\n\n")
+	var hw []string
+	if m.CPU != "" {
+		hw = append(hw, m.CPU)
+	}
+	if m.Cores > 0 {
+		hw = append(hw, fmt.Sprintf("%d cores", m.Cores))
+	}
+	if m.MemoryGiB > 0 {
+		hw = append(hw, fmt.Sprintf("%d GiB memory", m.MemoryGiB))
+	}
+	items := []struct{ name, value string }{
+		{"Hardware", strings.Join(hw, ", ")},
+		{"OS", joinNonEmpty(", ", m.OS, prefixed("kernel ", m.Kernel))},
+		{"Software", joinNonEmpty(", ", prefixed("Go ", m.Go), prefixed("PostgreSQL ", m.PostgreSQL),
+			m.Pgbench, prefixed("MIT Kerberos ", m.Krb5))},
+		{"Modules", m.Modules},
+		{"CPUs", m.Pinning},
+	}
+	n := 0
+	for _, it := range items {
+		if it.value != "" {
+			fmt.Fprintf(b, "- **%s:** %s\n", it.name, it.value)
+			n++
+		}
+	}
+	if n == 0 {
+		b.WriteString("- not recorded\n")
+	}
+	b.WriteString("\n")
+}
+
+// writeTargets writes the "Targets" section: each target, what it wants,
+// what this run measured and whether that meets it.
+func writeTargets(b *strings.Builder, targets []Target) {
+	if len(targets) == 0 {
+		return
+	}
+	b.WriteString("## Targets\n\n")
+	t := table{head: []string{"Name", "Want", "Measured", "Met"}}
+	for _, tg := range targets {
+		met := "**no**"
+		if tg.Met {
+			met = "yes"
+		}
+		t.add(cell(tg.Name), cell(tg.Want), cell(tg.Got), met)
+	}
+	t.write(b)
+}
+
+// writeConnectScenario writes the section of connect scenario n: one row per
+// peer and client count, in the order of rows, and for scenario 5 the pivot
+// by client count and the client-bound chart. It writes nothing when rows is
+// empty.
+func writeConnectScenario(b *strings.Builder, n int, rows []ConnectResult) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## Scenario %d: %s\n\n", n, scenarioTitles[n])
+	ticket := n == 5
+	backends := slices.ContainsFunc(rows, func(c ConnectResult) bool { return c.Backends > 0 })
+	tcp := slices.ContainsFunc(rows, func(c ConnectResult) bool { return c.TCP > 0 })
+
+	t := table{head: []string{"Peer", "Clients"}, right: []bool{false, true}}
+	t.col(ticket, "Ticket", false)
+	t.col(true, "Connections/s", true)
+	t.col(true, "p50 connect", true)
+	t.col(true, "p99 connect", true)
+	t.col(backends, "Backends/conn", true)
+	t.col(tcp, "TCP/conn", true)
+	t.col(true, "Client CPU/conn", true)
+	t.col(true, "Errors", false)
+	for _, c := range rows {
+		t.add(connectRow(c, ticket, backends, tcp)...)
+	}
+	t.write(b)
+
+	if n == 5 {
+		writeClientPivot(b, rows)
+		if hasClientBoundData(rows) {
+			fmt.Fprintf(b, "![client-bound](%s)\n\n", clientBoundChartFile)
+		}
+	}
+}
+
+// connectRow formats one row of a connect scenario's table, with the
+// optional columns that table has.
+func connectRow(c ConnectResult, ticket, backends, tcp bool) []string {
+	ok := connectOK(c)
+	row := []string{cell(c.Peer), strconv.Itoa(c.Clients)}
+	if ticket {
+		row = append(row, yesNo(c.Ticket))
+	}
+	row = append(row,
+		figure(ok, "%.0f", c.ConnsPerSec),
+		ifOK(ok, latency(c.P50)),
+		ifOK(ok, latency(c.P99)))
+	if backends {
+		row = append(row, figure(ok, "%.2f", c.Backends))
+	}
+	if tcp {
+		row = append(row, figure(ok, "%.2f", c.TCP))
+	}
+	return append(row, ifOK(ok, micros(c.CPU)), errorsCell(c.Errors, c.Conns, c.Error))
+}
+
+// writeClientPivot writes scenario 5's compact table: one row per peer (and
+// ticket), connections per second and client CPU per connection at each
+// client count measured.
+func writeClientPivot(b *strings.Builder, rows []ConnectResult) {
+	keys, counts, cells := pivotClients(rows)
+	if len(keys) == 0 {
+		return
+	}
+	t := table{head: []string{"Peer"}, right: []bool{false}}
+	for _, n := range counts {
+		t.col(true, "conn/s at "+clientsLabel(n), true)
+	}
+	for _, n := range counts {
+		t.col(true, "CPU µs/conn at "+clientsLabel(n), true)
+	}
+	for _, k := range keys {
+		row := []string{cell(k)}
+		for _, n := range counts {
+			c, ok := cells[pivotKey{k, n}]
+			row = append(row, figure(ok, "%.0f", c.ConnsPerSec))
+		}
+		for _, n := range counts {
+			c, ok := cells[pivotKey{k, n}]
+			row = append(row, figure(ok, "%.0f", float64(c.CPU)/float64(time.Microsecond)))
+		}
+		t.add(row...)
+	}
+	t.write(b)
+}
+
+// writeThroughput writes the "Scenario 4: throughput" section: one row per
+// workload, peer and transport, and the throughput chart.
+func writeThroughput(b *strings.Builder, rows []ThroughputResult) {
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## Scenario 4: throughput\n\n")
+	t := table{
+		head:  []string{"Workload", "Peer", "Transport", "MB/s", "Seconds", "Client CPU (s)", "Error"},
+		right: []bool{false, false, false, true, true, true, false},
+	}
+	for _, x := range rows {
+		ok := x.Error == "" || x.Seconds > 0
+		t.add(cell(x.Workload), cell(x.Peer), cell(x.Transport),
+			figure(ok, "%.0f", x.MBPerSec),
+			figure(ok, "%.2f", x.Seconds),
+			figure(ok, "%.2f", x.CPU.Seconds()),
+			errorText(x.Error))
+	}
+	t.write(b)
+	if hasThroughputData(rows) {
+		fmt.Fprintf(b, "![throughput](%s)\n\n", throughputChartFile)
+	}
+}
+
+// writeHerd writes the "Scenario 6: cold herd" section: for each server and
+// peer, what its concurrent first connections sent to the server.
+func writeHerd(b *strings.Builder, rows []HerdResult) {
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## Scenario 6: cold herd\n\n")
+	t := table{
+		head: []string{"Server", "Ticket", "Peer", "Clients", "SSLRequests", "GSSENCRequests",
+			"TCP connections", "Backends", "Errors"},
+		right: []bool{false, false, false, true, true, true, true, true, true},
+	}
+	for _, h := range rows {
+		t.add(cell(h.Server), yesNo(h.Ticket), cell(h.Peer), strconv.Itoa(h.Clients),
+			strconv.Itoa(h.SSLRequests), strconv.Itoa(h.GSSENCRequests),
+			strconv.Itoa(h.TCP), strconv.Itoa(h.Backends), strconv.Itoa(h.Errors))
+	}
+	t.write(b)
+}
+
+// table is a markdown table being built: its header, which columns are
+// right-aligned, and its rows of already formatted cells.
+type table struct {
+	head  []string
+	right []bool
+	rows  [][]string
+}
+
+// col adds a column to t when show is set.
+func (t *table) col(show bool, name string, right bool) {
+	if show {
+		t.head = append(t.head, name)
+		t.right = append(t.right, right)
+	}
+}
+
+// add appends a row of formatted cells to t.
+func (t *table) add(cells ...string) {
+	t.rows = append(t.rows, cells)
+}
+
+// write writes t to b, followed by a blank line.
+func (t *table) write(b *strings.Builder) {
+	writeTableRow(b, t.head)
+	sep := make([]string, len(t.head))
+	for i := range sep {
+		sep[i] = "---"
+		if i < len(t.right) && t.right[i] {
+			sep[i] = "---:"
+		}
+	}
+	writeTableRow(b, sep)
+	for _, r := range t.rows {
+		writeTableRow(b, r)
+	}
+	b.WriteString("\n")
+}
+
+// writeTableRow writes one line of a markdown table.
+func writeTableRow(b *strings.Builder, cells []string) {
+	b.WriteString("| ")
+	b.WriteString(strings.Join(cells, " | "))
+	b.WriteString(" |\n")
+}
+
+// cell makes s safe for a table cell: newlines become spaces and "|" is
+// escaped.
+func cell(s string) string {
+	s = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	return strings.ReplaceAll(s, "|", `\|`)
+}
+
+// errorText returns a first error for a table cell: on one line, at most
+// maxErrorLen characters (an ellipsis marks a cut) and escaped.
+func errorText(s string) string {
+	s = strings.TrimSpace(strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s))
+	if r := []rune(s); len(r) > maxErrorLen {
+		s = string(r[:maxErrorLen-1]) + "…"
+	}
+	return cell(s)
+}
+
+// errorsCell returns "k of n" failed connections, followed by the first
+// error when there is one.
+func errorsCell(errs, conns int, first string) string {
+	s := fmt.Sprintf("%d of %d", errs, conns)
+	if e := errorText(first); e != "" {
+		s += ": " + e
+	}
+	return s
+}
+
+// figure formats v with format, or returns a dash when !ok.
+func figure(ok bool, format string, v float64) string {
+	if !ok {
+		return dash
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// ifOK returns s, or a dash when !ok.
+func ifOK(ok bool, s string) string {
+	if !ok {
+		return dash
+	}
+	return s
+}
+
+// latency formats a connect latency: milliseconds with 2 decimals from 1ms,
+// whole microseconds below.
+func latency(d time.Duration) string {
+	if d >= time.Millisecond {
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	}
+	return micros(d)
+}
+
+// micros formats d as whole microseconds.
+func micros(d time.Duration) string {
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
+
+// yesNo formats a flag for a table.
+func yesNo(v bool) string {
+	if v {
+		return "yes"
+	}
+	return "no"
+}
+
+// clientsLabel returns "1 client" or "n clients".
+func clientsLabel(n int) string {
+	if n == 1 {
+		return "1 client"
+	}
+	return fmt.Sprintf("%d clients", n)
+}
+
+// prefixed returns prefix+s, or "" when s is empty.
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+// joinNonEmpty joins the non-empty parts with sep.
+func joinNonEmpty(sep string, parts ...string) string {
+	var kept []string
+	for _, p := range parts {
+		if p != "" {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, sep)
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sampleReport returns a report with every section filled: four connect
+// scenarios (one with a row whose every connection failed), scenario 5 with
+// and without a ticket at 1, 2 and 16 clients, throughput, herd and targets.
+func sampleReport() *Report {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	us := func(f float64) time.Duration { return time.Duration(f * float64(time.Microsecond)) }
+	r := &Report{
+		Machine: Machine{
+			CPU: "AMD EPYC 7B13", Cores: 16, MemoryGiB: 62, Kernel: "6.1.0-18-amd64",
+			OS: "Debian GNU/Linux 12 (bookworm)", Go: "go1.26.8", PostgreSQL: "15.18",
+			Pgbench: "pgbench (PostgreSQL) 15.18", Krb5: "1.20.1",
+			Modules: "pgx v5.7.2, lib/pq v1.10.9, gokrb5 v8.4.4",
+		},
+		Started:  time.Date(2026, 3, 1, 15, 4, 59, 0, time.FixedZone("CET", 3600)),
+		Duration: 754*time.Second + 400*time.Millisecond,
+		Targets: []Target{
+			{Name: "scenario 1: pgconnector warm / libpq default", Want: ">= 1.80x", Got: "1.93x", Met: true},
+			{Name: "scenario 4: COPY out MB/s pgconnector / psql", Want: ">= 0.90x", Got: "0.71x", Met: false},
+		},
+	}
+	peers := []struct{ peer, family string }{
+		{"libpq default (pgbench -C)", "libpq"},
+		{"pgx", "pgx"},
+		{"lib/pq", "lib/pq"},
+		{"pgconnector cold", "pgconnector"},
+		{"pgconnector warm", "pgconnector"},
+	}
+	for n := 1; n <= 4; n++ {
+		for i, p := range peers {
+			c := ConnectResult{
+				Scenario: n, Peer: p.peer, Family: p.family, Clients: 8, Ticket: n > 1,
+				Conns: 2000, Seconds: 1.5,
+				ConnsPerSec: float64(900*(i+1)) / float64(n),
+				P50:         ms(1.234 * float64(n)), P99: ms(4.5 * float64(n)),
+				CPU: us(180 + 10*float64(i)),
+			}
+			if n >= 2 {
+				c.Backends = 1 + float64(i%2)
+				c.TCP = 1.5
+			}
+			r.Connect = append(r.Connect, c)
+		}
+	}
+	r.Connect = append(r.Connect, ConnectResult{
+		Scenario: 2, Peer: "lib/pq sslmode=require", Family: "lib/pq", Clients: 8, Ticket: true,
+		Conns: 2000, Errors: 2000, Seconds: 0.2,
+		Error: "pq: SSL is not enabled on the server | retry\nsecond line",
+	})
+	for _, p := range []struct {
+		peer, family string
+		cpu          float64
+	}{{"pgx", "pgx", 95}, {"pgconnector", "pgconnector", 40}} {
+		for _, ticket := range []bool{false, true} {
+			for _, clients := range []int{16, 1, 2} {
+				extra := 0.0
+				if ticket {
+					extra = 60
+				}
+				r.Connect = append(r.Connect, ConnectResult{
+					Scenario: 5, Peer: p.peer, Family: p.family, Clients: clients, Ticket: ticket,
+					Conns: 20000, Seconds: 1,
+					ConnsPerSec: float64(clients) * 10000 / (p.cpu + extra),
+					P50:         us(450), P99: ms(1.5),
+					TCP: 1,
+					CPU: us(p.cpu + extra),
+				})
+			}
+		}
+	}
+	for _, w := range []string{"COPY out 256 MiB", "bytea 64 MiB round trip"} {
+		for _, pr := range []struct{ peer, family string }{{"psql (libpq)", "libpq"}, {"pgconnector", "pgconnector"}} {
+			for i, tr := range []string{"GSS", "TLS"} {
+				r.Throughput = append(r.Throughput, ThroughputResult{
+					Workload: w, Peer: pr.peer, Family: pr.family, Transport: tr,
+					Bytes: 256 << 20, Seconds: 0.4 + 0.2*float64(i), MBPerSec: 671.1 - 200*float64(i),
+					CPU: 350 * time.Millisecond,
+				})
+			}
+		}
+	}
+	r.Throughput = append(r.Throughput, ThroughputResult{
+		Workload: "COPY out 256 MiB", Peer: "pgx", Family: "pgx", Transport: "GSS",
+		Error: "pgx does not support GSS encryption",
+	})
+	r.Herd = []HerdResult{
+		{Peer: "libpq default", Family: "libpq", Server: "scenario 3", Ticket: true, Clients: 64,
+			SSLRequests: 64, GSSENCRequests: 64, TCP: 128, Backends: 128},
+		{Peer: "pgconnector", Family: "pgconnector", Server: "scenario 3", Ticket: true, Clients: 64,
+			SSLRequests: 1, GSSENCRequests: 1, TCP: 66, Backends: 66, Errors: 2},
+	}
+	return r
+}
+
+// TestWriteMarkdownReport checks the sections, figures and escaping of the
+// markdown written for a full report.
+func TestWriteMarkdownReport(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeMarkdown(&b, sampleReport()); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	lines := strings.Split(md, "\n")
+	want := []string{
+		"# Benchmarks",
+		"Measured 2026-03-01 14:04 UTC; the run took 12m34s.",
+		"- **Hardware:** AMD EPYC 7B13, 16 cores, 62 GiB memory",
+		"| Name | Want | Measured | Met |",
+		"| scenario 1: pgconnector warm / libpq default | >= 1.80x | 1.93x | yes |",
+		"| scenario 4: COPY out MB/s pgconnector / psql | >= 0.90x | 0.71x | **no** |",
+		"![connections per second](bench-connect.png)",
+		"## Scenario 1: " + scenarioTitles[1],
+		// Scenario 1 measured neither backends nor TCP connections.
+		"| Peer | Clients | Connections/s | p50 connect | p99 connect | Client CPU/conn | Errors |",
+		"| libpq default (pgbench -C) | 8 | 900 | 1.23 ms | 4.50 ms | 180 µs | 0 of 2000 |",
+		"## Scenario 2: " + scenarioTitles[2],
+		"| Peer | Clients | Connections/s | p50 connect | p99 connect | Backends/conn | TCP/conn | Client CPU/conn | Errors |",
+		"| pgx | 8 | 900 | 2.47 ms | 9.00 ms | 2.00 | 1.50 | 190 µs | 0 of 2000 |",
+		"| lib/pq sslmode=require | 8 | – | – | – | – | – | – | 2000 of 2000: pq: SSL is not enabled on the server \\| retry second line |",
+		"## Scenario 5: " + scenarioTitles[5],
+		"| Peer | Clients | Ticket | Connections/s | p50 connect | p99 connect | TCP/conn | Client CPU/conn | Errors |",
+		"| pgx | 16 | yes | 1032 | 450 µs | 1.50 ms | 1.00 | 155 µs | 0 of 20000 |",
+		"| Peer | conn/s at 1 client | conn/s at 2 clients | conn/s at 16 clients | CPU µs/conn at 1 client | CPU µs/conn at 2 clients | CPU µs/conn at 16 clients |",
+		"| pgconnector | 250 | 500 | 4000 | 40 | 40 | 40 |",
+		"| pgconnector, ticket | 100 | 200 | 1600 | 100 | 100 | 100 |",
+		"![client-bound](bench-clientbound.png)",
+		"## Scenario 4: throughput",
+		"| Workload | Peer | Transport | MB/s | Seconds | Client CPU (s) | Error |",
+		"| COPY out 256 MiB | psql (libpq) | TLS | 471 | 0.60 | 0.35 |  |",
+		"| COPY out 256 MiB | pgx | GSS | – | – | – | pgx does not support GSS encryption |",
+		"![throughput](bench-throughput.png)",
+		"## Scenario 6: cold herd",
+		"| Server | Ticket | Peer | Clients | SSLRequests | GSSENCRequests | TCP connections | Backends | Errors |",
+		"| scenario 3 | yes | pgconnector | 64 | 1 | 1 | 66 | 66 | 2 |",
+	}
+	last := -1
+	for _, w := range want {
+		i := slices.Index(lines, w)
+		if i < 0 {
+			t.Errorf("markdown lacks line %q", w)
+			continue
+		}
+		if i < last {
+			t.Errorf("line %q is out of order", w)
+		}
+		last = i
+	}
+	if strings.Contains(md, "**Quick run") {
+		t.Error("a full run is marked quick")
+	}
+	if strings.Contains(md, "## Scenario 3: "+scenarioTitles[3]+"\n\n| Peer | Clients | Ticket") {
+		t.Error("scenario 3 has a Ticket column")
+	}
+	if t.Failed() {
+		t.Logf("markdown:\n%s", md)
+	}
+}
+
+// TestWriteMarkdownQuickAndErrors checks the quick-run warning, latencies
+// under a millisecond, and that a long first error is cut to 80 characters.
+func TestWriteMarkdownQuickAndErrors(t *testing.T) {
+	long := strings.Repeat("x", 100)
+	r := &Report{Quick: true, Connect: []ConnectResult{
+		{Scenario: 3, Peer: "p", Family: "pgx", Clients: 1, Conns: 10, Errors: 3, Error: long,
+			ConnsPerSec: 1234.56, P50: 987 * time.Microsecond, P99: time.Millisecond, CPU: 1500 * time.Nanosecond},
+	}}
+	var b bytes.Buffer
+	if err := writeMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, w := range []string{
+		"**Quick run: these are smoke-test counts, not figures to publish.**",
+		"| p | 1 | 1235 | 987 µs | 1.00 ms | 2 µs | 3 of 10: " + strings.Repeat("x", 79) + "… |",
+	} {
+		if !strings.Contains(md, w) {
+			t.Errorf("markdown lacks %q:\n%s", w, md)
+		}
+	}
+}
+
+// TestWriteMarkdownEmptyReport checks that an empty report makes a short
+// document without tables or chart links.
+func TestWriteMarkdownEmptyReport(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeMarkdown(&b, &Report{}); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	if !strings.HasPrefix(md, "# Benchmarks\n") || !strings.Contains(md, "## Machine\n\n- not recorded\n") {
+		t.Errorf("unexpected markdown:\n%s", md)
+	}
+	for _, bad := range []string{"## Targets", "## Scenario", "![", "|"} {
+		if strings.Contains(md, bad) {
+			t.Errorf("empty report's markdown has %q:\n%s", bad, md)
+		}
+	}
+	if err := writeMarkdown(&b, nil); err == nil {
+		t.Error("nil report: no error")
+	}
+}
+
+// TestWriteChartsReport writes the three charts of a full report and checks
+// that they are PNG images of a sensible size. Set PGCONNECT_BENCH_CHARTS to
+// a directory to keep them there for a look.
+func TestWriteChartsReport(t *testing.T) {
+	dir := os.Getenv("PGCONNECT_BENCH_CHARTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	names, err := writeCharts(dir, sampleReport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{connectChartFile, clientBoundChartFile, throughputChartFile}
+	if !slices.Equal(names, want) {
+		t.Errorf("charts written: %q, want %q", names, want)
+	}
+	for _, name := range want {
+		checkPNG(t, filepath.Join(dir, name))
+	}
+}
+
+// TestWriteChartsSparse checks that charts are skipped, not broken, when
+// their data is missing, all zero, or every connection failed.
+func TestWriteChartsSparse(t *testing.T) {
+	dir := t.TempDir()
+	names, err := writeCharts(dir, &Report{})
+	if err != nil || len(names) != 0 {
+		t.Errorf("empty report: charts %q, error %v", names, err)
+	}
+	if names, err := writeCharts(dir, nil); err != nil || len(names) != 0 {
+		t.Errorf("nil report: charts %q, error %v", names, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 0 {
+		t.Errorf("empty report left files: %v", entries)
+	}
+
+	r := &Report{
+		Connect: []ConnectResult{
+			{Scenario: 1, Peer: "failed", Conns: 5, Errors: 5},
+			{Scenario: 2, Peer: "zero", Family: "pgconnector", Clients: 1, Conns: 5},
+			{Scenario: 5, Peer: "zero", Clients: 1, Conns: 5},
+		},
+		Throughput: []ThroughputResult{{Workload: "w", Peer: "p", Error: "boom"}},
+	}
+	names, err = writeCharts(dir, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{connectChartFile, clientBoundChartFile}; !slices.Equal(names, want) {
+		t.Errorf("charts written: %q, want %q", names, want)
+	}
+	for _, name := range names {
+		checkPNG(t, filepath.Join(dir, name))
+	}
+	var b bytes.Buffer
+	if err := writeMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if md := b.String(); strings.Contains(md, throughputChartFile) ||
+		!strings.Contains(md, connectChartFile) || !strings.Contains(md, clientBoundChartFile) {
+		t.Errorf("chart links do not match the charts written:\n%s", md)
+	}
+}
+
+// checkPNG fails t unless path is a PNG image more than 400 pixels wide.
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Errorf("%s: %v", path, err)
+		return
+	}
+	if b := img.Bounds(); b.Dx() <= 400 || b.Dy() <= 200 {
+		t.Errorf("%s is %dx%d pixels", path, b.Dx(), b.Dy())
+	}
+}
