@@ -66,11 +66,17 @@ type runner struct {
 	pin     *pinning // nil: clients and servers share the CPUs
 }
 
+// envWith is the environment of a client process: the base one plus extra
+// (KDC.Env: with or without a ticket).
+func (r *runner) envWith(extra []string) []string {
+	return append(slices.Clone(r.env), extra...)
+}
+
 // connectRun starts peer p against dsn with clients concurrent clients and
 // conns logical connections, with krbEnv (KDC.Env) in its environment. mark
 // is called just before the measured part starts, done just after it ends.
 func (r *runner) connectRun(ctx context.Context, p peer, krbEnv []string, clients, conns int, mark func()) (outcome, error) {
-	env := append(slices.Clone(r.env), krbEnv...)
+	env := r.envWith(krbEnv)
 	if p.Kind == kindPgbench {
 		return r.pgbenchRun(ctx, p, env, clients, conns, mark)
 	}

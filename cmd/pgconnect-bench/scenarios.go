@@ -268,10 +268,10 @@ func (l *lab) herd(ctx context.Context, pg *harness.Postgres, server string, tic
 		begin := func() { before, mark = px.Stats(), pg.LogMark() }
 		var o outcome
 		if p.Kind == kindPgbench {
-			o, err = l.r.pgbenchRun(ctx, p, append(append([]string(nil), l.r.env...), env...), l.cfg.herd, l.cfg.herd, begin)
+			o, err = l.r.pgbenchRun(ctx, p, l.r.envWith(env), l.cfg.herd, l.cfg.herd, begin)
 		} else {
 			var res clientResult
-			res, err = l.r.child(ctx, append(append([]string(nil), l.r.env...), env...),
+			res, err = l.r.child(ctx, l.r.envWith(env),
 				clientSpec{Kind: p.Kind, DSN: p.DSN, Workload: workHerd, Clients: l.cfg.herd}, begin)
 			o = fromChild(res)
 		}

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -88,7 +87,7 @@ func (l *lab) bulk(ctx context.Context, pg *harness.Postgres, dsn string) error 
 		{"GSS", ""},
 		{"TLS", " gssencmode=disable sslmode=require"},
 	}
-	env := append(slices.Clone(l.r.env), l.ticket...)
+	env := l.r.envWith(l.ticket)
 	for _, tr := range transports {
 		got, err := harness.Psql(ctx, l.ticket, dsn+tr.extra, transportQuery)
 		if err != nil {
