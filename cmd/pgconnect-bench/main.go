@@ -164,10 +164,17 @@ func main() {
 		log.Fatalf("pgconnect-bench: %v", err)
 	}
 	log.Printf("wrote %s", strings.Join(files, ", "))
+	missed := 0
 	for _, t := range rep.Targets {
 		if !t.Met {
-			log.Printf("target missed: %s: want %s, measured %s", t.Name, t.Want, t.Got)
+			missed++
+			if !rep.Quick {
+				log.Printf("target missed: %s: want %s, measured %s", t.Name, t.Want, t.Got)
+			}
 		}
+	}
+	if rep.Quick {
+		log.Printf("quick run: %d of %d targets missed, which says nothing: the counts are too small to judge them", missed, len(rep.Targets))
 	}
 }
 

@@ -85,8 +85,8 @@ servers on loopback, and in a process of its own:
 - **Client CPU per connection**: user+system time of the client process. For Go peers, getrusage
   around the storm (warm-up and process start left out); for pgbench, the whole process (its start,
   its first connection and its log writes included: slightly against libpq).
-- Each storm is split into ` + strconv.Itoa(max(r.Rounds, 1)) + ` rounds, the peers taking turns, so that a slow patch of a noisy
-  machine is shared; each transfer runs ` + strconv.Itoa(max(r.BulkReps, 1)) + ` times, the fastest counts. Unless the run
+- Each storm is split into ` + plural(max(r.Rounds, 1), "round") + `, the peers taking turns, so that a slow patch of a noisy
+  machine is shared; each transfer runs ` + plural(max(r.BulkReps, 1), "time") + `, the fastest counts. Unless the run
   says otherwise under Machine (CPUs), the clients run on half of the CPUs and the servers on the
   other half (` + "`-pin`" + `), as on separate hosts: a client's CPU time does not slow the server.
 - Scenarios 1-3 use ` + "`trust`" + `, so that authentication (the same for every peer) does not hide the
@@ -140,7 +140,10 @@ func writeTargets(b *strings.Builder, targets []Target) {
 	t := table{head: []string{"Name", "Want", "Measured", "Met"}}
 	for _, tg := range targets {
 		met := "**no**"
-		if tg.Met {
+		switch {
+		case tg.Want == "-":
+			met = dash // recorded, not a target
+		case tg.Met:
 			met = "yes"
 		}
 		t.add(cell(tg.Name), cell(tg.Want), cell(tg.Got), met)

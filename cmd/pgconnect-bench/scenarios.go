@@ -144,8 +144,12 @@ func (l *lab) storm(ctx context.Context, scenario int, c counter, peers []peer, 
 			}
 			accs[i].backends += backends
 			accs[i].tcp += tcp
-			log.Printf("scenario %d round %d/%d, %d clients: %-42s %4d conns, %d errors, %.2fs",
-				scenario, round+1, rounds, clients, p.Name, o.conns, o.errors, o.seconds)
+			name := p.Name
+			if tickets[i] && scenario == 5 {
+				name += ", ticket"
+			}
+			log.Printf("scenario %d round %d/%d, %s: %-50s %4d conns, %d errors, %.2fs",
+				scenario, round+1, rounds, plural(clients, "client"), name, o.conns, o.errors, o.seconds)
 		}
 	}
 	for i, p := range peers {

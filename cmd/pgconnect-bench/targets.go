@@ -106,7 +106,7 @@ func checkTargets(r *Report) []Target {
 		for _, tk := range []bool{false, true} {
 			label := map[bool]string{false: "no ticket", true: "ticket"}[tk]
 			d := find(5, c.Clients, peerDefault, tk)
-			prefix := fmt.Sprintf("scenario 5, %d clients, %s: pgconnector default / ", c.Clients, label)
+			prefix := fmt.Sprintf("scenario 5, %s, %s: pgconnector default / ", plural(c.Clients, "client"), label)
 			ratio(prefix+"its gssencmode=disable", d, find(5, c.Clients, peerNoGSS, false), 0.98, false)
 			ratio(prefix+"libpq default", d, find(5, c.Clients, peerLibpqDefault, tk), 1.0, true)
 		}
@@ -127,6 +127,14 @@ func checkTargets(r *Report) []Target {
 		})
 	}
 	return append(ts, r.WarmDecision...)
+}
+
+// plural is "1 client", "2 clients".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // ratioText formats a ratio with two decimals, or three where two would
