@@ -15,13 +15,13 @@ import (
 	"github.com/jcmturner/gokrb5/v8/client"
 	"github.com/jcmturner/gokrb5/v8/config"
 	"github.com/jcmturner/gokrb5/v8/credentials"
-	"github.com/jcmturner/gokrb5/v8/crypto"
 	"github.com/jcmturner/gokrb5/v8/gssapi"
 	"github.com/jcmturner/gokrb5/v8/iana"
 	"github.com/jcmturner/gokrb5/v8/iana/chksumtype"
 	"github.com/jcmturner/gokrb5/v8/iana/errorcode"
 	"github.com/jcmturner/gokrb5/v8/iana/flags"
 	"github.com/jcmturner/gokrb5/v8/iana/keyusage"
+	"github.com/jcmturner/gokrb5/v8/iana/msgtype"
 	"github.com/jcmturner/gokrb5/v8/keytab"
 	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
@@ -276,9 +276,24 @@ func (i *Initiator) initSecContext() ([]byte, error) {
 	}
 	auth.Cksum = types.Checksum{CksumType: chksumtype.GSSAPI, Checksum: gssChecksum(initiatorFlags)}
 	auth.SubKey = subkey
-	apreq, err := messages.NewAPReq(tkt, sessionKey, auth)
+	// messages.NewAPReq, with the authenticator encrypted by encryptMessage
+	// (usage 11, RFC 4120 §5.5.1: the service is never krbtgt here).
+	authBytes, err := auth.Marshal()
 	if err != nil {
-		return nil, fmt.Errorf("gss: building the AP-REQ: %w", err)
+		return nil, fmt.Errorf("gss: encoding the authenticator: %w", err)
+	}
+	encAuth, err := encryptMessage(et, sessionKey.KeyValue, keyusage.AP_REQ_AUTHENTICATOR, authBytes)
+	if err != nil {
+		return nil, fmt.Errorf("gss: encrypting the authenticator: %w", err)
+	}
+	apreq := messages.APReq{
+		PVNO:      iana.PVNO,
+		MsgType:   msgtype.KRB_AP_REQ,
+		APOptions: types.NewKrbFlags(),
+		Ticket:    tkt,
+		EncryptedAuthenticator: types.EncryptedData{
+			EType: sessionKey.KeyType, KVNO: tkt.EncPart.KVNO, Cipher: encAuth,
+		},
 	}
 	types.SetFlag(&apreq.APOptions, flags.APOptionMutualRequired)
 	b, err := apreq.Marshal()
@@ -399,11 +414,10 @@ func (i *Initiator) processReply(tok []byte) error {
 	if err != nil {
 		return err
 	}
-	// gokrb5's DecryptMessage slices without checking the length.
 	if min := et.GetConfounderByteSize() + et.GetHMACBitLength()/8; len(rep.EncPart.Cipher) < min {
 		return fmt.Errorf("gss: AP-REP encrypted part is %d bytes, too short", len(rep.EncPart.Cipher))
 	}
-	pt, err := crypto.DecryptEncPart(rep.EncPart, i.sessionKey, keyusage.AP_REP_ENCPART)
+	pt, err := decryptMessage(et, i.sessionKey.KeyValue, keyusage.AP_REP_ENCPART, rep.EncPart.Cipher)
 	if err != nil {
 		return errors.New("gss: the AP-REP does not decrypt with the session key: mutual authentication failed")
 	}

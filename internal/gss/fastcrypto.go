@@ -4,21 +4,25 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"hash"
+	"sync"
 	"unsafe"
 
 	"github.com/jcmturner/gokrb5/v8/crypto/common"
 	"github.com/jcmturner/gokrb5/v8/crypto/etype"
+	"github.com/jcmturner/gokrb5/v8/crypto/rfc3961"
 	"github.com/jcmturner/gokrb5/v8/iana/etypeID"
 )
 
 // sealKeys is the RFC 3961 "encrypt" of one enctype and one key usage with
 // its keys derived once: Ke as a cached AES cipher.Block and Ki as a keyed
-// HMAC whose state is Reset for every message. The derivation is gokrb5's
-// (RFC 3961 DK for RFC 3962, the RFC 8009 KDF-HMAC-SHA2 with its key
-// lengths); only the per-message AES-CTS and HMAC are done here.
+// HMAC whose state is Reset for every message. The derivation is deriveKey
+// (RFC 3961 DK for RFC 3962, gokrb5's RFC 8009 KDF-HMAC-SHA2); only the
+// per-message AES-CTS and HMAC are done here.
 //
 // A sealKeys is not safe for concurrent use: the Wrapper uses one per
 // direction, under that direction's lock.
@@ -33,11 +37,11 @@ type sealKeys struct {
 }
 
 func newSealKeys(et etype.EType, key []byte, usage uint32) (*sealKeys, error) {
-	ke, err := et.DeriveKey(key, common.GetUsageKe(usage))
+	ke, err := deriveKey(et, key, common.GetUsageKe(usage))
 	if err != nil {
 		return nil, fmt.Errorf("gss: deriving the encryption key: %v", err)
 	}
-	ki, err := et.DeriveKey(key, common.GetUsageKi(usage))
+	ki, err := deriveKey(et, key, common.GetUsageKi(usage))
 	if err != nil {
 		return nil, fmt.Errorf("gss: deriving the integrity key: %v", err)
 	}
@@ -59,6 +63,90 @@ func newSealKeys(et etype.EType, key []byte, usage uint32) (*sealKeys, error) {
 }
 
 var zeroBlock [aes.BlockSize]byte
+
+// deriveKey is et.DeriveKey(key, constant). For the RFC 3962 enctypes
+// (aes128/aes256-cts-hmac-sha1-96) it computes RFC 3961 §5.1 DK itself:
+// DR(key, constant) = E(key, n-fold(constant, 128)), E(key, that), ...
+// truncated to the key length, where E of one block is plain AES (CTS of a
+// single block) and random-to-key is the identity. The n-fold of a usage
+// constant is the same for every key, so it is computed once per constant
+// (with gokrb5's rfc3961.Nfold) and kept: gokrb5 computes it bit by bit on
+// every derivation, and a connection's AP-REQ, AP-REP and wrap keys take
+// eight. RFC 8009 enctypes use gokrb5's KDF-HMAC-SHA2, which has no n-fold
+// (and takes a key of any length: callers check keys with checkKey first).
+func deriveKey(et etype.EType, key, constant []byte) ([]byte, error) {
+	id := et.GetETypeID()
+	if id != etypeID.AES128_CTS_HMAC_SHA1_96 && id != etypeID.AES256_CTS_HMAC_SHA1_96 {
+		return et.DeriveKey(key, constant)
+	}
+	if len(key) != et.GetKeyByteSize() {
+		return nil, fmt.Errorf("key is %d bytes, want %d", len(key), et.GetKeyByteSize())
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, et.GetKeySeedBitLength()/8)
+	in := nfolded(constant)
+	var k [aes.BlockSize]byte
+	for i := 0; i < len(out); i += aes.BlockSize {
+		block.Encrypt(k[:], in)
+		copy(out[i:], k[:])
+		in = k[:]
+	}
+	clear(k[:])
+	return out, nil
+}
+
+// nfoldCache maps a usage constant to its 128-bit n-fold.
+var nfoldCache sync.Map // string -> []byte
+
+func nfolded(constant []byte) []byte {
+	if v, ok := nfoldCache.Load(string(constant)); ok {
+		return v.([]byte)
+	}
+	f := rfc3961.Nfold(constant, aes.BlockSize*8)
+	nfoldCache.Store(string(constant), f)
+	return f
+}
+
+// encryptMessage is RFC 3961 encrypt with a random confounder, as gokrb5's
+// EncryptMessage (ciphertext | checksum), for the AES enctypes.
+func encryptMessage(et etype.EType, key []byte, usage uint32, msg []byte) ([]byte, error) {
+	k, err := newSealKeys(et, key, usage)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, aes.BlockSize+len(msg)+k.hmacLen)
+	if _, err := rand.Read(buf[:aes.BlockSize]); err != nil {
+		return nil, fmt.Errorf("gss: confounder: %v", err)
+	}
+	copy(buf[aes.BlockSize:], msg)
+	k.seal(buf)
+	return buf, nil
+}
+
+// errIntegrity is decryptMessage's answer to a checksum that does not match.
+var errIntegrity = errors.New("gss: integrity check failed")
+
+// decryptMessage is RFC 3961 decrypt, as gokrb5's DecryptMessage, for the
+// AES enctypes: it checks the checksum and returns the plaintext without
+// the confounder.
+func decryptMessage(et etype.EType, key []byte, usage uint32, ct []byte) ([]byte, error) {
+	k, err := newSealKeys(et, key, usage)
+	if err != nil {
+		return nil, err
+	}
+	if len(ct) < aes.BlockSize+k.hmacLen {
+		return nil, fmt.Errorf("gss: encrypted message of %d bytes is too short", len(ct))
+	}
+	var first [aes.BlockSize]byte
+	out := make([]byte, len(ct)-k.hmacLen-aes.BlockSize)
+	if !k.open(&first, out, ct) {
+		return nil, errIntegrity
+	}
+	return out, nil
+}
 
 // seal encrypts buf[:n-hmacLen] in place, where buf holds confounder |
 // message | room for the checksum (len(buf) = n), and writes the checksum into

@@ -5,6 +5,8 @@ import (
 	"crypto/aes"
 	"encoding/binary"
 	"fmt"
+	"github.com/jcmturner/gokrb5/v8/crypto/common"
+	"github.com/jcmturner/gokrb5/v8/iana/etypeID"
 	"math/rand/v2"
 	"testing"
 )
@@ -215,3 +217,108 @@ func TestCTSMatchesGokrb5(t *testing.T) {
 func BenchmarkWrapReference(b *testing.B) { benchWrap(b, (*Wrapper).wrapReference) }
 
 func BenchmarkUnwrapReference(b *testing.B) { benchUnwrap(b, (*Wrapper).unwrapReference) }
+
+// TestDeriveKeyMatchesGokrb5: deriveKey (n-fold cached, DR with the
+// standard library's AES) gives gokrb5's DeriveKey for every enctype, the
+// usages a connection uses and a few others, and Ke, Ki and Kc constants.
+func TestDeriveKeyMatchesGokrb5(t *testing.T) {
+	for _, enctype := range allEnctypes {
+		et, _, err := checkEnctype(enctype)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			key := randomKey(t, enctype).KeyValue
+			for _, usage := range []uint32{1, 7, 11, 12, 22, 23, 24, 25, 1 << 20} {
+				for _, constant := range [][]byte{common.GetUsageKe(usage), common.GetUsageKi(usage), common.GetUsageKc(usage)} {
+					want, err := et.DeriveKey(key, constant)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := deriveKey(et, key, constant)
+					if err != nil || !bytes.Equal(got, want) {
+						t.Fatalf("%s usage %d constant %x: deriveKey = %x, %v; gokrb5 %x", EnctypeName(enctype), usage, constant, got, err, want)
+					}
+				}
+			}
+		}
+		if _, err := deriveKey(et, []byte("short"), common.GetUsageKe(11)); err == nil && !isRFC8009(enctype) {
+			t.Errorf("%s: deriveKey with a 5-byte key: no error", EnctypeName(enctype))
+		}
+	}
+}
+
+// TestMessageEncryptionMatchesGokrb5: what encryptMessage produces, gokrb5's
+// DecryptMessage opens, and what gokrb5's EncryptMessage produces,
+// decryptMessage opens; a flipped bit or a wrong usage is refused.
+func TestMessageEncryptionMatchesGokrb5(t *testing.T) {
+	for _, enctype := range allEnctypes {
+		et, _, err := checkEnctype(enctype)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := randomKey(t, enctype).KeyValue
+		for _, n := range []int{0, 1, 15, 16, 17, 100, 1000} {
+			msg := randomBytes(t, n)
+			ct, err := encryptMessage(et, key, 11, msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pt, err := et.DecryptMessage(key, ct, 11)
+			if err != nil || !bytes.Equal(pt, msg) {
+				t.Fatalf("%s n=%d: encryptMessage -> gokrb5 DecryptMessage: %v", EnctypeName(enctype), n, err)
+			}
+			_, ct2, err := et.EncryptMessage(key, msg, 12)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pt, err = decryptMessage(et, key, 12, ct2)
+			if err != nil || !bytes.Equal(pt, msg) {
+				t.Fatalf("%s n=%d: gokrb5 EncryptMessage -> decryptMessage: %v", EnctypeName(enctype), n, err)
+			}
+			if _, err := decryptMessage(et, key, 11, ct2); err == nil {
+				t.Fatalf("%s n=%d: decrypted with the wrong usage", EnctypeName(enctype), n)
+			}
+			ct2[len(ct2)/2] ^= 1
+			if _, err := decryptMessage(et, key, 12, ct2); err == nil {
+				t.Fatalf("%s n=%d: decrypted a tampered message", EnctypeName(enctype), n)
+			}
+			if _, err := decryptMessage(et, key, 12, ct2[:10]); err == nil {
+				t.Fatalf("%s: decrypted a 10-byte message", EnctypeName(enctype))
+			}
+		}
+	}
+}
+
+// isRFC8009 reports whether enctype is one of the RFC 8009 (SHA-2) enctypes.
+func isRFC8009(enctype int32) bool {
+	return enctype == etypeID.AES128_CTS_HMAC_SHA256_128 || enctype == etypeID.AES256_CTS_HMAC_SHA384_192
+}
+
+// BenchmarkDeriveKey is one key derivation (aes256-cts-hmac-sha1-96, Ke of
+// usage 24) by deriveKey against gokrb5's DeriveKey; a GSS connect takes
+// eight (AP-REQ, AP-REP, and the two directions of the wrap keys).
+func BenchmarkDeriveKey(b *testing.B) {
+	et, _, err := checkEnctype(etypeID.AES256_CTS_HMAC_SHA1_96)
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := make([]byte, 32)
+	constant := common.GetUsageKe(24)
+	for _, v := range []struct {
+		name   string
+		derive func() ([]byte, error)
+	}{
+		{"cached-nfold", func() ([]byte, error) { return deriveKey(et, key, constant) }},
+		{"gokrb5", func() ([]byte, error) { return et.DeriveKey(key, constant) }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := v.derive(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
