@@ -7,15 +7,17 @@
 //     05 04, Sealed flag), which gokrb5 lacks (its gssapi.WrapToken is
 //     integrity-only). It is the RFC 3961 "encrypt" of the enctype with the
 //     RFC 4121 key usages 22 (acceptor seal) and 24 (initiator seal). The
-//     keys Ke and Ki are derived once per Wrapper and direction with
-//     gokrb5's key derivation (RFC 3961 DK, RFC 8009 KDF-HMAC-SHA2); the
-//     per-message AES-CBC-CTS and truncated HMAC use the standard library
-//     and are checked against gokrb5's EncryptMessage/DecryptMessage in the
-//     tests.
+//     keys Ke and Ki are derived once per Wrapper and direction (RFC 3961
+//     DK with the standard library's AES and a cached n-fold for RFC 3962,
+//     gokrb5's KDF-HMAC-SHA2 for RFC 8009); the per-message AES-CBC-CTS and
+//     truncated HMAC use the standard library. Derivation and encryption
+//     are checked against gokrb5's DeriveKey, EncryptMessage and
+//     DecryptMessage in the tests.
 //   - Initiator: Kerberos V5 GSS-API context establishment with mutual
 //     authentication (RFC 4121 §4.1): it builds the AP-REQ itself, so that it
 //     knows its sequence number and subkey, and verifies the AP-REP, which
-//     gokrb5 does not do.
+//     gokrb5 does not do; the authenticator and the AP-REP use the same
+//     encryption as the wrap tokens.
 //   - NewConn: PostgreSQL's packet framing of wrap tokens (Int32 length plus
 //     one token, 16384 bytes at most per packet), as a net.Conn; and
 //     WriteToken/ReadToken for the context-establishment tokens.
