@@ -127,8 +127,8 @@ func WithCacheTTL(d time.Duration) Option {
 
 // New parses dsn and returns a Connector. It opens no connection.
 //
-// Errors name the bad key or value and never contain the password. Keys and values are those of
-// pgx.ParseConfig, plus:
+// Every error is a [*ParseError]: it names the bad key (and the allowed values) and never holds
+// the password or another secret. Keys and values are those of pgx.ParseConfig, plus:
 //   - gssencmode: disable, prefer (default) or require; PGGSSENCMODE when absent;
 //   - gssdelegation: 0 (default) or 1.
 //

@@ -364,24 +364,30 @@ func TestAuthMethods(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	plain, _ := servers(t)
+	// Every error of New is a *ParseError naming the key; settings_test.go has one case per key.
 	for _, tt := range []struct {
-		name, dsn string
-		want      []string // substrings of the error
+		name, dsn, key string
+		want           []string // substrings of the error
 	}{
-		{"unknown gssencmode", "host=h gssencmode=always", []string{"gssencmode", `"always"`, "disable, prefer, require"}},
-		{"unknown gssdelegation", "host=h gssdelegation=yes", []string{"gssdelegation", "0 or 1"}},
-		{"unknown sslmode", "host=h sslmode=sometimes", []string{"sslmode"}},
-		{"malformed URL", "postgres://user:s3cr3t-pw@host:notaport/db", []string{"port"}},
-		{"malformed keyword/value", "host=h password='s3cr3t-pw", []string{"unterminated"}},
-		{"bad port", "host=h port=99999 password=s3cr3t-pw", []string{"port"}},
-		{"unknown sslnegotiation", "host=h sslnegotiation=fast password=s3cr3t-pw", []string{"sslnegotiation", `"fast"`, "postgres or direct"}},
+		{"unknown gssencmode", "host=h gssencmode=always", "gssencmode", []string{`"always"`, "disable, prefer, require"}},
+		{"unknown gssdelegation", "host=h gssdelegation=yes", "gssdelegation", []string{"0, 1"}},
+		{"unknown sslmode", "host=h sslmode=sometimes", "sslmode", []string{"disable, allow, prefer, require, verify-ca, verify-full"}},
+		{"malformed URL", "postgres://user:s3cr3t-pw@host:notaport/db", "port", []string{"1 to 65535"}},
+		{"malformed keyword/value", "host=h password='s3cr3t-pw", "", []string{"not closed"}},
+		{"bad port", "host=h port=99999 password=s3cr3t-pw", "port", nil},
+		{"unknown sslnegotiation", "host=h sslnegotiation=fast password=s3cr3t-pw", "sslnegotiation", []string{`"fast"`, "postgres, direct"}},
+		{"empty gssencmode before the password", "host=h gssencmode= password=s3cr3t-pw", "gssencmode", []string{"value not shown"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := pgconnector.New(tt.dsn)
-			if err == nil {
-				t.Fatal("no error")
+			var pe *pgconnector.ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v (%T) is not a *ParseError", err, err)
 			}
-			for _, w := range tt.want {
+			if pe.Key != tt.key {
+				t.Errorf("error %q: Key %q, want %q", err, pe.Key, tt.key)
+			}
+			for _, w := range append(tt.want, tt.key) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
@@ -391,6 +397,17 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("sql.Open", func(t *testing.T) {
+		db, err := sql.Open("pgconnector", "host=h gssencmode= password=s3cr3t-pw")
+		if err == nil {
+			err = db.Ping()
+			db.Close()
+		}
+		var pe *pgconnector.ParseError
+		if !errors.As(err, &pe) || pe.Key != "gssencmode" || strings.Contains(err.Error(), "s3cr3t-pw") {
+			t.Errorf("sql.Open: %v, want a *ParseError for gssencmode without the password", err)
+		}
+	})
 
 	t.Run("unreachable host", func(t *testing.T) {
 		port := harness.FreePort(t)

@@ -2,12 +2,8 @@ package pgconnector
 
 import (
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"maps"
 	"os"
-	"regexp"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,31 +27,32 @@ type Settings struct {
 // parameters (the server rejects them: unrecognized configuration parameter).
 var libpqOnlyKeys = []string{"gssencmode", "gssdelegation"}
 
-// ParseSettings parses a connection string as New does. Errors name the bad key and value and
-// never contain the password.
+// ParseSettings parses a connection string as New does. Every error is a [*ParseError]: it names
+// the bad key (and the allowed values) and never holds the password or another secret.
 func ParseSettings(dsn string) (*Settings, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, redacted(dsn, err)
+		return nil, fromPgx(err)
 	}
 	switch cfg.SSLNegotiation {
 	case "", "postgres", "direct":
 	default:
 		// pgx keeps any value and treats it as "postgres"; libpq rejects it.
-		return nil, fmt.Errorf("pgconnector: invalid sslnegotiation %q: must be postgres or direct", cfg.SSLNegotiation)
+		return nil, invalidValue("sslnegotiation", "", cfg.SSLNegotiation, "postgres", "direct")
 	}
 	s := &Settings{Config: cfg}
 
 	params := maps.Clone(cfg.RuntimeParams)
 	gssenc, ok := params["gssencmode"]
+	env := ""
 	if !ok {
-		gssenc = os.Getenv("PGGSSENCMODE")
+		gssenc, env = os.Getenv("PGGSSENCMODE"), "PGGSSENCMODE"
 	}
 	if s.GSSEncMode, err = negotiation.ParseGSSEncMode(gssenc); err != nil {
-		return nil, fmt.Errorf("pgconnector: %w", err)
+		return nil, invalidValue("gssencmode", env, gssenc, "disable", "prefer", "require")
 	}
 	if s.GSSDelegation, err = negotiation.ParseGSSDelegation(params["gssdelegation"]); err != nil {
-		return nil, fmt.Errorf("pgconnector: %w", err)
+		return nil, invalidValue("gssdelegation", "", params["gssdelegation"], "0", "1")
 	}
 	for _, k := range libpqOnlyKeys {
 		delete(params, k)
@@ -64,7 +61,7 @@ func ParseSettings(dsn string) (*Settings, error) {
 
 	s.Hosts = hostsOf(&cfg.Config)
 	if len(s.Hosts) == 0 {
-		return nil, errNoHost
+		return nil, &ParseError{Key: "host", msg: "connection string has no host"}
 	}
 	return s, nil
 }
@@ -119,34 +116,3 @@ func requiredMode(c *tls.Config) negotiation.SSLMode {
 	}
 	return negotiation.SSLModeRequire
 }
-
-var errNoHost = errors.New("pgconnector: connection string has no host")
-
-// Where a connection string may hold a secret: password= and sslpassword= values (quoted or not)
-// and the password of a URL's user information.
-var secretPatterns = []*regexp.Regexp{
-	regexp.MustCompile(`(?i)(?:ssl)?password\s*=\s*'((?:[^'\\]|\\.)*)'`),
-	regexp.MustCompile(`(?i)(?:ssl)?password\s*=\s*([^\s'&]+)`),
-	regexp.MustCompile(`://[^:/@?#\s]*:([^@\s]*)@`),
-}
-
-// redacted returns err with every secret of dsn masked. pgx masks the password in the
-// connection string it quotes, but not in every message of a malformed string (a URL with
-// spaces, a stray key): an error of this package never shows one.
-func redacted(dsn string, err error) error {
-	msg := err.Error()
-	for _, re := range secretPatterns {
-		for _, m := range re.FindAllStringSubmatch(dsn, -1) {
-			if secret := m[1]; secret != "" {
-				msg = strings.ReplaceAll(msg, secret, "xxxxx")
-			}
-		}
-	}
-	return &ParseError{msg: "pgconnector: " + msg}
-}
-
-// ParseError is a connection string that New could not parse. Its message never contains a
-// password. It does not unwrap to pgx's error, whose message may quote the secret.
-type ParseError struct{ msg string }
-
-func (e *ParseError) Error() string { return e.msg }

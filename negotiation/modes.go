@@ -8,7 +8,10 @@
 // executes the decision and reports every step to a [Trace].
 package negotiation
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // SSLMode is libpq's sslmode (https://www.postgresql.org/docs/current/libpq-ssl.html#LIBPQ-SSL-PROTECTION).
 // The zero value is invalid; pgx's default, like libpq's, is SSLModePrefer.
@@ -56,7 +59,8 @@ func (m GSSEncMode) String() string {
 }
 
 // ParseGSSEncMode parses a gssencmode value. An empty string is the default, prefer.
-// The error names the key, the bad value and the allowed values.
+// The error names the key and the allowed values; it does not quote the value, which may hold
+// anything (a key left empty takes the next word of a connection string, password=... included).
 func ParseGSSEncMode(s string) (GSSEncMode, error) {
 	switch s {
 	case "", "prefer":
@@ -66,10 +70,11 @@ func ParseGSSEncMode(s string) (GSSEncMode, error) {
 	case "require":
 		return GSSEncModeRequire, nil
 	}
-	return 0, fmt.Errorf("invalid gssencmode %q: must be one of disable, prefer, require", s)
+	return 0, errors.New("invalid gssencmode: must be one of disable, prefer, require")
 }
 
-// ParseGSSDelegation parses libpq's gssdelegation: "0" (default) or "1".
+// ParseGSSDelegation parses libpq's gssdelegation: "0" (default) or "1". As for
+// ParseGSSEncMode, the error does not quote the value.
 func ParseGSSDelegation(s string) (bool, error) {
 	switch s {
 	case "", "0":
@@ -77,5 +82,5 @@ func ParseGSSDelegation(s string) (bool, error) {
 	case "1":
 		return true, nil
 	}
-	return false, fmt.Errorf("invalid gssdelegation %q: must be 0 or 1", s)
+	return false, errors.New("invalid gssdelegation: must be 0 or 1")
 }
