@@ -51,14 +51,7 @@ func TestMain(m *testing.M) {
 	// and say where the credentials are.
 	os.Setenv("KRB5CCNAME", "FILE:/nonexistent/pgconnector-test-ccache")
 	os.Setenv("KRB5_CLIENT_KTNAME", "")
-	code := m.Run()
-	for _, p := range []*harness.Postgres{plainServer, tlsServer} {
-		if p != nil {
-			p.Stop()
-		}
-	}
-	harness.Cleanup()
-	os.Exit(code)
+	os.Exit(harness.Run(m)) // stops the shared servers too
 }
 
 func mustParsePgx(t testing.TB, dsn string) *pgx.ConnConfig {

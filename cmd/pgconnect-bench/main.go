@@ -189,7 +189,7 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "pgconnect-bench-")
+	tmp, err := harness.TempDir("pgconnect-bench-") // removed with the harness's files, however the run ends
 	if err != nil {
 		return nil, err
 	}

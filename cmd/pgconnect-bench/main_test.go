@@ -18,11 +18,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain(os.Stdin, os.Stdout))
 	}
-	code := m.Run()
-	if err := harness.Cleanup(); err != nil && code == 0 {
-		code = 1
-	}
-	os.Exit(code)
+	os.Exit(harness.Run(m))
 }
 
 // TestQuickRun runs every scenario with the -quick counts against real servers, a real KDC,

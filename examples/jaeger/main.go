@@ -69,6 +69,9 @@ func main() {
 }
 
 func run(ctx context.Context, listen, otlp string, once, startJaeger bool) error {
+	// Runs last: stops whatever the harness still runs (Jaeger, the cluster) and removes its
+	// files, the initdb template included. A no-op when the harness started nothing.
+	defer harness.Cleanup()
 	var jaeger *harness.Jaeger
 	if startJaeger {
 		fmt.Printf("starting Jaeger %s on loopback (the first run builds it: about 16 minutes on two cores)...\n", harness.JaegerVersion)

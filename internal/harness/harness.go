@@ -14,12 +14,13 @@
 // server.
 //
 // PostgreSQL refuses to run as root; a harness running as root starts the
-// server programs as the "postgres" account (or "nobody"). Clusters live under
-// /dev/shm when it is a large tmpfs and $TMPDIR is unset, else under
-// os.TempDir(), in a directory named pgconnector-harness-* per process. A
-// process that dies without stopping its servers (a test binary killed by
-// -timeout, say) leaves them running; the next process that uses the harness
-// stops them and removes their files.
+// server programs as the "postgres" account (or "nobody"). Everything the
+// harness makes in a process (the template, clusters, KDCs, Jaeger's files)
+// lives in one directory, under /dev/shm when it is a large tmpfs and $TMPDIR
+// is unset, else under os.TempDir(), named pgconnector-harness-*. Cleanup
+// removes it and stops what runs from it; when the process ends without
+// Cleanup (a test that panics, -timeout, Ctrl-C, SIGKILL), a guardian process
+// does the same (guardian.go). Leftovers lists what a process left behind.
 //
 // For GSSAPI (Kerberos) tests the harness also starts throwaway MIT KDCs
 // (StartKDC, kdc.go) and servers that accept Kerberos with a keytab from such
@@ -827,6 +828,9 @@ func (p *Postgres) writeConf() error {
 		"full_page_writes = off",
 		"max_connections = 200",
 		"shared_buffers = '16MB'",
+		// Parallel query's segments in the data directory (pg_dynshmem), not /dev/shm:
+		// nothing of a cluster outlives its directory, even a postmaster killed with SIGKILL.
+		"dynamic_shared_memory_type = mmap",
 		"logging_collector = off",
 		"log_connections = on",
 		"log_disconnections = off",

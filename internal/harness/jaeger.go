@@ -35,10 +35,6 @@ const (
 	JaegerBinaryEnv = "PGCONNECTOR_JAEGER"
 )
 
-// jaegerPrefix names the temporary directory of each running Jaeger (configuration, log,
-// owner and pid files) in os.TempDir().
-const jaegerPrefix = "pgconnector-jaeger-"
-
 // Jaeger is a running Jaeger v2 with in-memory storage on 127.0.0.1: the OTLP receiver (gRPC and
 // HTTP) and the query service (HTTP, with the /api/v3 JSON API, and gRPC), each on a port chosen
 // at start. Nothing it runs listens on another address: StartJaeger checks the process's
@@ -120,17 +116,16 @@ func startJaeger(ctx context.Context, logf func(format string, args ...any)) (*J
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	sweepStaleJaegers()
 	bin, err := jaegerBinary(ctx, logf)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", jaegerPrefix+"*")
+	base, err := processDir()
 	if err != nil {
-		return nil, fmt.Errorf("harness: %w", err)
+		return nil, err
 	}
-	if err := writeOwner(dir); err != nil {
-		_ = os.RemoveAll(dir)
+	dir, err := os.MkdirTemp(base, "jaeger-*")
+	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
 	j := &Jaeger{
@@ -220,7 +215,8 @@ func (j *Jaeger) start(ctx context.Context) error {
 	mark, _ := logFile.Seek(0, io.SeekEnd)
 
 	// Not CommandContext: Jaeger outlives ctx. Pdeathsig stops it if this process dies without
-	// calling Stop (sweepStaleJaegers covers the rest).
+	// calling Stop; the guardian (guardian.go) covers the rest, finding it by its working
+	// directory.
 	cmd := exec.Command(j.Binary, "--config", conf)
 	cmd.Dir = j.Dir
 	cmd.Env = jaegerEnv()
@@ -349,22 +345,6 @@ func (j *Jaeger) stopProcess() error {
 		return nil
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("harness: Jaeger (pid %d) did not stop", j.pid)
-	}
-}
-
-// sweepStaleJaegers stops the Jaegers of temporary directories whose owning process is gone and
-// removes those directories. Errors are ignored: this is only housekeeping.
-func sweepStaleJaegers() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), jaegerPrefix+"*"))
-	for _, dir := range dirs {
-		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || ownerAlive(dir) {
-			continue
-		}
-		if pid := readPidFile(filepath.Join(dir, "jaeger.pid")); pid > 0 && procComm(pid) == "jaeger" {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			waitGone(pid, 10*time.Second)
-		}
-		_ = os.RemoveAll(dir)
 	}
 }
 

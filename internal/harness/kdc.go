@@ -182,10 +182,9 @@ var kdcStartMu sync.Mutex
 // StartKDC creates a new realm and starts its KDC. It is meant for programs;
 // tests use StartKDCT. The caller must call Stop.
 //
-// It needs the PostgreSQL server programs too (the KDC shares the harness's
-// per-process directory, made by the first Start or StartKDC), and the MIT
-// Kerberos programs krb5kdc, kdb5_util and kadmin.local. A start takes about
-// 50 ms once the per-process directory exists.
+// It needs the MIT Kerberos programs krb5kdc, kdb5_util and kadmin.local. Its
+// files (database, configuration, keytabs, log) are in the harness's
+// per-process directory (see Cleanup). A start takes about 50 ms.
 func StartKDC(ctx context.Context, opts KDCOptions) (*KDC, error) {
 	realm := opts.Realm
 	if realm == "" {
@@ -208,11 +207,11 @@ func StartKDC(ctx context.Context, opts KDCOptions) (*KDC, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := setup(ctx)
+	base, err := processDir()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(e.base, "kdc-*")
+	dir, err := os.MkdirTemp(base, "kdc-*")
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}

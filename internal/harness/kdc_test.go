@@ -251,10 +251,6 @@ func TestSweepStopsStaleKDC(t *testing.T) {
 	t.Parallel()
 	k := StartKDCT(t, KDCOptions{})
 	pid := readPidFile(k.pidFile)
-	e, err := setup(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A base directory whose owner is a process that has exited.
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
@@ -275,7 +271,7 @@ func TestSweepStopsStaleKDC(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(base, "kdc-1", "krb5kdc.pid"), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sweepStale(e.acct, e.bin)
+	sweepStale()
 	if !waitGone(pid, 5*time.Second) {
 		t.Errorf("krb5kdc %d still running after the sweep", pid)
 	}

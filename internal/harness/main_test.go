@@ -5,8 +5,4 @@ import (
 	"testing"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	_ = Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(Run(m)) }

@@ -12,17 +12,17 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
+	"testing"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // basePrefix names the per-process directory (under /dev/shm or
-// os.TempDir(), see makeBase) that holds the template cluster and every
-// cluster this process starts.
+// os.TempDir(), see makeBase) that holds everything the process's harness
+// makes: the template cluster, every cluster, KDC and Jaeger (guardian.go).
 const basePrefix = "pgconnector-harness-"
 
-// env is the per-process state shared by all clusters: the programs, the
+// env is the per-process state of the PostgreSQL part: the programs, the
 // account that runs them, the base directory and the initdb template.
 type env struct {
 	bin      *binaries
@@ -32,14 +32,51 @@ type env struct {
 }
 
 var (
-	procMu  sync.Mutex
-	procEnv *env
+	procMu    sync.Mutex
+	procBase  string   // the base directory; "" until the first start, and after Cleanup
+	procGuard *os.File // write end of the guardian's pipe
+	procEnv   *env
 )
 
-// setup prepares the per-process state once. Unlike sync.Once it retries after
-// a failure (a cancelled context in the first caller must not poison every
-// later test), but after one success it is never run again: initdb runs once
-// per process.
+// processDir returns the base directory, creating it (and its guardian) on first use.
+func processDir() (string, error) {
+	procMu.Lock()
+	defer procMu.Unlock()
+	return processDirLocked()
+}
+
+func processDirLocked() (string, error) {
+	if procBase != "" {
+		return procBase, nil
+	}
+	sweepStale()
+	base, err := makeBase()
+	if err != nil {
+		return "", fmt.Errorf("harness: %w", err)
+	}
+	// MkdirTemp makes 0700 directories; the server account must be able to
+	// traverse this one to reach its clusters.
+	if err := os.Chmod(base, 0o755); err != nil {
+		_ = os.RemoveAll(base)
+		return "", fmt.Errorf("harness: %w", err)
+	}
+	if err := writeOwner(base); err != nil {
+		_ = os.RemoveAll(base)
+		return "", fmt.Errorf("harness: %w", err)
+	}
+	guard, err := startGuardian(base)
+	if err != nil {
+		_ = os.RemoveAll(base)
+		return "", fmt.Errorf("harness: %w", err)
+	}
+	procBase, procGuard = base, guard
+	return base, nil
+}
+
+// setup prepares the PostgreSQL part of the per-process state once. Unlike
+// sync.Once it retries after a failure (a cancelled context in the first caller
+// must not poison every later test), but after one success it is never run
+// again: initdb runs once per process.
 func setup(ctx context.Context) (*env, error) {
 	procMu.Lock()
 	defer procMu.Unlock()
@@ -54,52 +91,68 @@ func setup(ctx context.Context) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	sweepStale(acct, bin)
-
-	base, err := makeBase()
+	base, err := processDirLocked()
 	if err != nil {
-		return nil, fmt.Errorf("harness: %w", err)
-	}
-	// MkdirTemp makes 0700 directories; the server account must be able to
-	// traverse this one to reach its clusters.
-	if err := os.Chmod(base, 0o755); err != nil {
-		_ = os.RemoveAll(base)
-		return nil, fmt.Errorf("harness: %w", err)
-	}
-	if err := writeOwner(base); err != nil {
-		_ = os.RemoveAll(base)
-		return nil, fmt.Errorf("harness: %w", err)
+		return nil, err
 	}
 	if err := acct.canTraverse(filepath.Dir(base)); err != nil {
-		_ = os.RemoveAll(base)
 		return nil, err
 	}
 	e := &env{bin: bin, acct: acct, base: base, template: filepath.Join(base, "template")}
 	if err := e.makeTemplate(ctx); err != nil {
-		_ = os.RemoveAll(base)
+		_ = os.RemoveAll(e.template)
 		return nil, err
 	}
 	procEnv = e
 	return e, nil
 }
 
-// Cleanup removes this process's base directory (the initdb template and the
-// directories of clusters already stopped). Call it once every server has been
-// stopped, at the end of a program or of TestMain; a later Start sets up again.
-// Without it the template (tens of MB, in /dev/shm) stays until the next
-// process that uses the harness sweeps it.
+// TempDir creates a new directory in the harness's per-process directory, for
+// files that must go when the harness's servers go: Cleanup, or the guardian
+// when the process ends without it, removes it. pattern is as for os.MkdirTemp.
+func TempDir(pattern string) (string, error) {
+	base, err := processDir()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp(base, "tmp-"+pattern)
+	if err != nil {
+		return "", fmt.Errorf("harness: %w", err)
+	}
+	return dir, nil
+}
+
+// Run runs the tests of m, then Cleanup, and returns the exit code for os.Exit;
+// a Cleanup that fails fails a run that passed. It is the TestMain of a package
+// whose tests use the harness:
+//
+//	func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
+func Run(m *testing.M) int {
+	code := m.Run()
+	if err := Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// Cleanup stops every server, KDC and Jaeger of this process that still runs
+// and removes the per-process directory (the initdb template, KDC state, all
+// that TempDir made). Programs call it at their end and test binaries at the
+// end of TestMain; a later Start sets up again. Without it the guardian does
+// the same once the process has ended, a moment later.
 func Cleanup() error {
 	procMu.Lock()
 	defer procMu.Unlock()
-	if procEnv == nil {
+	if procBase == "" {
 		return nil
 	}
-	base := procEnv.base
-	procEnv = nil
-	if err := os.RemoveAll(base); err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	return nil
+	err := reap(procBase)
+	_ = procGuard.Close() // the guardian finds the directory gone and exits
+	procBase, procGuard, procEnv = "", nil, nil
+	return err
 }
 
 // makeTemplate runs initdb once, then starts the new cluster briefly (unix
@@ -139,6 +192,7 @@ func (e *env) makeTemplate(ctx context.Context) error {
 		"fsync = off",
 		"synchronous_commit = off",
 		"full_page_writes = off",
+		"dynamic_shared_memory_type = mmap", // as for every cluster: see writeConf
 		"logging_collector = off",
 		"",
 	}, "\n")), 0o600); err != nil {
@@ -380,10 +434,10 @@ func ownerAlive(base string) bool {
 	return kv["start"] == "" || start == kv["start"]
 }
 
-// sweepStale stops the clusters and KDCs of base directories whose owning
-// process is gone and removes those directories. Errors are ignored: this is only
-// housekeeping.
-func sweepStale(acct *serverAccount, bin *binaries) {
+// sweepStale reaps the base directories whose owning process is gone (and
+// whose guardian could not clean up: it was killed too). Errors are ignored:
+// this is only housekeeping.
+func sweepStale() {
 	var dirs []string
 	for _, root := range append(tempRoots(), shmDir) {
 		m, _ := filepath.Glob(filepath.Join(root, basePrefix+"*"))
@@ -398,20 +452,6 @@ func sweepStale(acct *serverAccount, bin *binaries) {
 		if fi, err := os.Lstat(base); err != nil || !fi.IsDir() || ownerAlive(base) {
 			continue
 		}
-		kdcs, _ := filepath.Glob(filepath.Join(base, "kdc-*", "krb5kdc.pid"))
-		for _, pidFile := range kdcs {
-			_ = stopKDCProcess(readPidFile(pidFile))
-		}
-		datas, _ := filepath.Glob(filepath.Join(base, "cluster-*", "data"))
-		datas = append(datas, filepath.Join(base, "template"))
-		for _, data := range datas {
-			if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err != nil {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, _ = acct.run(ctx, bin.pgCtl, "stop", "-m", "immediate", "-w", "-t", "20", "-s", "-D", data)
-			cancel()
-		}
-		_ = os.RemoveAll(base)
+		_ = reap(base)
 	}
 }
