@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what it needs (PostgreSQL server binaries, Go modules), then
-# go vet, the tests with the race detector, and a short run of each fuzz target.
+# go vet, gofmt, a short run of the connection-string fuzz target, the tests with the race
+# detector, and a check that the tests left nothing of the harness behind.
 # The tests start their own throwaway PostgreSQL clusters on loopback; nothing else is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,34 @@ go vet ./...
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; fi
+
+# What the harness makes lives in pgconnector-harness-* directories in /dev/shm or the temporary
+# directory; clusters keep no shared memory file of their own in /dev/shm.
+harness_files() {
+  ls -d /dev/shm/pgconnector-* /dev/shm/PostgreSQL.* "${TMPDIR:-/tmp}"/pgconnector-harness-* 2>/dev/null | sort || true
+}
+before=$(harness_files)
+
 echo "== fuzz (${FUZZTIME:=15s} each)"
+# A failing input is written to testdata/fuzz/: fix the cause and commit it as a regression case.
 go test -run '^$' -fuzz '^FuzzParseSettings$' -fuzztime "$FUZZTIME" .
 echo "== go test -race"
-go test -race -count=1 -timeout 60m "$@" ./...
+status=0
+go test -race -count=1 -timeout 60m "$@" ./... || status=$?
+
+echo "== nothing of the harness left behind"
+# A test binary that did not end normally is cleaned up after by its guardian process, a moment
+# after it ended.
+for _ in $(seq 60); do
+  left=$(comm -13 <(echo "$before") <(harness_files))
+  [ -z "$left" ] && break
+  sleep 0.5
+done
+if [ -n "$left" ]; then
+  echo "left behind by the tests:"
+  echo "$left"
+  [ "$status" -ne 0 ] || status=1
+else
+  echo "nothing"
+fi
+exit "$status"
