@@ -366,7 +366,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown gssdelegation", "host=h gssdelegation=yes", "gssdelegation", []string{"0, 1"}},
 		{"unknown sslmode", "host=h sslmode=sometimes", "sslmode", []string{"disable, allow, prefer, require, verify-ca, verify-full"}},
 		{"malformed URL", "postgres://user:s3cr3t-pw@host:notaport/db", "port", []string{"1 to 65535"}},
-		{"malformed keyword/value", "host=h password='s3cr3t-pw", "", []string{"not closed"}},
+		{"malformed keyword/value", "host=h password='s3cr3t-pw", "password", []string{"not closed"}},
 		{"bad port", "host=h port=99999 password=s3cr3t-pw", "port", nil},
 		{"unknown sslnegotiation", "host=h sslnegotiation=fast password=s3cr3t-pw", "sslnegotiation", []string{`"fast"`, "postgres, direct"}},
 		{"empty gssencmode before the password", "host=h gssencmode= password=s3cr3t-pw", "gssencmode", []string{"value not shown"}},

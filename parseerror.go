@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -21,8 +22,9 @@ import (
 // pgx's error, whose message may quote the connection string.
 type ParseError struct {
 	// Key is the connection-string key at fault, as libpq names it: "gssencmode", "sslmode",
-	// "port", ... It is "" when the string itself is malformed (an unclosed quote, a word without
-	// "=", a bad URL), where no key can be blamed.
+	// "port", ... A malformed string names the key when it can (an unclosed quote names the key
+	// whose value it opens, a bad escape in a URL's password "password"), else Key is "" (a word
+	// without "=", a bad URL host).
 	Key string
 	// Env is the environment variable the bad value came from (PGGSSENCMODE, say), or "".
 	Env string
@@ -99,9 +101,18 @@ func fromPgx(err error) *ParseError {
 	}
 	switch {
 	case msg == "failed to parse as keyword/value":
+		if strings.HasPrefix(innerMsg, "unterminated quoted string") {
+			if key := unclosedQuoteKey(pce.ConnString); key != "" {
+				return e(key, "malformed connection string: the quoted value of %s is not closed with '", key)
+			}
+		}
 		return e("", "malformed connection string: %s", keywordValueProblem(innerMsg))
 	case msg == "failed to parse as URL":
-		return e("", "malformed connection URL: %s", urlProblem(innerMsg))
+		// pgx names the password, and only the password, instead of quoting it.
+		if strings.HasSuffix(innerMsg, " in password") || strings.Contains(innerMsg, " in password,") {
+			return e("password", "malformed connection URL: %s", urlProblem(innerMsg, "the password"))
+		}
+		return e("", "malformed connection URL: %s", urlProblem(innerMsg, "it"))
 	case msg == "failed to read service":
 		switch {
 		case strings.HasPrefix(innerMsg, "unable to find service: "):
@@ -156,16 +167,68 @@ func keywordValueProblem(inner string) string {
 	return "expected " + keywordValueExample
 }
 
+// keyName is what a connection-string key (or a server setting passed as one) looks like.
+var keyName = regexp.MustCompile(`^[a-z_][a-z0-9_.]{0,63}$`)
+
+// unclosedQuoteKey returns the key whose quoted value is not closed in a keyword/value string,
+// read as libpq reads one (fe-connect.c, conninfo_parse): white space between pairs and around
+// "=", a backslash escaping the next character in a value. It returns "" when there is none.
+func unclosedQuoteKey(s string) string {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' }
+	i := 0
+	skip := func() {
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+	}
+	for {
+		skip()
+		start := i
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
+			i++
+		}
+		key := s[start:i]
+		skip()
+		if key == "" || i >= len(s) || s[i] != '=' {
+			return ""
+		}
+		i++
+		skip()
+		quoted := i < len(s) && s[i] == '\''
+		if quoted {
+			i++
+		}
+		for ; i < len(s); i++ {
+			if s[i] == '\\' {
+				i++
+			} else if quoted && s[i] == '\'' || !quoted && isSpace(s[i]) {
+				break
+			}
+		}
+		if quoted && i >= len(s) {
+			if !keyName.MatchString(key) {
+				return "" // not a key name: a stray word, maybe a secret
+			}
+			return key
+		}
+		i++
+		if i >= len(s) {
+			return ""
+		}
+	}
+}
+
 // urlProblem says what is wrong with a postgres:// URL, from pgx's inner message
-// (pgconn/parse_url.go), which may quote a part of the URL.
-func urlProblem(inner string) string {
+// (pgconn/parse_url.go), which may quote a part of the URL; subject is the part at fault, as far
+// as known ("it", "the password").
+func urlProblem(inner, subject string) string {
 	switch {
 	case strings.Contains(inner, "NUL byte"), strings.Contains(inner, "%00"):
-		return "it holds a NUL byte"
+		return subject + " holds a NUL byte"
 	case strings.Contains(inner, "percent-encoded token"):
-		return "a bad percent-encoding (% must be followed by two hexadecimal digits)"
+		return subject + " has a bad percent-encoding (% must be followed by two hexadecimal digits)"
 	case strings.HasPrefix(inner, "unexpected spaces"):
-		return "white space inside a component (write %20)"
+		return subject + " has white space (write %20)"
 	case strings.Contains(inner, "IPv6 host address"):
 		return "an IPv6 host address in [] is empty or not closed"
 	case strings.HasPrefix(inner, "unexpected character"):
