@@ -42,6 +42,10 @@ func NewCache(ttl time.Duration) *Cache {
 func (c *Cache) Known(k Key) Known {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.known(k)
+}
+
+func (c *Cache) known(k Key) Known {
 	e := c.entries[k]
 	if e == nil {
 		return Known{}
@@ -57,12 +61,20 @@ func (c *Cache) Known(k Key) Known {
 	return kn
 }
 
-// BeginProbe claims the probe of k. It returns (nil, true) when the caller is the one to probe
-// and must call [Cache.EndProbe]; otherwise it returns a channel closed when the running probe
-// ends, after which the caller decides again from [Cache.Known].
-func (c *Cache) BeginProbe(k Key) (wait <-chan struct{}, leader bool) {
+// BeginProbe claims the probe of k for a caller that decided to probe from seen, what [Cache.Known]
+// returned. It returns (nil, true) when the caller is the one to probe and must call
+// [Cache.EndProbe]. Otherwise it returns a channel that is closed when the running probe ends, or
+// already closed when what is known of k is no longer seen (a probe ended between the caller's
+// Known and this call); either way the caller then decides again from [Cache.Known]. Checking
+// seen under the same lock as the claim is what makes one probe per key: without it a caller
+// that read Known just before another probe ended would probe a second time. It does not
+// allocate unless it makes the caller the prober.
+func (c *Cache) BeginProbe(k Key, seen Known) (wait <-chan struct{}, leader bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.known(k) != seen {
+		return decideAgain, false
+	}
 	e := c.entry(k)
 	if e.probe != nil {
 		return e.probe, false
@@ -70,6 +82,9 @@ func (c *Cache) BeginProbe(k Key) (wait <-chan struct{}, leader bool) {
 	e.probe = make(chan struct{})
 	return nil, true
 }
+
+// decideAgain is a closed channel: "decide again now".
+var decideAgain = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // EndProbe releases the probe of k claimed by BeginProbe. It may be called more than once.
 func (c *Cache) EndProbe(k Key) {

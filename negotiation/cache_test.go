@@ -47,8 +47,15 @@ func TestCacheZeroTTLRemembersNothing(t *testing.T) {
 	}
 }
 
-// Many goroutines asking at once: one leads, the others wait until it ends.
+// Many goroutines asking at once: one leads, the others wait until it ends. Run many times: a
+// goroutine that reads Known just before the probe ends must not probe a second time.
 func TestCacheSingleProbe(t *testing.T) {
+	for range 200 {
+		singleProbe(t)
+	}
+}
+
+func singleProbe(t *testing.T) {
 	c := NewCache(time.Minute)
 	k := Key{Host: "h", Port: 1}
 	var leaders atomic.Int32
@@ -60,10 +67,11 @@ func TestCacheSingleProbe(t *testing.T) {
 			defer wg.Done()
 			<-start
 			for {
-				if c.Known(k).SSL != AnswerUnknown {
+				seen := c.Known(k)
+				if seen.SSL != AnswerUnknown {
 					return
 				}
-				wait, lead := c.BeginProbe(k)
+				wait, lead := c.BeginProbe(k, seen)
 				if lead {
 					leaders.Add(1)
 					c.SetSSL(k, AnswerNo)

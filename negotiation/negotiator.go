@@ -208,7 +208,7 @@ func (n *Negotiator) decide(ctx context.Context, h *Host, key Key, creds GSSCred
 			return plan, in, false, err
 		}
 		if plan.Learns && n.cfg.Cache.remembers() {
-			wait, lead := n.cfg.Cache.BeginProbe(key)
+			wait, lead := n.cfg.Cache.BeginProbe(key, in.Known)
 			if !lead {
 				if err := n.waitProbe(ctx, h, wait); err != nil {
 					return plan, in, false, err
