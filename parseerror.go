@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -34,13 +36,23 @@ type ParseError struct {
 
 func (e *ParseError) Error() string { return "pgconnector: " + e.msg }
 
-// invalidValue is a ParseError for a key whose value is not one of allowed.
-func invalidValue(key, env, value string, allowed ...string) *ParseError {
-	msg := "invalid " + key + " " + shown(value)
-	if env != "" {
-		msg += " (from " + env + ")"
+// source is where a key's value came from, as far as known: the connection string, or the
+// environment variable named env; known says whether value is the value.
+type source struct {
+	value, env string
+	known      bool
+}
+
+// invalid is a ParseError for a key whose value is not allowed; must says what it must be.
+func invalid(key string, src source, must string) *ParseError {
+	msg := "invalid " + key
+	if src.known {
+		msg += " " + shown(src.value)
 	}
-	return &ParseError{Key: key, Env: env, msg: msg + ": must be " + oneOf(allowed)}
+	if src.env != "" {
+		msg += " (from " + src.env + ")"
+	}
+	return &ParseError{Key: key, Env: src.env, msg: msg + ": must be " + must}
 }
 
 func oneOf(allowed []string) string {
@@ -81,7 +93,10 @@ var (
 // own: pgx's message is not passed on, as it may quote a value or the connection string. Every
 // message pgx 5 writes is recognised; one that is not (a newer pgx) gives a message that says
 // pgx refused the string, without its text.
-func fromPgx(err error) *ParseError {
+//
+// dsn is the string pgx parsed: the message says where a bad value came from (the string, or an
+// environment variable) and shows it when that is safe.
+func fromPgx(err error, dsn string) *ParseError {
 	var pce *pgconn.ParseConfigError
 	if !errors.As(err, &pce) {
 		return &ParseError{msg: "invalid connection string (pgx's message is not shown: it may quote a value)"}
@@ -98,6 +113,18 @@ func fromPgx(err error) *ParseError {
 	}
 	e := func(key, format string, args ...any) *ParseError {
 		return &ParseError{Key: key, msg: fmt.Sprintf(format, args...)}
+	}
+	// bad is the error for a value of key that is not allowed; pgx quotes some values itself
+	// (after prefix, or quoted with %q), the others are looked up in dsn.
+	bad := func(key, must, prefix string, quoted bool) *ParseError {
+		src := sourceOf(dsn, key)
+		if v, ok := strings.CutPrefix(msg, prefix); ok && prefix != "" {
+			if quoted {
+				v, _ = strconv.Unquote(v)
+			}
+			src.value, src.known = v, true
+		}
+		return invalid(key, src, must)
 	}
 	switch {
 	case msg == "failed to parse as keyword/value":
@@ -122,33 +149,38 @@ func fromPgx(err error) *ParseError {
 			return e("service", "cannot read the service file (PGSERVICEFILE, servicefile, else ~/.pg_service.conf)")
 		}
 	case msg == "invalid sslcertmode":
-		return invalidValue("sslcertmode", "", strings.TrimPrefix(innerMsg, "unknown sslcertmode value: "), sslCertModes...)
+		src := sourceOf(dsn, "sslcertmode")
+		if v, ok := strings.CutPrefix(innerMsg, "unknown sslcertmode value: "); ok {
+			src.value, src.known = v, true
+		}
+		return invalid("sslcertmode", src, oneOf(sslCertModes))
 	case msg == "invalid connect_timeout":
-		return e("connect_timeout", "invalid connect_timeout: must be a whole number of seconds, 0 or more")
+		return bad("connect_timeout", "a whole number of seconds, 0 or more", "", false)
 	case msg == "invalid port":
-		return e("port", "invalid port: must be a number from 1 to 65535 (or a comma-separated list of them, one per host)")
+		return bad("port", "a number from 1 to 65535 (or a comma-separated list of them, one per host)", "", false)
 	case strings.HasPrefix(msg, "could not match ") && strings.HasSuffix(msg, " hosts"):
 		var ports, hosts int
 		if _, err := fmt.Sscanf(msg, "could not match %d port numbers to %d hosts", &ports, &hosts); err == nil {
-			return e("port", "%d ports for %d hosts: give one port for all hosts or one per host", ports, hosts)
+			return e("port", "%d ports for %s: give one port for all hosts or one per host", ports, plural(hosts, "host"))
 		}
 		return e("port", "the number of ports does not match the number of hosts")
 	case msg == "failed to configure TLS":
+		if innerMsg == "sslmode is invalid" {
+			return bad("sslmode", oneOf(sslModes), "", false)
+		}
 		return tlsProblem(inner, innerMsg)
 	case strings.HasPrefix(msg, "unknown target_session_attrs value: "):
-		return invalidValue("target_session_attrs", "", strings.TrimPrefix(msg, "unknown target_session_attrs value: "), targetSessionAttrs...)
+		return bad("target_session_attrs", oneOf(targetSessionAttrs), "unknown target_session_attrs value: ", false)
 	case strings.HasPrefix(msg, "invalid min_protocol_version: "):
-		v, _ := strconv.Unquote(strings.TrimPrefix(msg, "invalid min_protocol_version: "))
-		return invalidValue("min_protocol_version", "", v, protocolVersions...)
+		return bad("min_protocol_version", oneOf(protocolVersions), "invalid min_protocol_version: ", true)
 	case strings.HasPrefix(msg, "invalid max_protocol_version: "):
-		v, _ := strconv.Unquote(strings.TrimPrefix(msg, "invalid max_protocol_version: "))
-		return invalidValue("max_protocol_version", "", v, protocolVersions...)
+		return bad("max_protocol_version", oneOf(protocolVersions), "invalid max_protocol_version: ", true)
 	case msg == "min_protocol_version cannot be greater than max_protocol_version":
 		return e("min_protocol_version", "min_protocol_version is greater than max_protocol_version")
 	case strings.HasPrefix(msg, "unknown channel_binding value: "):
-		return invalidValue("channel_binding", "", strings.TrimPrefix(msg, "unknown channel_binding value: "), channelBindings...)
+		return bad("channel_binding", oneOf(channelBindings), "unknown channel_binding value: ", false)
 	case msg == "invalid require_auth":
-		return e("require_auth", "invalid require_auth: must be %s", requireAuthMethods)
+		return bad("require_auth", requireAuthMethods, "", false)
 	}
 	return e("", "invalid connection string (pgx's message is not shown: it may quote a value)")
 }
@@ -171,9 +203,21 @@ func keywordValueProblem(inner string) string {
 var keyName = regexp.MustCompile(`^[a-z_][a-z0-9_.]{0,63}$`)
 
 // unclosedQuoteKey returns the key whose quoted value is not closed in a keyword/value string,
-// read as libpq reads one (fe-connect.c, conninfo_parse): white space between pairs and around
-// "=", a backslash escaping the next character in a value. It returns "" when there is none.
+// or "" when there is none or it does not look like a key.
 func unclosedQuoteKey(s string) string {
+	_, unclosed := scanKeywordValue(s)
+	if !keyName.MatchString(unclosed) {
+		return "" // a stray word, maybe a secret
+	}
+	return unclosed
+}
+
+// scanKeywordValue reads a keyword/value string as libpq does (fe-connect.c, conninfo_parse):
+// white space between pairs and around "=", values in single quotes or up to white space, a
+// backslash taking the next character literally. It returns the pairs read, in order, up to the
+// first malformed part; unclosed is the key of a quoted value that is not closed. It is only used
+// to explain an error: pgx parses the string.
+func scanKeywordValue(s string) (pairs [][2]string, unclosed string) {
 	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' }
 	i := 0
 	skip := func() {
@@ -190,7 +234,7 @@ func unclosedQuoteKey(s string) string {
 		key := s[start:i]
 		skip()
 		if key == "" || i >= len(s) || s[i] != '=' {
-			return ""
+			return pairs, ""
 		}
 		i++
 		skip()
@@ -198,24 +242,91 @@ func unclosedQuoteKey(s string) string {
 		if quoted {
 			i++
 		}
+		var v strings.Builder
 		for ; i < len(s); i++ {
 			if s[i] == '\\' {
-				i++
-			} else if quoted && s[i] == '\'' || !quoted && isSpace(s[i]) {
+				if i++; i < len(s) {
+					v.WriteByte(s[i])
+				}
+				continue
+			}
+			if quoted && s[i] == '\'' || !quoted && isSpace(s[i]) {
 				break
 			}
+			v.WriteByte(s[i])
 		}
 		if quoted && i >= len(s) {
-			if !keyName.MatchString(key) {
-				return "" // not a key name: a stray word, maybe a secret
-			}
-			return key
+			return pairs, key
 		}
-		i++
-		if i >= len(s) {
-			return ""
+		pairs = append(pairs, [2]string{key, v.String()})
+		if i++; i >= len(s) {
+			return pairs, ""
 		}
 	}
+}
+
+// envOf names the environment variable pgx reads for a key (pgconn/config.go, parseEnvSettings;
+// libpq-envars.html), for the keys whose errors can name one.
+var envOf = map[string]string{
+	"port":                 "PGPORT",
+	"connect_timeout":      "PGCONNECT_TIMEOUT",
+	"sslmode":              "PGSSLMODE",
+	"sslcertmode":          "PGSSLCERTMODE",
+	"sslnegotiation":       "PGSSLNEGOTIATION",
+	"target_session_attrs": "PGTARGETSESSIONATTRS",
+	"min_protocol_version": "PGMINPROTOCOLVERSION",
+	"max_protocol_version": "PGMAXPROTOCOLVERSION",
+	"channel_binding":      "PGCHANNELBINDING",
+	"require_auth":         "PGREQUIREAUTH",
+}
+
+// sourceOf tells where pgx took the value of key from: the connection string when it sets the
+// key (the last time it does, as libpq), else the environment variable pgx reads for it when that
+// is set and no service file is named, else nothing is known (a service file, a URL's host part
+// for port).
+func sourceOf(dsn, key string) source {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		if key == "port" {
+			return source{} // in the URL's hosts: not looked into
+		}
+		src, found := source{}, false
+		if _, query, ok := strings.Cut(dsn, "?"); ok {
+			for param := range strings.SplitSeq(query, "&") {
+				k, v, _ := strings.Cut(param, "=")
+				if k == key {
+					v, err := url.PathUnescape(v)
+					src, found = source{value: v, known: err == nil}, true
+				}
+			}
+		}
+		if found {
+			return src
+		}
+	} else {
+		pairs, _ := scanKeywordValue(dsn)
+		for i := len(pairs) - 1; i >= 0; i-- {
+			if pairs[i][0] == key {
+				return source{value: pairs[i][1], known: true}
+			}
+		}
+	}
+	if strings.Contains(dsn, "service") || os.Getenv("PGSERVICE") != "" {
+		return source{} // a service file may have set it, over the environment
+	}
+	if env := envOf[key]; env != "" {
+		if v := os.Getenv(env); v != "" {
+			return source{value: v, env: env, known: true}
+		}
+	}
+	return source{}
+}
+
+// plural is "1 host", "2 hosts".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // urlProblem says what is wrong with a postgres:// URL, from pgx's inner message
@@ -248,9 +359,6 @@ func tlsProblem(inner error, innerMsg string) *ParseError {
 		return &ParseError{Key: key, msg: fmt.Sprintf(format, args...)}
 	}
 	switch {
-	case innerMsg == "sslmode is invalid":
-		// pgx does not say which value; sslmode comes from the string, PGSSLMODE or a service file.
-		return &ParseError{Key: "sslmode", msg: "invalid sslmode: must be " + oneOf(sslModes)}
 	case innerMsg == `both "sslcert" and "sslkey" are required`:
 		return e("sslkey", "sslcert and sslkey must be given together")
 	case strings.HasPrefix(innerMsg, "unable to load system certificate pool"):

@@ -32,13 +32,14 @@ var libpqOnlyKeys = []string{"gssencmode", "gssdelegation"}
 func ParseSettings(dsn string) (*Settings, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fromPgx(err)
+		return nil, fromPgx(err, dsn)
 	}
 	switch cfg.SSLNegotiation {
 	case "", "postgres", "direct":
 	default:
 		// pgx keeps any value and treats it as "postgres"; libpq rejects it.
-		return nil, invalidValue("sslnegotiation", "", cfg.SSLNegotiation, "postgres", "direct")
+		src := sourceOf(dsn, "sslnegotiation")
+		return nil, invalid("sslnegotiation", source{value: cfg.SSLNegotiation, env: src.env, known: true}, "one of postgres, direct")
 	}
 	s := &Settings{Config: cfg}
 
@@ -49,10 +50,10 @@ func ParseSettings(dsn string) (*Settings, error) {
 		gssenc, env = os.Getenv("PGGSSENCMODE"), "PGGSSENCMODE"
 	}
 	if s.GSSEncMode, err = negotiation.ParseGSSEncMode(gssenc); err != nil {
-		return nil, invalidValue("gssencmode", env, gssenc, "disable", "prefer", "require")
+		return nil, invalid("gssencmode", source{value: gssenc, env: env, known: true}, "one of disable, prefer, require")
 	}
 	if s.GSSDelegation, err = negotiation.ParseGSSDelegation(params["gssdelegation"]); err != nil {
-		return nil, invalidValue("gssdelegation", "", params["gssdelegation"], "0", "1")
+		return nil, invalid("gssdelegation", source{value: params["gssdelegation"], known: true}, "0 or 1")
 	}
 	for _, k := range libpqOnlyKeys {
 		delete(params, k)

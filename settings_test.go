@@ -119,7 +119,7 @@ func TestParseErrors(t *testing.T) {
 	key := write("client.key", keyPEM)
 	wrongKey := write("other.key", otherKeyPEM)
 	encKey := write("enc.key", encKeyPEM)
-	services := write("pg_service.conf", "[known]\nhost=a\n")
+	services := write("pg_service.conf", "[known]\nhost=a\n[bad]\nhost=a\nsslmode=sometimes\n")
 	spaced := filepath.Join(dir, "no such dir", "ca.pem")
 
 	for _, tt := range []struct {
@@ -135,7 +135,7 @@ func TestParseErrors(t *testing.T) {
 		{"gssencmode escaped space", `host=a gssencmode=\ password=` + secret, nil, "gssencmode", []string{"value not shown"}},
 		{"gssencmode in a URL", "postgres://u:" + secret + "@a/db?gssencmode=a%20b", nil, "gssencmode", []string{"value not shown"}},
 		{"PGGSSENCMODE", "host=a", map[string]string{"PGGSSENCMODE": "bogus"}, "gssencmode", []string{`"bogus"`, "PGGSSENCMODE"}},
-		{"gssdelegation empty before the password", "host=a gssdelegation= password=" + secret, nil, "gssdelegation", []string{"0, 1"}},
+		{"gssdelegation empty before the password", "host=a gssdelegation= password=" + secret, nil, "gssdelegation", []string{"0 or 1"}},
 		{"sslnegotiation empty before the password", "host=a sslnegotiation= password=" + secret, nil, "sslnegotiation", []string{"postgres, direct"}},
 		{"sslnegotiation long", "host=a sslnegotiation=" + strings.Repeat("x", 65), nil, "sslnegotiation", []string{"value not shown"}},
 		// Keys pgx checks.
@@ -149,7 +149,13 @@ func TestParseErrors(t *testing.T) {
 		{"max_protocol_version", "host=a max_protocol_version= password=" + secret, nil, "max_protocol_version", []string{"value not shown"}},
 		{"min above max", "host=a min_protocol_version=latest max_protocol_version=3.0", nil, "min_protocol_version", []string{"greater"}},
 		{"require_auth", "host=a require_auth= password=" + secret, nil, "require_auth", []string{"scram-sha-256"}},
-		{"port", "host=a port=x" + secret, nil, "port", []string{"1 to 65535"}},
+		{"port", "host=a port=5432x password=" + secret, nil, "port", []string{`"5432x"`, "1 to 65535"}},
+		{"PGPORT", "host=a password=" + secret, map[string]string{"PGPORT": "x"}, "port", []string{`"x"`, "PGPORT"}},
+		{"port in a URL", "postgres://u:" + secret + "@a:x/db", nil, "port", []string{"1 to 65535"}},
+		{"connect_timeout from the string, not PGCONNECT_TIMEOUT", "host=a connect_timeout=soon", map[string]string{"PGCONNECT_TIMEOUT": "5"}, "connect_timeout", []string{`"soon"`}},
+		{"sslmode in a URL", "postgres://u:" + secret + "@a/db?sslmode=maybe", map[string]string{"PGSSLMODE": "require"}, "sslmode", []string{`"maybe"`}},
+		{"sslmode from a service file", "service=bad servicefile=" + services, map[string]string{"PGSSLMODE": "require"}, "sslmode", []string{"must be one of"}},
+		{"port count, one host", "host=a port=1,2", nil, "port", []string{"2 ports for 1 host:"}},
 		{"port count", "host=a,b port=1,2,3", nil, "port", []string{"3 ports for 2 hosts"}},
 		{"connect_timeout", "host=a connect_timeout= password=" + secret, nil, "connect_timeout", []string{"seconds"}},
 		{"sslcertmode", "host=a sslcertmode=sometimes", nil, "sslcertmode", []string{"disable, allow, require"}},
@@ -204,6 +210,9 @@ func TestParseErrors(t *testing.T) {
 				if strings.Contains(msg, leak) {
 					t.Errorf("%q contains %q", msg, leak)
 				}
+			}
+			if (pe.Env != "") != strings.Contains(msg, "(from "+pe.Env+")") {
+				t.Errorf("Env %q, message %q", pe.Env, msg)
 			}
 			if !strings.HasPrefix(msg, "pgconnector: ") {
 				t.Errorf("%q does not start with pgconnector: ", msg)
