@@ -64,6 +64,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *listen, *otlp, *once, *startJaeger); err != nil {
+		if ctx.Err() != nil { // Ctrl-C before the service was up: what failed, failed because of it
+			log.Print("jaeger example: interrupted; what it started is stopped and removed")
+			os.Exit(130)
+		}
 		log.Fatalf("jaeger example: %v", err)
 	}
 }

@@ -41,8 +41,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	if err := run(ctx, *workers, *jsonOut); err != nil {
-		stop()
+	err := run(ctx, *workers, *jsonOut)
+	interrupted := ctx.Err() != nil
+	stop()
+	if interrupted {
+		// What failed after Ctrl-C failed because of it: say so, not what broke.
+		log.Print("quickstart: interrupted; the throwaway cluster, if one was started, is stopped and removed")
+		os.Exit(130)
+	}
+	if err != nil {
 		log.Fatalf("quickstart: %v", err)
 	}
 }

@@ -166,7 +166,7 @@ func Start(ctx context.Context, opts Options) (*Postgres, error) {
 
 	e, err := setup(ctx)
 	if err != nil {
-		return nil, err
+		return nil, interrupted(ctx, "starting PostgreSQL", err)
 	}
 	dir, err := os.MkdirTemp(e.base, "cluster-*")
 	if err != nil {
@@ -187,9 +187,18 @@ func Start(ctx context.Context, opts Options) (*Postgres, error) {
 	}
 	if err := p.start(ctx, auth, opts); err != nil {
 		_ = p.Stop()
-		return nil, err
+		return nil, interrupted(ctx, "starting PostgreSQL", err)
 	}
 	return p, nil
+}
+
+// interrupted returns err, or, when ctx ended (a Ctrl-C, a deadline), an error that says that
+// and no more: what failed after it (initdb's output, a lost connection) failed because of it.
+func interrupted(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("harness: %s: %w", what, context.Cause(ctx))
+	}
+	return err
 }
 
 func (p *Postgres) start(ctx context.Context, auth string, opts Options) error {

@@ -230,7 +230,7 @@ func StartKDC(ctx context.Context, opts KDCOptions) (*KDC, error) {
 	}
 	if err := k.start(ctx, opts.ClockSkew); err != nil {
 		_ = k.Stop()
-		return nil, err
+		return nil, interrupted(ctx, "starting the KDC", err)
 	}
 	return k, nil
 }

@@ -66,10 +66,11 @@ func (a *serverAccount) command(ctx context.Context, name string, args ...string
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = CleanEnv()
 	cmd.Dir = "/"
+	// A process group of its own: the terminal's Ctrl-C goes to the program, which stops what
+	// the harness runs through ctx and Cleanup, not to initdb or pg_ctl in the middle of a step.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if a.switched {
-		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(a.uid), Gid: uint32(a.gid), Groups: []uint32{}},
-		}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(a.uid), Gid: uint32(a.gid), Groups: []uint32{}}
 	}
 	// pg_ctl start leaves a daemon behind; it redirects the daemon's output to
 	// the log file, but never wait forever for pipes should that change.
