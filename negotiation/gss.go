@@ -54,6 +54,23 @@ type GSSSession interface {
 // (libpq: "server doesn't support GSSAPI encryption, but it was required").
 var ErrGSSRequired = errors.New("server doesn't support GSSAPI encryption, but it was required")
 
+// What a failure of the GSS client ([GSSClient.ServiceTicket], [GSSSession.Establish]) says about
+// the server: a GSSClient wraps one of these (errors.Is) when it knows. The negotiator remembers
+// the first for the cache TTL and never the second; any other error (a KDC that does not answer,
+// a reset, a timeout) is not remembered either.
+var (
+	// ErrGSSRejected: Kerberos itself refused, so GSS encryption cannot succeed with these
+	// credentials on this host until something changes: the acceptor answered the AP-REQ with a
+	// KRB-ERROR, or the KDC answered the TGS-REQ with one about the service principal (unknown
+	// principal, no common encryption type).
+	ErrGSSRejected = errors.New("Kerberos rejected the GSSAPI authentication")
+	// ErrGSSUnverified: the server failed a check that only the real server passes (an AP-REP
+	// that does not decrypt or does not echo the authenticator, a wrap token failing its
+	// integrity check or out of sequence). That is evidence of tampering on the path, not a
+	// property of the server: never remembered, never a reason to stop trying GSS.
+	ErrGSSUnverified = errors.New("the server failed a Kerberos check (possible tampering)")
+)
+
 var (
 	errGSSRefused  = errors.New("server refused GSSENCRequest")
 	errGSSResponse = errors.New("server sent an error response to GSSENCRequest") // its text is not read: unauthenticated
