@@ -170,6 +170,8 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		LookupFunc: s.Config.LookupFunc,
 		DialFunc:   s.Config.DialFunc,
 		GSS:        krb,
+
+		ConnectTimeout: s.Config.ConnectTimeout,
 	})
 	if err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"time"
 )
@@ -72,11 +71,8 @@ var (
 )
 
 var (
-	errGSSRefused  = errors.New("server refused GSSENCRequest")
-	errGSSResponse = errors.New("server sent an error response to GSSENCRequest") // its text is not read: unauthenticated
+	errGSSRefused = errors.New("server refused GSSENCRequest")
 )
-
-var gssencRequestPacket = [8]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30} // Int32(8) Int32(80877104)
 
 // credentials asks the GSS client for the credentials to use with h, reporting the check.
 func (n *Negotiator) credentials(ctx context.Context, h *Host) GSSCredentials {
@@ -97,19 +93,26 @@ func (n *Negotiator) credentials(ctx context.Context, h *Host) GSSCredentials {
 	return creds
 }
 
-// learnGSS remembers what a GSS attempt showed: success, or that GSS cannot succeed for this
-// principal (refused, context failure, or the server rejecting the encrypted connection).
-func (n *Negotiator) learnGSS(at *attempt, err error) {
-	switch {
-	case err == nil:
-		n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
-	case at.gssAnswer == AnswerNo || at.gssEstablished || at.gssErr != "":
-		n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
-	}
+// GSSRequiredError is the failure of a host under gssencmode=require: GSSAPI encryption could
+// not be established, and nothing else is allowed. errors.Is(err, ErrGSSRequired) holds, and it
+// unwraps to the cause.
+type GSSRequiredError struct {
+	Reason string // why, e.g. "the server closed the connection on GSSENCRequest"
+	Err    error
 }
 
+func (e *GSSRequiredError) Error() string {
+	msg := "GSSAPI encryption is required (gssencmode=require) but " + e.Reason
+	if e.Err != nil && e.Err != ErrGSSRequired {
+		msg += ": " + cause(e.Err).Error()
+	}
+	return msg
+}
+
+func (e *GSSRequiredError) Unwrap() []error { return []error{ErrGSSRequired, e.Err} }
+
 // startGSS sends GSSENCRequest on conn and, on 'G', establishes the encrypted channel. After 'N'
-// the socket is kept for the next method.
+// the socket is kept for the next method. Every failure is recorded with its step (fail).
 func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (net.Conn, error) {
 	// pgx watches ctx only after the dial: honour cancellation and the deadline here.
 	if d, ok := ctx.Deadline(); ok {
@@ -127,29 +130,16 @@ func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (
 	if tr.GSSEncRequestStart != nil {
 		rctx = tr.GSSEncRequestStart(ctx, info)
 	}
-	var reply [1]byte
 	_, err := conn.Write(gssencRequestPacket[:])
 	if err == nil {
-		_, err = io.ReadFull(conn, reply[:])
-	}
-	if err == nil {
-		switch reply[0] {
-		case 'G':
-			at.gssAnswer = AnswerYes
-		case 'N':
-			at.gssAnswer = AnswerNo
-		case 'E':
-			err = errGSSResponse
-		default:
-			err = fmt.Errorf("unexpected answer %q to GSSENCRequest", reply[0])
-		}
+		at.gssAnswer, err = readAnswer(conn, gssencRequest)
 	}
 	if tr.GSSEncRequestDone != nil {
 		tr.GSSEncRequestDone(rctx, RequestDoneInfo{Answer: at.gssAnswer, CacheHit: at.known.GSS != AnswerUnknown, Err: err})
 	}
 	switch {
 	case err != nil:
-		at.gssErr = "GSSENCRequest failed"
+		at.fail(stepGSSENCRequest, err)
 		conn.Close()
 		return nil, err
 	case at.gssAnswer == AnswerNo:
@@ -170,9 +160,15 @@ func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (
 		tr.ServiceTicketDone(tctx, ServiceTicketDoneInfo{FromCache: fromCache, Enctype: enctype, Err: err})
 	}
 	if err != nil {
-		at.gssErr = "no service ticket"
+		at.fail(stepServiceTicket, err)
 		conn.Close()
 		return nil, fmt.Errorf("GSSAPI: %w", err)
+	}
+	// 'G' was the whole answer: nothing may have arrived since, before our first token.
+	if err := quiet(conn, gssencRequest); err != nil {
+		at.fail(stepGSSENCRequest, err)
+		conn.Close()
+		return nil, err
 	}
 
 	ectx := ctx
@@ -184,10 +180,9 @@ func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (
 		tr.GSSContextDone(ectx, GSSContextDoneInfo{Enctype: sess.Enctype(), Err: err})
 	}
 	if err != nil {
-		at.gssErr = "GSSAPI context establishment failed"
+		at.fail(stepGSSContext, err)
 		conn.Close()
 		return nil, fmt.Errorf("GSSAPI context establishment failed: %w", err)
 	}
-	at.gssEstablished = true
 	return gconn, nil
 }

@@ -49,6 +49,13 @@ type Config struct {
 	// GSS carries GSSAPI encryption out; nil means the client has no Kerberos support: it holds
 	// no credentials (gssencmode=prefer skips GSS, require fails before dialing).
 	GSS GSSClient
+	// ConnectTimeout is connect_timeout, counted as libpq counts it (libpq-connect.html,
+	// connect_timeout; fe-connect.c, pqConnectDBComplete): per host and address, from the
+	// first attempt on the address, shared by every method tried there (and by a retry after a
+	// remembered answer proved wrong); the first address of a host also counts the wait for
+	// another connect's probe and the DNS lookup. Values under 2 s are raised to 2 s, as libpq
+	// does. Zero: only the context bounds the connect.
+	ConnectTimeout time.Duration
 }
 
 // Negotiator carries the decision out over pgx: for each host it decides the methods, then for
@@ -88,12 +95,6 @@ func (n *Negotiator) Cache() *Cache { return n.cfg.Cache }
 // (libpq: "server does not support SSL, but SSL was required").
 var ErrSSLRequired = errors.New("server does not support SSL, but SSL was required")
 
-// pgx's SQLSTATEs after which it tries no other host: the same error would come back
-// (pgconn.connectPreferred). A transport change cannot help them either.
-func isFinalServerError(code string) bool {
-	return code == "28P01" || code == "3D000" || code == "42501"
-}
-
 // Connect runs one logical connect. open must make one pgx connection attempt with ctx (for
 // example a stdlib connector's Connect whose BeforeConnect calls [Negotiator.Configure]) and
 // return nil on success. open is called once per attempt, sequentially.
@@ -125,16 +126,16 @@ type connectResult struct {
 }
 
 func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context) error, res *connectResult) error {
-	var errs []error
+	var failed []*HostError
 	var notPreferred *attempt
 	for i := range n.cfg.Hosts {
 		h := &n.cfg.Hosts[i]
 		res.host = h
-		final, err := n.connectHost(ctx, h, open, res, &notPreferred)
-		if err == nil {
+		final, herr := n.connectHost(ctx, h, open, res, &notPreferred)
+		if herr == nil {
 			return nil
 		}
-		errs = append(errs, err)
+		failed = append(failed, herr)
 		if final {
 			break
 		}
@@ -144,43 +145,45 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 		// as pgconn.connectPreferred does.
 		at := notPreferred.retry()
 		at.ignoreNotPreferred = true
-		err := n.run(ctx, at, open)
+		b := n.newBudget()
+		actx, cancel := b.context(ctx, at.addr)
+		err := n.run(actx, at, open)
+		cancel()
 		res.sockets += int(at.sockets.Load())
 		if err == nil {
 			res.host, res.method = at.host, at.method
 			return nil
 		}
-		errs = append(errs, err)
+		failed = append(failed, at.hostError(err))
 	}
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	return errors.Join(errs...)
+	return &ConnectError{Hosts: failed}
 }
 
 // connectHost tries one host: decide, resolve, then every address with every method.
 // final reports that no other host should be tried.
-func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, notPreferred **attempt) (final bool, err error) {
+func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, notPreferred **attempt) (final bool, herr *HostError) {
+	b := n.newBudget()
 	creds := n.credentials(ctx, h)
 	key := Key{Host: h.Host, Port: h.Port, Principal: creds.Principal}
 	retried := false
 	for {
-		plan, in, leader, err := n.decide(ctx, h, key, creds)
+		plan, in, leader, err := n.decide(ctx, b, h, key, creds)
 		if err != nil {
 			if errors.Is(err, ErrGSSNoCredentials) && creds.Missing != "" {
 				err = fmt.Errorf("%w: %s", err, creds.Missing)
 			}
-			return false, err
+			return ctx.Err() != nil, &HostError{Host: h.Host, Port: h.Port, Err: err}
 		}
-		final, opened, err := n.tryHost(ctx, h, key, plan, in, leader, open, res, notPreferred)
+		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, leader, open, res, notPreferred)
 		if leader {
 			n.cfg.Cache.EndProbe(key)
 		}
-		if err == nil || final || retried || !plan.CacheHit() || !opened {
-			return final, err
+		if herr == nil || final || retried || !stale || !plan.CacheHit() {
+			return final, herr
 		}
-		// A plan made from a remembered answer failed after reaching the server: the answer
-		// may be wrong. Forget it and negotiate this host again as libpq would.
+		// A plan made from a remembered answer failed in a way the transport can explain (pg_hba
+		// wants another one): the server may have changed. Forget the answer and negotiate this
+		// host again as libpq would, within the same connect_timeout.
 		n.cfg.Cache.Forget(key)
 		if n.trace.Fallback != nil {
 			n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, Reason: "remembered answer may be stale: negotiating again", NewConnection: true})
@@ -189,8 +192,44 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 	}
 }
 
+// budget is connect_timeout for one host, as Config.ConnectTimeout says it is counted.
+type budget struct {
+	d         time.Duration
+	start     time.Time
+	deadlines map[string]time.Time // per address, set when the address is first tried
+}
+
+func (n *Negotiator) newBudget() *budget {
+	d := n.cfg.ConnectTimeout
+	if d > 0 && d < 2*time.Second {
+		d = 2 * time.Second // libpq: "insist on at least two seconds"
+	}
+	return &budget{d: d, start: time.Now()}
+}
+
+// context returns ctx bounded by addr's deadline ("" before any address: the host's start).
+func (b *budget) context(ctx context.Context, addr string) (context.Context, context.CancelFunc) {
+	if b.d <= 0 {
+		return ctx, func() {}
+	}
+	d, ok := b.deadlines[addr]
+	if !ok {
+		d = b.start.Add(b.d) // the first address shares the host's start
+		if len(b.deadlines) > 0 {
+			d = time.Now().Add(b.d)
+		}
+		if addr != "" {
+			if b.deadlines == nil {
+				b.deadlines = make(map[string]time.Time, 2)
+			}
+			b.deadlines[addr] = d
+		}
+	}
+	return context.WithDeadline(ctx, d)
+}
+
 // decide makes the plan for h, waiting for another connect's probe when one is running.
-func (n *Negotiator) decide(ctx context.Context, h *Host, key Key, creds GSSCredentials) (plan Plan, in Input, leader bool, err error) {
+func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, creds GSSCredentials) (plan Plan, in Input, leader bool, err error) {
 	waited := false
 	for {
 		in = Input{
@@ -210,7 +249,10 @@ func (n *Negotiator) decide(ctx context.Context, h *Host, key Key, creds GSSCred
 		if plan.Learns && n.cfg.Cache.remembers() {
 			wait, lead := n.cfg.Cache.BeginProbe(key, in.Known)
 			if !lead {
-				if err := n.waitProbe(ctx, h, wait); err != nil {
+				wctx, cancel := b.context(ctx, "")
+				err := n.waitProbe(wctx, h, wait)
+				cancel()
+				if err != nil {
 					return plan, in, false, err
 				}
 				waited = true
@@ -263,90 +305,178 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 	return addrs, nil
 }
 
-// tryHost runs the plan on every address of h. opened reports that some socket reached the server.
-func (n *Negotiator) tryHost(ctx context.Context, h *Host, key Key, plan Plan, in Input, leader bool,
+// tryHost runs the plan on every address of h. stale reports a failure that a wrong remembered
+// answer could explain (see judge); herr is nil on success.
+func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, plan Plan, in Input, leader bool,
 	open func(context.Context) error, res *connectResult, notPreferred **attempt,
-) (final, opened bool, err error) {
+) (final, stale bool, herr *HostError) {
 	res.cacheHit = plan.CacheHit() || (in.Known.SSL != AnswerUnknown && slices.Contains(plan.Methods(), MethodSSL))
-	addrs, err := n.lookup(ctx, h)
+	lctx, cancel := b.context(ctx, "")
+	addrs, err := n.lookup(lctx, h)
+	cancel()
 	if err != nil {
-		return false, false, err
+		return ctx.Err() != nil, false, &HostError{Host: h.Host, Port: h.Port, Step: "DNS lookup", Err: err}
 	}
-	var errs []error
 	for _, addr := range addrs {
-		var reuse net.Conn
-		methods := plan.Methods()
-		for i, m := range methods {
-			at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration}
-			// The probe of a plan that starts with SSL ends with the answer to SSLRequest; one
-			// that starts with GSS ends when this host's connect does (GSS can still fail
-			// after 'G', during authentication).
-			at.leader.Store(leader && i == 0 && m == MethodSSL)
-			at.reuse.Store(connBox(reuse))
-			err := n.run(ctx, at, open)
-			res.sockets += int(at.sockets.Load())
-			opened = opened || at.reached.Load()
-			if m == MethodGSS {
-				n.learnGSS(at, err)
-			}
-			if err == nil {
-				res.method = m
-				return false, true, nil
-			}
-			reuse = at.takeReuse()
-			var npErr *pgconn.NotPreferredError
-			if errors.As(err, &npErr) && *notPreferred == nil {
-				*notPreferred = at
-			}
-			// When no socket could be opened the next method would not fare better: like
-			// libpq, go on with the next address instead.
-			var next Method
-			if i+1 < len(methods) && (at.reached.Load() || reuse != nil) {
-				next = methods[i+1]
-			}
-			if Answer(at.sslAnswer.Load()) == AnswerNo && m == MethodSSL && h.SSLMode.requiresTLS() {
-				err = fmt.Errorf("%w (sslmode=%s, host %s)", ErrSSLRequired, h.SSLMode, h.Host)
-			}
-			if at.gssAnswer == AnswerNo && n.cfg.GSSEncMode == GSSEncModeRequire {
-				err = fmt.Errorf("%w (host %s)", ErrGSSRequired, h.Host)
-			}
-			errs = append(errs, err)
-			if code := sqlState(err); code != "" && isFinalServerError(code) {
-				closeConn(reuse)
-				return true, true, joinErrs(errs)
-			}
-			if next != 0 || reuse == nil {
-				n.fallback(ctx, h, m, next, at, err, reuse != nil)
-			}
-			if next == 0 {
-				break
-			}
+		actx, cancel := b.context(ctx, addr)
+		var done bool
+		done, final, stale, herr = n.tryAddr(actx, h, key, addr, plan, in, leader, open, res, notPreferred)
+		cancel()
+		leader = false // the probe, if any, was this host's first attempt
+		if done || final || ctx.Err() != nil {
+			return final || ctx.Err() != nil, stale, herr
 		}
-		closeConn(reuse)
 	}
-	return false, opened, joinErrs(errs)
+	return false, stale, herr
 }
 
-func (n *Negotiator) fallback(ctx context.Context, h *Host, from, to Method, at *attempt, err error, sameSocket bool) {
+// tryAddr runs the plan's methods on one address, each after the previous one failed as
+// judge allows. done reports a connection.
+func (n *Negotiator) tryAddr(ctx context.Context, h *Host, key Key, addr string, plan Plan, in Input, leader bool,
+	open func(context.Context) error, res *connectResult, notPreferred **attempt,
+) (done, final, stale bool, herr *HostError) {
+	var reuse net.Conn
+	var reuseReq request
+	defer func() { closeConn(reuse) }()
+	methods := plan.Methods()
+	for i, m := range methods {
+		at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration}
+		// The probe of a plan that starts with SSL ends with the answer to SSLRequest; one
+		// that starts with GSS ends when this host's connect does (GSS can still fail
+		// after 'G', during authentication).
+		at.leader.Store(leader && i == 0 && m == MethodSSL)
+		at.given.Store(connBox(reuse))
+		at.givenReq = reuseReq
+		reuse = nil
+		err := n.run(ctx, at, open)
+		res.sockets += int(at.sockets.Load())
+		if h := at.given.Swap(nil); h != nil {
+			h.c.Close() // pgx failed before dialing
+		}
+		if err == nil {
+			if m == MethodGSS {
+				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
+			}
+			res.method = m
+			return true, false, false, nil
+		}
+		var npErr *pgconn.NotPreferredError
+		if errors.As(err, &npErr) && *notPreferred == nil {
+			*notPreferred = at
+		}
+		hasNext := i+1 < len(methods)
+
+		// 'N' with the socket kept: not a failure when the modes allow going on without.
+		if reuse = at.takeReuse(); reuse != nil {
+			reuseReq = sslRequest
+			if m == MethodGSS {
+				reuseReq = gssencRequest
+				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+			}
+			switch {
+			case m == MethodGSS && n.cfg.GSSEncMode == GSSEncModeRequire:
+				at.fail(stepGSSENCRequest, ErrGSSRequired)
+				err = &GSSRequiredError{Reason: "the server does not support it (it answered 'N' to GSSENCRequest)", Err: ErrGSSRequired}
+			case m == MethodSSL && h.SSLMode.requiresTLS():
+				at.fail(stepSSLRequest, ErrSSLRequired)
+				err = fmt.Errorf("%w (sslmode=%s)", ErrSSLRequired, h.SSLMode)
+			case hasNext:
+				n.fallback(ctx, h, m, methods[i+1], sameSocketReason(m), true)
+				continue
+			}
+			return false, false, false, at.hostError(err)
+		}
+
+		st, c := at.failure(ctx, err)
+		v := judge(m, st, c, sqlState(err))
+		if m == MethodGSS && v.gssNo {
+			n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+		}
+		if m == MethodGSS && n.cfg.GSSEncMode == GSSEncModeRequire && st != stepStartup && st != stepDial {
+			err = &GSSRequiredError{Reason: gssFailure(st, c), Err: err}
+		}
+		herr = at.hostError(err)
+		// When no socket could be opened the next method would not fare better: like
+		// libpq, go on with the next address instead.
+		next := v.next && hasNext && at.reached.Load()
+		var to Method
+		if next {
+			to = methods[i+1]
+		}
+		if !v.final {
+			n.fallback(ctx, h, m, to, failureReason(st, c, sqlState(err)), false)
+		}
+		if !next {
+			return false, v.final, v.stale, herr
+		}
+		stale = stale || v.stale
+	}
+	return false, false, stale, herr
+}
+
+func (n *Negotiator) fallback(ctx context.Context, h *Host, from, to Method, reason string, sameSocket bool) {
 	if n.trace.Fallback == nil {
 		return
 	}
-	reason := "connection failed"
-	switch {
-	case sameSocket && from == MethodGSS:
-		reason = "server refused GSSENCRequest"
-	case sameSocket:
-		reason = "server refused SSLRequest"
-	case at.gssErr != "":
-		reason = at.gssErr
-	case at.tlsErr:
-		reason = "TLS handshake failed"
-	case sqlState(err) != "":
-		reason = "server error " + sqlState(err)
-	case !at.reached.Load():
-		reason = "could not connect"
-	}
 	n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, From: from, To: to, Reason: reason, NewConnection: !sameSocket && to != 0})
+}
+
+func sameSocketReason(m Method) string {
+	if m == MethodGSS {
+		return "server refused GSSENCRequest"
+	}
+	return "server refused SSLRequest"
+}
+
+// failureReason says why an attempt failed, for the fallback's reason.
+func failureReason(st step, c class, code string) string {
+	switch {
+	case c == classServer:
+		return "server error " + code
+	case c == classTimeout:
+		return st.String() + ": timeout"
+	case c == classCanceled:
+		return "canceled"
+	case st == stepDial:
+		return "could not connect"
+	case st == stepTLS:
+		return "TLS handshake failed"
+	case st == stepServiceTicket:
+		return "no service ticket"
+	case st == stepGSSContext:
+		return "GSSAPI context establishment failed"
+	case st == stepSSLRequest, st == stepGSSENCRequest:
+		return st.String() + " failed"
+	}
+	return "connection failed"
+}
+
+// gssFailure says why GSS encryption could not be had, for a GSSRequiredError.
+func gssFailure(st step, c class) string {
+	what := map[class]string{
+		classClosed:        "the server closed the connection",
+		classReset:         "the connection was reset",
+		classTimeout:       "no answer before the timeout",
+		classProtocol:      "the server broke the protocol",
+		classErrorResponse: "the server sent an error response",
+		classRejected:      "Kerberos rejected it",
+		classUnverified:    "the server failed a Kerberos check",
+	}[c]
+	switch st {
+	case stepGSSENCRequest:
+		if what == "" {
+			what = "it failed"
+		}
+		return what + " on GSSENCRequest"
+	case stepServiceTicket:
+		return "no service ticket could be had"
+	case stepGSSContext:
+		if what == "" {
+			return "the GSSAPI context could not be established"
+		}
+		return what + " during the GSSAPI context establishment"
+	}
+	return "it could not be established"
 }
 
 func (n *Negotiator) run(ctx context.Context, at *attempt, open func(context.Context) error) error {
@@ -373,6 +503,9 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	}
 	cfg.LookupFunc = at.lookup
 	cfg.DialFunc = at.dial
+	// connect_timeout is the negotiator's (Config.ConnectTimeout), in ctx: pgx would give every
+	// attempt a full one of its own.
+	cfg.ConnectTimeout = 0
 	afterNetConnect := cfg.AfterNetConnect
 	cfg.AfterNetConnect = func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
 		out, err := at.afterNetConnect(ctx, conn)
@@ -415,20 +548,23 @@ type attempt struct {
 
 	ignoreNotPreferred bool
 
-	reuse   atomic.Pointer[connHolder] // a socket left open after 'N', for the next method
-	sockets atomic.Int32               // sockets opened
-	reached atomic.Bool                // some socket connected
+	// given is a socket left open by the previous method after 'N' to givenReq: this attempt
+	// goes on on it instead of dialing.
+	given    atomic.Pointer[connHolder]
+	givenReq request
+	reuse    atomic.Pointer[connHolder] // the socket this attempt leaves open after 'N'
+	sockets  atomic.Int32               // sockets opened
+	reached  atomic.Bool                // some socket connected (or was given)
 
 	sslAnswer atomic.Uint32 // Answer to SSLRequest on this attempt's socket
 
 	// Written during the connect only (one goroutine).
-	gssAnswer      Answer // answer to GSSENCRequest
-	gssEstablished bool   // the GSS context was established
-	gssErr         string // the GSS step that failed, as a fallback reason
-	tlsErr         bool
-	authMethod     string
-	startupCtx     context.Context
-	startupMu      sync.Mutex
+	gssAnswer  Answer // answer to GSSENCRequest
+	failStep   step   // where the attempt failed, when the negotiator saw it (fail)
+	failErr    error
+	authMethod string
+	startupCtx context.Context
+	startupMu  sync.Mutex
 }
 
 type connHolder struct{ c net.Conn }
@@ -447,6 +583,34 @@ func (at *attempt) takeReuse() net.Conn {
 	return nil
 }
 
+// fail records where the attempt failed and why, the first time.
+func (at *attempt) fail(st step, err error) {
+	if at.failErr == nil && err != nil {
+		at.failStep, at.failErr = st, err
+	}
+}
+
+// failure returns the step and class of the attempt's failure: err is what pgx returned.
+func (at *attempt) failure(ctx context.Context, err error) (step, class) {
+	if at.failErr != nil {
+		c := classify(ctx, at.failErr)
+		if c == classOther {
+			c = classify(ctx, err)
+		}
+		return at.failStep, c
+	}
+	return stepStartup, classify(ctx, err)
+}
+
+// hostError describes the attempt's failure as its host's.
+func (at *attempt) hostError(err error) *HostError {
+	st := stepStartup
+	if at.failErr != nil {
+		st = at.failStep
+	}
+	return &HostError{Host: at.host.Host, Port: at.host.Port, Addr: at.addr, Method: at.method, Step: st.String(), Err: err}
+}
+
 func (at *attempt) retry() *attempt {
 	return &attempt{n: at.n, host: at.host, key: at.key, addr: at.addr, method: at.method, known: at.known}
 }
@@ -458,8 +622,17 @@ func (at *attempt) lookup(ctx context.Context, host string) ([]string, error) {
 func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn, error) {
 	tr := &at.n.trace
 	info := DialInfo{Host: at.host.Host, Address: address, Method: at.method}
-	conn := at.takeReuse()
-	if conn == nil {
+	var conn net.Conn
+	if h := at.given.Swap(nil); h != nil {
+		conn = h.c
+		at.reached.Store(true)
+		// The previous method's request was refused: nothing may have arrived since.
+		if err := quiet(conn, at.givenReq); err != nil {
+			at.fail(stepOf(at.givenReq), err)
+			conn.Close()
+			return nil, err
+		}
+	} else {
 		dctx := ctx
 		if tr.TCPConnectStart != nil {
 			dctx = tr.TCPConnectStart(ctx, info)
@@ -470,6 +643,7 @@ func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn,
 			tr.TCPConnectDone(dctx, err)
 		}
 		if err != nil {
+			at.fail(stepDial, err)
 			return nil, err
 		}
 		at.sockets.Add(1)
@@ -482,6 +656,14 @@ func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn,
 		return at.startGSS(ctx, conn, info)
 	}
 	return conn, nil
+}
+
+// stepOf is the step of a request's answer.
+func stepOf(r request) step {
+	if r == gssencRequest {
+		return stepGSSENCRequest
+	}
+	return stepSSLRequest
 }
 
 // onSSLAnswer records the server's answer to SSLRequest and releases waiting connects.
@@ -507,7 +689,7 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 			tr.TLSHandshakeDone(hctx, TLSHandshakeDoneInfo{Version: st.Version, CipherSuite: st.CipherSuite, Err: err})
 		}
 		if err != nil {
-			at.tlsErr = true
+			at.fail(stepTLS, err)
 			// pgx closes the connection it gets back with the error: never hand it nil.
 			return conn, err
 		}
@@ -531,151 +713,6 @@ func (at *attempt) endStartup(err error) {
 	}
 }
 
-// sslRequestConn watches pgx's SSLRequest on a new socket: it reports the one-byte answer, and
-// after 'N' keeps the socket open when pgx closes it, so that the next method goes on on the
-// same socket as libpq does (pgx would dial again).
-type sslRequestConn struct {
-	net.Conn
-	at    *attempt
-	ctx   context.Context
-	info  DialInfo
-	state uint8 // 0: nothing sent, 1: SSLRequest sent, 2: answered or not an SSLRequest
-	rctx  context.Context
-	keep  bool
-}
-
-var sslRequestPacket = [8]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f} // Int32(8) Int32(80877103)
-
-func (c *sslRequestConn) Write(b []byte) (int, error) {
-	if c.state == 0 {
-		c.state = 2
-		if len(b) == len(sslRequestPacket) && [8]byte(b) == sslRequestPacket {
-			c.state = 1
-			c.rctx = c.ctx
-			if tr := &c.at.n.trace; tr.SSLRequestStart != nil {
-				c.rctx = tr.SSLRequestStart(c.ctx, c.info)
-			}
-		}
-	}
-	return c.Conn.Write(b)
-}
-
-func (c *sslRequestConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if c.state == 1 && (n > 0 || err != nil) {
-		c.state = 2
-		a := AnswerUnknown
-		if n > 0 {
-			switch b[0] {
-			case 'S':
-				a = AnswerYes
-			case 'N':
-				a = AnswerNo
-				c.keep = true
-			default:
-				err2 := fmt.Errorf("unexpected answer %q to SSLRequest", b[0])
-				if err == nil {
-					err = err2
-				}
-			}
-		}
-		if a != AnswerUnknown {
-			c.at.onSSLAnswer(a)
-		}
-		if tr := &c.at.n.trace; tr.SSLRequestDone != nil {
-			tr.SSLRequestDone(c.rctx, RequestDoneInfo{Answer: a, CacheHit: c.at.known.SSL != AnswerUnknown, Err: err})
-		}
-	}
-	return n, err
-}
-
-func (c *sslRequestConn) Close() error {
-	if c.keep {
-		c.keep = false
-		c.at.reuse.Store(&connHolder{c.Conn})
-		return nil
-	}
-	return c.Conn.Close()
-}
-
-// authObserver reads the backend's first messages to learn which authentication the server
-// asked for (AuthenticationOk at once is trust). It reads only message types and the
-// authentication code, never a message body beyond that; after the first authentication
-// message or an error it is a plain pass-through.
-type authObserver struct {
-	r    io.Reader
-	at   *attempt
-	done bool
-	hdr  [9]byte // type, length, first 4 body bytes
-	have int
-	skip int // body bytes of the current non-authentication message still to pass
-}
-
-func (o *authObserver) Read(b []byte) (int, error) {
-	n, err := o.r.Read(b)
-	if !o.done {
-		o.observe(b[:n])
-	}
-	return n, err
-}
-
-func (o *authObserver) observe(p []byte) {
-	for len(p) > 0 && !o.done {
-		if o.skip > 0 {
-			k := min(o.skip, len(p))
-			o.skip -= k
-			p = p[k:]
-			continue
-		}
-		k := min(len(o.hdr)-o.have, len(p))
-		copy(o.hdr[o.have:], p[:k])
-		o.have += k
-		p = p[k:]
-		if o.have < 5 {
-			continue
-		}
-		length := int(uint32(o.hdr[1])<<24 | uint32(o.hdr[2])<<16 | uint32(o.hdr[3])<<8 | uint32(o.hdr[4]))
-		switch o.hdr[0] {
-		case 'R':
-			if o.have < 9 {
-				continue
-			}
-			o.at.authMethod = authMethodName(uint32(o.hdr[5])<<24 | uint32(o.hdr[6])<<16 | uint32(o.hdr[7])<<8 | uint32(o.hdr[8]))
-			o.done = true
-		case 'E':
-			o.done = true
-		default:
-			// A message before authentication (NegotiateProtocolVersion): skip its body.
-			body := length - 4
-			consumed := o.have - 5
-			o.have = 0
-			o.skip = body - consumed
-			if o.skip < 0 {
-				o.done = true
-			}
-		}
-	}
-}
-
-// authMethodName names an AuthenticationRequest code (protocol-message-formats.html).
-func authMethodName(code uint32) string {
-	switch code {
-	case 0:
-		return "trust"
-	case 3:
-		return "password"
-	case 5:
-		return "md5"
-	case 7:
-		return "gss"
-	case 9:
-		return "sspi"
-	case 10:
-		return "scram-sha-256"
-	}
-	return ""
-}
-
 func sqlState(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -688,11 +725,4 @@ func closeConn(c net.Conn) {
 	if c != nil {
 		c.Close()
 	}
-}
-
-func joinErrs(errs []error) error {
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	return errors.Join(errs...)
 }

@@ -1,0 +1,146 @@
+package negotiation
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// HostError is why one host of a connection string could not be connected: the step of the
+// last attempt that failed there and its cause. A method the server refused where the modes
+// allowed doing without it ('N' to SSLRequest under sslmode=prefer, say) is not a failure and
+// is not in it. It unwraps to the cause (a *pgconn.PgError for an error of the server, an
+// ErrGSSRequired, a net.Error, ...).
+type HostError struct {
+	Host   string // as written in the connection string
+	Port   uint16
+	Addr   string // the address of the last attempt (ip:port, or the socket path); "" before one
+	Method Method // the method of the last attempt; 0 before one
+	Step   string // the step that failed: "TCP connect", "SSLRequest", "TLS handshake", "GSSENCRequest", "service ticket", "GSS context", "startup"; "" before a socket
+	Err    error
+}
+
+func (e *HostError) Error() string {
+	var b strings.Builder
+	b.WriteString("host ")
+	b.WriteString(e.Host)
+	if !strings.HasPrefix(e.Host, "/") || e.Port != 0 {
+		b.WriteString(":")
+		b.WriteString(strconv.Itoa(int(e.Port)))
+	}
+	if e.Addr != "" && !strings.HasPrefix(e.Addr, e.Host+":") {
+		b.WriteString(" (")
+		b.WriteString(e.Addr)
+		b.WriteString(")")
+	}
+	if e.Step != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Step)
+	}
+	b.WriteString(": ")
+	b.WriteString(cause(e.Err).Error())
+	return b.String()
+}
+
+func (e *HostError) Unwrap() error { return e.Err }
+
+// ConnectError is a connect that failed on every host tried, in order: one HostError each.
+type ConnectError struct {
+	Hosts []*HostError
+}
+
+func (e *ConnectError) Error() string {
+	if len(e.Hosts) == 1 {
+		return "pgconnector: " + e.Hosts[0].Error()
+	}
+	var b strings.Builder
+	b.WriteString("pgconnector: no host could be connected: ")
+	for i, h := range e.Hosts {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(h.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns each host's error, for errors.Is and errors.As.
+func (e *ConnectError) Unwrap() []error {
+	errs := make([]error, len(e.Hosts))
+	for i, h := range e.Hosts {
+		errs[i] = h
+	}
+	return errs
+}
+
+// cause strips what pgx puts around an error of one attempt ("failed to connect to `user=...
+// database=...`: 127.0.0.1:5432 (host): dial error: ..."), which a HostError says once, better.
+// A server's error is its *pgconn.PgError.
+func cause(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg
+	}
+	for {
+		next := peel(err)
+		if next == nil {
+			break
+		}
+		err = next
+	}
+	// The dial error's text repeats the address.
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" && oe.Err != nil {
+		return &labeled{err: err, msg: oe.Err.Error()}
+	}
+	return err
+}
+
+// pgxLabels are pgx's names for the step an attempt failed at (pgconn.go, connectOne); the
+// HostError's Step says it instead.
+var pgxLabels = []string{"dial error", "tls error", "AfterNetConnect failed", "failed to write startup message",
+	"failed to receive message", "server error"}
+
+// peel returns what err wraps when err is one of pgx's wrappers, else nil.
+func peel(err error) error {
+	switch e := err.(type) {
+	case *pgconn.ConnectError:
+		return e.Unwrap()
+	case interface{ Unwrap() []error }:
+		if errs := e.Unwrap(); len(errs) == 1 {
+			return errs[0]
+		}
+		return nil
+	case interface{ Unwrap() error }:
+		inner := e.Unwrap()
+		if inner == nil {
+			return nil
+		}
+		prefix, ok := strings.CutSuffix(err.Error(), ": "+inner.Error())
+		if !ok {
+			return nil
+		}
+		// "ip:port (host)", pgx's perDialConnectError, or a step label.
+		if strings.HasSuffix(prefix, ")") && strings.Contains(prefix, " (") {
+			return inner
+		}
+		for _, l := range pgxLabels {
+			if prefix == l {
+				return inner
+			}
+		}
+	}
+	return nil
+}
+
+// labeled keeps an error for errors.Is and errors.As while saying it in other words.
+type labeled struct {
+	err error
+	msg string
+}
+
+func (e *labeled) Error() string { return e.msg }
+func (e *labeled) Unwrap() error { return e.err }

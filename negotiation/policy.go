@@ -1,0 +1,150 @@
+package negotiation
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// What a failed attempt proves, what may be remembered of it, and what is tried next. The rules
+// are libpq's (fe-connect.c, PQconnectPoll; libpq-connect.html) with one principle on top:
+// nothing learned from load, timeouts, resets, cancellation or a failed check of the server may
+// ever turn encryption off, for this connect or, through the cache, for later ones.
+
+// step is where in an attempt a failure happened.
+type step uint8
+
+const (
+	stepStartup       step = iota // StartupMessage, authentication, up to ReadyForQuery (the default)
+	stepDial                      // DNS or TCP connect: no socket was opened
+	stepSSLRequest                // the answer to SSLRequest
+	stepTLS                       // the TLS handshake
+	stepGSSENCRequest             // the answer to GSSENCRequest
+	stepServiceTicket             // the KDC exchange for the service ticket
+	stepGSSContext                // the GSS context establishment: AP-REQ out, AP-REP in
+)
+
+var stepNames = [...]string{"startup", "TCP connect", "SSLRequest", "TLS handshake", "GSSENCRequest", "service ticket", "GSS context"}
+
+func (s step) String() string { return stepNames[s] }
+
+// class is what an error says about the server and the network.
+type class uint8
+
+const (
+	classOther         class = iota // anything else: treated as a failure of the step
+	classCanceled                   // the caller's context ended
+	classTimeout                    // a deadline: the context's or connect_timeout
+	classClosed                     // the peer closed the socket (EOF)
+	classReset                      // the connection was reset
+	classProtocol                   // *ProtocolError
+	classErrorResponse              // *ErrorResponseError: 'E' to SSLRequest or GSSENCRequest
+	classRejected                   // ErrGSSRejected
+	classUnverified                 // ErrGSSUnverified
+	classServer                     // an ErrorResponse after the StartupMessage (a SQLSTATE)
+)
+
+// classify returns the class of err; ctx is the attempt's context.
+func classify(ctx context.Context, err error) class {
+	var (
+		pe  *ProtocolError
+		ere *ErrorResponseError
+		pg  *pgconn.PgError
+		ne  net.Error
+	)
+	switch {
+	case errors.As(err, &pg):
+		return classServer
+	case errors.As(err, &pe):
+		return classProtocol
+	case errors.As(err, &ere):
+		return classErrorResponse
+	case errors.Is(err, ErrGSSUnverified):
+		return classUnverified
+	case errors.Is(err, ErrGSSRejected):
+		return classRejected
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return classCanceled
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout(), ctx.Err() != nil:
+		return classTimeout
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
+		return classReset
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return classClosed
+	}
+	return classOther
+}
+
+// verdict is what follows a failed attempt.
+type verdict struct {
+	// next: try the plan's next method on this address, on a new socket.
+	next bool
+	// gssNo: remember that GSS encryption cannot succeed on this host with these credentials.
+	gssNo bool
+	// final: try no other address or host (the caller's context ended, or pgx's rule for
+	// errors that another server would repeat: pgconn.connectPreferred).
+	final bool
+	// stale: when the attempt followed a remembered answer, that answer may be wrong: forget it
+	// and negotiate the host again (the server changed: TLS or hostgssenc turned on).
+	stale bool
+}
+
+// judge returns the verdict on an attempt of method m that failed at st with an error of class
+// c (code: its SQLSTATE, for classServer). Refusals ('N') are not failures and do not come here.
+//
+//	failure                                   next method   remembered      libpq
+//	caller's context ended                    no (final)    nothing
+//	timeout (connect_timeout, context)        no            nothing         next address
+//	no socket (DNS, TCP connect)              no            nothing         next address
+//	'E' to SSLRequest                         no            nothing         fails ("error response during SSL exchange")
+//	'E' to GSSENCRequest                      yes (new)     GSS: no         retries without GSS
+//	protocol violation (bad byte, extra data) no            nothing         fails
+//	SSLRequest/GSSENCRequest: closed, reset   no            nothing         fails
+//	TLS handshake failed, closed, reset       yes (new)     nothing         sslmode=prefer retries without TLS
+//	service ticket: KDC rejects the principal yes (new)     GSS: no         gssencmode=prefer retries without GSS
+//	service ticket: KDC unreachable, other    yes (new)     nothing         same
+//	GSS context: KRB-ERROR, server closes     yes (new)     GSS: no         same
+//	GSS context: server fails a check         yes (new)     nothing         same (tampering: never remembered)
+//	GSS context: reset, other                 yes (new)     nothing         same
+//	startup 28000 (pg_hba)                    yes (new)     GSS: no         retries with the next method
+//	startup 28P01, 3D000, 42501               no (final)    nothing         fails
+//	startup 53300, 57P03 and other SQLSTATEs  no            nothing         (libpq retries: a second backend)
+//	startup: a wrap token fails its check     yes (new)     nothing         retries without GSS
+//	startup: closed, reset, other (TLS, GSS)  yes (new)     nothing         retries without encryption
+func judge(m Method, st step, c class, code string) verdict {
+	switch c {
+	case classCanceled:
+		return verdict{final: true}
+	case classTimeout, classProtocol:
+		return verdict{}
+	case classServer:
+		switch code {
+		case "28000":
+			return verdict{next: true, gssNo: m == MethodGSS, stale: true}
+		case "28P01", "3D000", "42501":
+			return verdict{final: true}
+		}
+		return verdict{}
+	}
+	switch st {
+	case stepDial:
+		return verdict{}
+	case stepSSLRequest, stepGSSENCRequest:
+		if c == classErrorResponse && st == stepGSSENCRequest {
+			return verdict{next: true, gssNo: true}
+		}
+		return verdict{}
+	case stepServiceTicket:
+		return verdict{next: true, gssNo: c == classRejected}
+	case stepGSSContext:
+		return verdict{next: true, gssNo: c == classRejected || c == classClosed}
+	case stepTLS:
+		return verdict{next: true}
+	}
+	// stepStartup: closed, reset, a wrap token failing its check, other.
+	return verdict{next: m != MethodPlain}
+}

@@ -1,0 +1,298 @@
+package negotiation
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+)
+
+// The bytes of the negotiation, and what each proves (protocol-flow.html "SSL Session
+// Encryption" and "GSSAPI Session Encryption"; fe-connect.c, PQconnectPoll, states
+// CONNECTION_SSL_STARTUP and CONNECTION_GSS_STARTUP). Before authentication the server and
+// the network are untrusted; these are the only bytes read from them before a StartupMessage,
+// a TLS handshake or a GSS context establishment, and every other byte is a protocol error:
+//
+//   - The answer to SSLRequest or GSSENCRequest is exactly one byte: 'S' (SSLRequest) or 'G'
+//     (GSSENCRequest) for yes, 'N' for no. Only these are remembered.
+//   - 'E' starts an ErrorResponse: a server that cannot serve the request (an old server, a
+//     failed fork). Its text is never read (CVE-2024-10977: it is unauthenticated).
+//   - After the answer byte, nothing may arrive before the client speaks again (the TLS
+//     ClientHello, the first GSS token, the StartupMessage or the next request on the same
+//     socket): bytes that came with the answer, or after it, would be taken as the server's
+//     reply to a message not sent yet (CVE-2021-23222 for 'S'). They are a protocol error naming
+//     the request, and none of them is processed.
+//
+// The answer is read with a buffer larger than one byte, so that bytes sent with it are seen
+// as libpq sees them (they land in its input buffer); quiet checks, just before the client
+// speaks, that nothing arrived since.
+
+// request is SSLRequest or GSSENCRequest.
+type request uint8
+
+const (
+	sslRequest request = iota + 1
+	gssencRequest
+)
+
+func (r request) String() string {
+	if r == gssencRequest {
+		return "GSSENCRequest"
+	}
+	return "SSLRequest"
+}
+
+// yes is the byte with which the server accepts r.
+func (r request) yes() byte {
+	if r == gssencRequest {
+		return 'G'
+	}
+	return 'S'
+}
+
+var (
+	sslRequestPacket    = [8]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f} // Int32(8) Int32(80877103)
+	gssencRequestPacket = [8]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30} // Int32(8) Int32(80877104)
+)
+
+// ProtocolError is a server (or anything on the path) breaking the negotiation's byte rules:
+// an answer that is not one of the request's, or bytes where none may be. It is never
+// remembered, and the socket it came on is closed without reading further.
+type ProtocolError struct {
+	Request string // "SSLRequest" or "GSSENCRequest"
+	Problem string // what was wrong, e.g. "12 bytes arrived with the answer 'N'"
+}
+
+func (e *ProtocolError) Error() string {
+	return "protocol violation in the answer to " + e.Request + ": " + e.Problem
+}
+
+// ErrorResponseError is an ErrorResponse ('E') received as the answer to SSLRequest or
+// GSSENCRequest. Its text is not read.
+type ErrorResponseError struct {
+	Request string
+}
+
+func (e *ErrorResponseError) Error() string {
+	if e.Request == gssencRequest.String() {
+		return "server sent an error response during GSS encryption exchange" // libpq's words
+	}
+	return "server sent an error response during SSL exchange" // libpq's words
+}
+
+// answerBuf is larger than any legitimate answer, so that one read shows what came with it.
+const answerBuf = 64
+
+// parseAnswer interprets the first read after r was sent: n bytes of buf. It returns the answer
+// ('N' is AnswerNo) or, for anything else than one yes or no byte, an error.
+func parseAnswer(r request, buf []byte) (Answer, error) {
+	if len(buf) == 0 {
+		return AnswerUnknown, nil
+	}
+	var a Answer
+	switch buf[0] {
+	case r.yes():
+		a = AnswerYes
+	case 'N':
+		a = AnswerNo
+	case 'E':
+		// What follows is the ErrorResponse's body, not read any further.
+		return AnswerUnknown, &ErrorResponseError{Request: r.String()}
+	default:
+		return AnswerUnknown, &ProtocolError{Request: r.String(), Problem: fmt.Sprintf("unexpected answer byte 0x%02x", buf[0])}
+	}
+	if len(buf) > 1 {
+		return AnswerUnknown, &ProtocolError{Request: r.String(),
+			Problem: fmt.Sprintf("%d bytes arrived with the answer %q, before the client spoke", len(buf)-1, buf[0])}
+	}
+	return a, nil
+}
+
+// readAnswer reads the answer to r on conn (r already sent).
+func readAnswer(conn net.Conn, r request) (Answer, error) {
+	var buf [answerBuf]byte
+	n, err := readSome(conn, buf[:])
+	if n == 0 {
+		return AnswerUnknown, err
+	}
+	return parseAnswer(r, buf[:n])
+}
+
+// readSome reads once, retrying reads that return nothing and no error.
+func readSome(conn net.Conn, buf []byte) (int, error) {
+	for {
+		n, err := conn.Read(buf)
+		if n > 0 || err != nil {
+			if n == 0 && err == io.EOF {
+				err = io.ErrUnexpectedEOF // the server closed instead of answering
+			}
+			return n, err
+		}
+	}
+}
+
+// quiet checks, just before the client speaks after the answer to r, that nothing has arrived
+// on conn since the answer. Connections that do not expose their file descriptor (a DialFunc's
+// own type) are not checked here; what came with the answer still is (parseAnswer).
+func quiet(conn net.Conn, r request) error {
+	if n := pending(conn); n > 0 {
+		return &ProtocolError{Request: r.String(), Problem: "bytes arrived after the answer, before the client spoke"}
+	}
+	return nil
+}
+
+// sslRequestConn is the socket under pgx for an attempt with SSLRequest. It watches pgx's
+// SSLRequest (pgconn.startTLS writes it and reads one byte), reads the answer by the byte rules,
+// reports it, and after 'N' keeps the socket open when pgx closes it, so that the next method
+// goes on on the same socket as libpq does (pgx would dial again). After 'S' it checks, at the
+// first write of the TLS handshake, that nothing arrived before the client spoke.
+type sslRequestConn struct {
+	net.Conn
+	at    *attempt
+	ctx   context.Context
+	info  DialInfo
+	state uint8 // 0: nothing sent, 1: SSLRequest sent, 2: answered 'S', 3: passing through
+	rctx  context.Context
+	keep  bool
+}
+
+func (c *sslRequestConn) Write(b []byte) (int, error) {
+	switch c.state {
+	case 0:
+		c.state = 3
+		if len(b) == len(sslRequestPacket) && [8]byte(b) == sslRequestPacket {
+			c.state = 1
+			c.rctx = c.ctx
+			if tr := &c.at.n.trace; tr.SSLRequestStart != nil {
+				c.rctx = tr.SSLRequestStart(c.ctx, c.info)
+			}
+		}
+	case 2:
+		c.state = 3
+		if err := quiet(c.Conn, sslRequest); err != nil {
+			c.at.fail(stepSSLRequest, err)
+			return 0, err
+		}
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *sslRequestConn) Read(b []byte) (int, error) {
+	if c.state != 1 || len(b) == 0 {
+		return c.Conn.Read(b)
+	}
+	var buf [answerBuf]byte
+	n, err := readSome(c.Conn, buf[:])
+	a := AnswerUnknown
+	if n > 0 {
+		a, err = parseAnswer(sslRequest, buf[:n])
+		b[0] = buf[0]
+	}
+	switch a {
+	case AnswerYes:
+		c.state = 2
+	case AnswerNo:
+		c.state = 3
+		c.keep = true
+	default:
+		c.state = 3
+		c.at.fail(stepSSLRequest, err)
+	}
+	if a != AnswerUnknown {
+		c.at.onSSLAnswer(a)
+	}
+	if tr := &c.at.n.trace; tr.SSLRequestDone != nil {
+		tr.SSLRequestDone(c.rctx, RequestDoneInfo{Answer: a, CacheHit: c.at.known.SSL != AnswerUnknown, Err: err})
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+func (c *sslRequestConn) Close() error {
+	if c.keep {
+		c.keep = false
+		c.at.reuse.Store(&connHolder{c.Conn})
+		return nil
+	}
+	return c.Conn.Close()
+}
+
+// authObserver reads the backend's first messages to learn which authentication the server
+// asked for (AuthenticationOk at once is trust, or gss under GSS encryption). It reads only
+// message types and the authentication code, never a message body beyond that; after the first
+// authentication message or an error it is a plain pass-through.
+type authObserver struct {
+	r    io.Reader
+	at   *attempt
+	done bool
+	hdr  [9]byte // type, length, first 4 body bytes
+	have int
+	skip int // body bytes of the current non-authentication message still to pass
+}
+
+func (o *authObserver) Read(b []byte) (int, error) {
+	n, err := o.r.Read(b)
+	if !o.done {
+		o.observe(b[:n])
+	}
+	return n, err
+}
+
+func (o *authObserver) observe(p []byte) {
+	for len(p) > 0 && !o.done {
+		if o.skip > 0 {
+			k := min(o.skip, len(p))
+			o.skip -= k
+			p = p[k:]
+			continue
+		}
+		k := min(len(o.hdr)-o.have, len(p))
+		copy(o.hdr[o.have:], p[:k])
+		o.have += k
+		p = p[k:]
+		if o.have < 5 {
+			continue
+		}
+		length := int(uint32(o.hdr[1])<<24 | uint32(o.hdr[2])<<16 | uint32(o.hdr[3])<<8 | uint32(o.hdr[4]))
+		switch o.hdr[0] {
+		case 'R':
+			if o.have < 9 {
+				continue
+			}
+			o.at.authMethod = authMethodName(uint32(o.hdr[5])<<24 | uint32(o.hdr[6])<<16 | uint32(o.hdr[7])<<8 | uint32(o.hdr[8]))
+			o.done = true
+		case 'E':
+			o.done = true
+		default:
+			// A message before authentication (NegotiateProtocolVersion): skip its body.
+			body := length - 4
+			consumed := o.have - 5
+			o.have = 0
+			o.skip = body - consumed
+			if o.skip < 0 {
+				o.done = true
+			}
+		}
+	}
+}
+
+// authMethodName names an AuthenticationRequest code (protocol-message-formats.html).
+func authMethodName(code uint32) string {
+	switch code {
+	case 0:
+		return "trust"
+	case 3:
+		return "password"
+	case 5:
+		return "md5"
+	case 7:
+		return "gss"
+	case 9:
+		return "sspi"
+	case 10:
+		return "scram-sha-256"
+	}
+	return ""
+}

@@ -1,0 +1,199 @@
+package negotiation
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+)
+
+func backendMsg(typ byte, body []byte) []byte {
+	m := []byte{typ, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(m[1:], uint32(4+len(body)))
+	return append(m, body...)
+}
+
+func authBody(code uint32, rest ...byte) []byte {
+	b := binary.BigEndian.AppendUint32(nil, code)
+	return append(b, rest...)
+}
+
+// The observer learns the authentication method from the stream pgx reads, whatever the read
+// sizes, and passes every byte through unchanged.
+func TestAuthObserver(t *testing.T) {
+	negotiate := backendMsg('v', append(binary.BigEndian.AppendUint32(nil, 196608), 0, 0, 0, 0))
+	for _, tt := range []struct {
+		name   string
+		stream []byte
+		want   string
+	}{
+		{"trust", backendMsg('R', authBody(0)), "trust"},
+		{"cleartext", backendMsg('R', authBody(3)), "password"},
+		{"md5", backendMsg('R', authBody(5, 1, 2, 3, 4)), "md5"},
+		{"scram", backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), "scram-sha-256"},
+		{"gss", backendMsg('R', authBody(7)), "gss"},
+		{"after NegotiateProtocolVersion", append(negotiate, backendMsg('R', authBody(10))...), "scram-sha-256"},
+		{"error first", backendMsg('E', []byte("SFATAL\x00\x00")), ""},
+	} {
+		for _, oneByte := range []bool{false, true} {
+			name := tt.name
+			if oneByte {
+				name += ", one byte at a time"
+			}
+			t.Run(name, func(t *testing.T) {
+				at := &attempt{}
+				stream := append(append([]byte{}, tt.stream...), backendMsg('K', make([]byte, 8))...)
+				var r io.Reader = bytes.NewReader(stream)
+				if oneByte {
+					r = iotest.OneByteReader(r)
+				}
+				got, err := io.ReadAll(&authObserver{r: r, at: at})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, stream) {
+					t.Error("the observer changed the stream")
+				}
+				if at.authMethod != tt.want {
+					t.Errorf("auth method = %q, want %q", at.authMethod, tt.want)
+				}
+			})
+		}
+	}
+}
+
+// The answer to SSLRequest or GSSENCRequest is one byte; anything else is an error, and only a
+// yes or no byte alone is an answer (fe-connect.c, PQconnectPoll, CONNECTION_SSL_STARTUP and
+// CONNECTION_GSS_STARTUP; CVE-2021-23222 for bytes that come with 'S').
+func TestParseAnswer(t *testing.T) {
+	forged := append([]byte{}, backendMsg('R', authBody(0))...) // AuthenticationOk
+	forged = append(forged, backendMsg('Z', []byte{'I'})...)    // ReadyForQuery
+	for _, tt := range []struct {
+		name  string
+		req   request
+		in    []byte
+		want  Answer
+		error string // substring; "" for none
+	}{
+		{"S", sslRequest, []byte("S"), AnswerYes, ""},
+		{"N to SSLRequest", sslRequest, []byte("N"), AnswerNo, ""},
+		{"G", gssencRequest, []byte("G"), AnswerYes, ""},
+		{"N to GSSENCRequest", gssencRequest, []byte("N"), AnswerNo, ""},
+		{"G to SSLRequest", sslRequest, []byte("G"), AnswerUnknown, "unexpected answer byte 0x47"},
+		{"S to GSSENCRequest", gssencRequest, []byte("S"), AnswerUnknown, "unexpected answer byte 0x53"},
+		{"E to SSLRequest", sslRequest, append([]byte("E"), "\x00\x00\x00\x10SFATAL\x00\x00"...), AnswerUnknown, "error response during SSL exchange"},
+		{"E to GSSENCRequest", gssencRequest, []byte("E"), AnswerUnknown, "error response during GSS encryption exchange"},
+		{"N and a forged startup reply", sslRequest, append([]byte("N"), forged...), AnswerUnknown, "arrived with the answer 'N'"},
+		{"S and bytes", sslRequest, []byte("S\x16\x03"), AnswerUnknown, "2 bytes arrived with the answer 'S'"},
+		{"G and bytes", gssencRequest, []byte("Gx"), AnswerUnknown, "arrived with the answer 'G'"},
+		{"N and bytes to GSSENCRequest", gssencRequest, append([]byte("N"), forged...), AnswerUnknown, "GSSENCRequest"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := parseAnswer(tt.req, tt.in)
+			if a != tt.want {
+				t.Errorf("answer %v, want %v", a, tt.want)
+			}
+			switch {
+			case tt.error == "" && err != nil:
+				t.Errorf("error %v", err)
+			case tt.error != "" && (err == nil || !strings.Contains(err.Error(), tt.error)):
+				t.Errorf("error %v, want one with %q", err, tt.error)
+			}
+			if err != nil && !strings.Contains(err.Error(), tt.req.String()) && !strings.Contains(err.Error(), map[request]string{sslRequest: "SSL", gssencRequest: "GSS"}[tt.req]) {
+				t.Errorf("error %q does not name the request", err)
+			}
+		})
+	}
+}
+
+// loopbackPair returns the two ends of a TCP connection on 127.0.0.1.
+func loopbackPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// Bytes the server sends with its answer are seen in the same read; bytes that arrive after the
+// answer, before the client speaks, are seen by quiet; neither is consumed by quiet.
+func TestReadAnswerAndQuiet(t *testing.T) {
+	t.Run("N alone", func(t *testing.T) {
+		client, server := loopbackPair(t)
+		server.Write([]byte("N"))
+		if a, err := readAnswer(client, sslRequest); a != AnswerNo || err != nil {
+			t.Fatalf("readAnswer = %v, %v", a, err)
+		}
+		if err := quiet(client, sslRequest); err != nil {
+			t.Errorf("quiet: %v", err)
+		}
+	})
+	t.Run("N with more in the same write", func(t *testing.T) {
+		client, server := loopbackPair(t)
+		server.Write(append([]byte("N"), backendMsg('R', authBody(0))...))
+		time.Sleep(20 * time.Millisecond) // both in the receive buffer before the read
+		if _, err := readAnswer(client, sslRequest); err == nil {
+			t.Fatal("bytes after 'N' were accepted")
+		}
+	})
+	t.Run("bytes after the answer, before the client speaks", func(t *testing.T) {
+		client, server := loopbackPair(t)
+		server.Write([]byte("G"))
+		if a, err := readAnswer(client, gssencRequest); a != AnswerYes || err != nil {
+			t.Fatalf("readAnswer = %v, %v", a, err)
+		}
+		server.Write(backendMsg('R', authBody(0)))
+		deadline := time.Now().Add(5 * time.Second)
+		var err error
+		for err == nil && time.Now().Before(deadline) {
+			err = quiet(client, gssencRequest)
+			time.Sleep(time.Millisecond)
+		}
+		var pe *ProtocolError
+		if !errors.As(err, &pe) || pe.Request != "GSSENCRequest" {
+			t.Fatalf("quiet = %v, want a ProtocolError naming GSSENCRequest", err)
+		}
+		// quiet peeks: the bytes are still there.
+		client.SetReadDeadline(time.Now().Add(time.Second))
+		var b [1]byte
+		if n, _ := client.Read(b[:]); n != 1 || b[0] != 'R' {
+			t.Errorf("quiet consumed what it looked at: read %q", b[:n])
+		}
+	})
+	t.Run("closed instead of an answer", func(t *testing.T) {
+		client, server := loopbackPair(t)
+		server.Close()
+		if _, err := readAnswer(client, sslRequest); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("readAnswer = %v, want io.ErrUnexpectedEOF", err)
+		}
+	})
+	t.Run("not a socket", func(t *testing.T) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		if err := quiet(a, sslRequest); err != nil {
+			t.Errorf("quiet on a pipe: %v", err)
+		}
+	})
+}
