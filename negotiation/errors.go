@@ -3,6 +3,7 @@ package negotiation
 import (
 	"errors"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 
@@ -31,7 +32,7 @@ func (e *HostError) Error() string {
 		b.WriteString(":")
 		b.WriteString(strconv.Itoa(int(e.Port)))
 	}
-	if e.Addr != "" && !strings.HasPrefix(e.Addr, e.Host+":") {
+	if e.Addr != "" && e.Addr != e.Host {
 		b.WriteString(" (")
 		b.WriteString(e.Addr)
 		b.WriteString(")")
@@ -91,10 +92,15 @@ func cause(err error) error {
 		}
 		err = next
 	}
-	// The dial error's text repeats the address.
+	// The dial error's text repeats the address and the system call.
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" && oe.Err != nil {
-		return &labeled{err: err, msg: oe.Err.Error()}
+		msg := oe.Err.Error()
+		var se *os.SyscallError
+		if errors.As(oe.Err, &se) {
+			msg = se.Err.Error()
+		}
+		return &labeled{err: err, msg: msg}
 	}
 	return err
 }

@@ -300,7 +300,7 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 		n.trace.DNSDone(dctx, DNSDoneInfo{Addrs: addrs, Err: err})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("failed to resolve host %q: %w", h.Host, err)
+		return nil, err
 	}
 	return addrs, nil
 }
