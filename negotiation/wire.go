@@ -219,33 +219,58 @@ func (c *sslRequestConn) Close() error {
 	return c.Conn.Close()
 }
 
-// authObserver reads the backend's first messages to learn which authentication the server
-// asked for (AuthenticationOk at once is trust, or gss under GSS encryption). It reads only
-// message types and the authentication code, never a message body beyond that; after the first
-// authentication message or an error it is a plain pass-through.
+// authObserver reads the backend's messages up to ReadyForQuery, as pgx receives them, to
+// learn which authentication the server asked for (AuthenticationOk at once is trust, or gss
+// under GSS encryption), and holds them to libpq's rules for that phase. Until
+// AuthenticationOk (fe-connect.c, PQconnectPoll, CONNECTION_AWAITING_RESPONSE) only an
+// authentication request ('R') or NegotiateProtocolVersion ('v'), of 8 to 2000 bytes, or an
+// ErrorResponse ('E') of at most 30000 may come: anything else means it is not PostgreSQL at
+// the other end. From then to ReadyForQuery no message may exceed 30000 bytes (libpq allows
+// that for the message kinds that carry data, fe-protocol3.c, VALID_LONG_MESSAGE_TYPE, but
+// none of them belongs before ReadyForQuery but a NoticeResponse). Without these bounds a forged
+// length makes pgx allocate up to a gigabyte for a server that has not authenticated.
+// It reads message types, lengths and the authentication code, never a body beyond that; after
+// ReadyForQuery or an ErrorResponse it is a plain pass-through.
 type authObserver struct {
 	r    io.Reader
 	at   *attempt
 	done bool
+	err  error   // the rule broken, returned from then on
 	hdr  [9]byte // type, length, first 4 body bytes
 	have int
-	skip int // body bytes of the current non-authentication message still to pass
+	skip int  // body bytes of the current message still to pass
+	last bool // the message being skipped ends the phase (ReadyForQuery)
+	auth bool // AuthenticationOk has come
 }
 
 func (o *authObserver) Read(b []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
 	n, err := o.r.Read(b)
 	if !o.done {
-		o.observe(b[:n])
+		if perr := o.observe(b[:n]); perr != nil {
+			o.err = perr
+			return 0, perr
+		}
 	}
 	return n, err
 }
 
-func (o *authObserver) observe(p []byte) {
+// errStartup is a message that breaks the rules of the authentication phase.
+func errStartup(problem string) error {
+	return &ProtocolError{Request: "StartupMessage", Problem: problem}
+}
+
+func (o *authObserver) observe(p []byte) error {
 	for len(p) > 0 && !o.done {
 		if o.skip > 0 {
 			k := min(o.skip, len(p))
 			o.skip -= k
 			p = p[k:]
+			if o.skip == 0 && o.last {
+				o.done = true
+			}
 			continue
 		}
 		k := min(len(o.hdr)-o.have, len(p))
@@ -255,27 +280,52 @@ func (o *authObserver) observe(p []byte) {
 		if o.have < 5 {
 			continue
 		}
+		typ := o.hdr[0]
 		length := int(uint32(o.hdr[1])<<24 | uint32(o.hdr[2])<<16 | uint32(o.hdr[3])<<8 | uint32(o.hdr[4]))
-		switch o.hdr[0] {
-		case 'R':
-			if o.have < 9 {
-				continue
+		if length < 4 {
+			return errStartup(fmt.Sprintf("a message %q with length %d", typ, length))
+		}
+		switch {
+		case typ == 'E':
+			if length > 30000 {
+				return errStartup(fmt.Sprintf("an ErrorResponse of %d bytes during startup (libpq allows 30000)", length))
 			}
-			o.at.authMethod = authMethodName(uint32(o.hdr[5])<<24 | uint32(o.hdr[6])<<16 | uint32(o.hdr[7])<<8 | uint32(o.hdr[8]))
-			o.done = true
-		case 'E':
-			o.done = true
+			o.done = true // pgx reports it
+			continue
+		case o.auth:
+			if length > 30000 {
+				return errStartup(fmt.Sprintf("a message %q of %d bytes during startup (at most 30000)", typ, length))
+			}
+			o.last = typ == 'Z'
+		case typ == 'R' || typ == 'v':
+			if length < 8 || length > 2000 {
+				return errStartup(fmt.Sprintf("a message %q of %d bytes during authentication (libpq allows 8 to 2000)", typ, length))
+			}
+			if typ == 'R' {
+				if o.have < 9 {
+					continue
+				}
+				code := uint32(o.hdr[5])<<24 | uint32(o.hdr[6])<<16 | uint32(o.hdr[7])<<8 | uint32(o.hdr[8])
+				if o.at.authMethod == "" {
+					o.at.authMethod = authMethodName(code)
+				}
+				o.auth = code == 0
+			}
 		default:
-			// A message before authentication (NegotiateProtocolVersion): skip its body.
-			body := length - 4
-			consumed := o.have - 5
-			o.have = 0
-			o.skip = body - consumed
-			if o.skip < 0 {
+			return errStartup(fmt.Sprintf("message type 0x%02x where an authentication request was expected", typ))
+		}
+		// Skip the rest of the body.
+		consumed := o.have - 5
+		o.have = 0
+		o.skip = length - 4 - consumed
+		if o.skip <= 0 {
+			o.skip = 0
+			if o.last {
 				o.done = true
 			}
 		}
 	}
+	return nil
 }
 
 // authMethodName names an AuthenticationRequest code (protocol-message-formats.html).

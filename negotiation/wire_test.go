@@ -27,17 +27,18 @@ func authBody(code uint32, rest ...byte) []byte {
 // sizes, and passes every byte through unchanged.
 func TestAuthObserver(t *testing.T) {
 	negotiate := backendMsg('v', append(binary.BigEndian.AppendUint32(nil, 196608), 0, 0, 0, 0))
+	ok := backendMsg('R', authBody(0))
 	for _, tt := range []struct {
 		name   string
 		stream []byte
 		want   string
 	}{
-		{"trust", backendMsg('R', authBody(0)), "trust"},
-		{"cleartext", backendMsg('R', authBody(3)), "password"},
-		{"md5", backendMsg('R', authBody(5, 1, 2, 3, 4)), "md5"},
-		{"scram", backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), "scram-sha-256"},
-		{"gss", backendMsg('R', authBody(7)), "gss"},
-		{"after NegotiateProtocolVersion", append(negotiate, backendMsg('R', authBody(10))...), "scram-sha-256"},
+		{"trust", ok, "trust"},
+		{"cleartext", append(backendMsg('R', authBody(3)), ok...), "password"},
+		{"md5", append(backendMsg('R', authBody(5, 1, 2, 3, 4)), ok...), "md5"},
+		{"scram", append(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), ok...), "scram-sha-256"},
+		{"gss", append(backendMsg('R', authBody(7)), ok...), "gss"},
+		{"after NegotiateProtocolVersion", append(negotiate, append(backendMsg('R', authBody(10)), ok...)...), "scram-sha-256"},
 		{"error first", backendMsg('E', []byte("SFATAL\x00\x00")), ""},
 	} {
 		for _, oneByte := range []bool{false, true} {
@@ -47,7 +48,11 @@ func TestAuthObserver(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				at := &attempt{}
+				// After ReadyForQuery anything may follow, however large.
 				stream := append(append([]byte{}, tt.stream...), backendMsg('K', make([]byte, 8))...)
+				stream = append(stream, backendMsg('S', make([]byte, 5000))...)
+				stream = append(stream, backendMsg('Z', []byte{'I'})...)
+				stream = append(stream, backendMsg('S', make([]byte, 50000))...)
 				var r io.Reader = bytes.NewReader(stream)
 				if oneByte {
 					r = iotest.OneByteReader(r)
@@ -64,6 +69,35 @@ func TestAuthObserver(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Before AuthenticationOk only small authentication requests, NegotiateProtocolVersion and
+// ErrorResponse may come (fe-connect.c, CONNECTION_AWAITING_RESPONSE): a forged length must not
+// make pgx allocate a gigabyte for a server that has not authenticated.
+func TestAuthObserverRules(t *testing.T) {
+	huge := []byte{'R', 0x39, 0x30, 0x39, 0x31} // a length of 959 MB
+	for _, tt := range []struct {
+		name   string
+		stream []byte
+		want   string
+	}{
+		{"huge authentication request", huge, "during authentication (libpq allows 8 to 2000)"},
+		{"short authentication request", backendMsg('R', []byte{0, 0}), "of 6 bytes"},
+		{"query result before authentication", backendMsg('D', []byte{0, 0}), "message type 0x44"},
+		{"ReadyForQuery before authentication", backendMsg('Z', []byte{'I'}), "message type 0x5a"},
+		{"huge error", []byte{'E', 0, 0x01, 0, 0}, "ErrorResponse of 65536 bytes"},
+		{"huge message after a SASL request", append(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), huge...), "959"},
+		{"huge BackendKeyData after AuthenticationOk", append(backendMsg('R', authBody(0)), 'K', 0x37, 0x32, 0x30, 0x30), "a message 'K' of 926036016 bytes"},
+		{"negative length", []byte{'R', 0xff, 0xff, 0xff, 0xff}, "4294967295 bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := io.ReadAll(&authObserver{r: bytes.NewReader(tt.stream), at: &attempt{}})
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want a ProtocolError with %q", err, tt.want)
+			}
+		})
 	}
 }
 
