@@ -1,0 +1,86 @@
+package pgconnector_test
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
+)
+
+// gssEncrypted reports whether conn (from the connector) is GSS-encrypted, from the server's
+// own view (pg_stat_gssapi).
+func gssEncrypted(t *testing.T, conn driver.Conn) bool {
+	t.Helper()
+	rows, err := conn.(driver.QueryerContext).QueryContext(context.Background(),
+		"select encrypted from pg_stat_gssapi where pid = pg_backend_pid()", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	dest := make([]driver.Value, 1)
+	if err := rows.Next(dest); err != nil {
+		t.Fatal(err)
+	}
+	encrypted, _ := dest[0].(bool)
+	return encrypted
+}
+
+// An overloaded server ("too many clients", 53300) after GSS encryption was established says
+// nothing about GSS: the failed connect opens one socket and reports the server's error, and the
+// next connects, once the server has room, are GSS-encrypted again (the cache did not learn
+// "no GSS"). Before, the next connects for the TTL went in plaintext.
+func TestOverloadDoesNotTurnGSSOff(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := harness.StartT(t, harness.Options{
+		GSS:      &harness.GSSOptions{KDC: lab.kdc, Keytab: true},
+		HBA:      []string{lab.gssHBA(), "host all all 127.0.0.1/32 trust"},
+		Settings: map[string]string{"max_connections": "3", "superuser_reserved_connections": "0"},
+	})
+	if err := srv.CreateRole("alice"); err != nil {
+		t.Fatal(err)
+	}
+	px := harness.ProxyT(t, srv.Addr())
+	host, port := px.Addr()
+	c := lab.connector(t, "host="+host+" port="+strconv.Itoa(port)+" user=alice dbname="+srv.Database)
+	ctx := context.Background()
+
+	// Fill the server; each connection is GSS-encrypted.
+	var held []driver.Conn
+	for range 3 {
+		conn, err := c.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !gssEncrypted(t, conn) {
+			t.Fatal("not GSS-encrypted before the overload")
+		}
+		held = append(held, conn)
+	}
+	before := px.Stats().Connections
+	_, err := c.Connect(ctx)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "53300" {
+		t.Fatalf("connect to a full server: %v, want SQLSTATE 53300", err)
+	}
+	if n := px.Stats().Connections - before; n != 1 {
+		t.Errorf("the failed connect opened %d sockets, want 1", n)
+	}
+	for _, conn := range held {
+		conn.Close()
+	}
+	for i := range 3 {
+		conn, err := c.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !gssEncrypted(t, conn) {
+			t.Errorf("connect %d after the overload is not GSS-encrypted", i+1)
+		}
+		conn.Close()
+	}
+}
