@@ -112,6 +112,10 @@ const (
 	ErrorTypeGSS            = "gss_error"          // default of the gss_*, gssenc_request and service_ticket spans
 	ErrorTypeDial           = "dial_error"         // the socket could not be opened
 	ErrorTypeNetwork        = "network_error"      // I/O on an open socket failed
+	ErrorTypeProtocol       = "protocol_error"     // the server broke the negotiation's byte rules
+	ErrorTypeErrorResponse  = "error_response"     // an ErrorResponse to SSLRequest or GSSENCRequest (its text unread)
+	ErrorTypeGSSRejected    = "gss_rejected"       // Kerberos refused: KDC or acceptor KRB-ERROR
+	ErrorTypeGSSUnverified  = "gss_unverified"     // the server failed a Kerberos check (AP-REP, wrap token)
 	ErrorTypeStartup        = "startup_failed"     // default of the startup span
 	ErrorTypeConnectFailed  = "connect_failed"     // default of the connect and probe_wait spans
 	errorTypeRequestDefault = ErrorTypeNetwork     // default of the ssl_request span

@@ -39,6 +39,20 @@ func errorType(err error, def string) string {
 		return ErrorTypeGSSEncRequire
 	case errors.Is(err, negotiation.ErrNoMethod):
 		return ErrorTypeNoMethod
+	case errors.Is(err, negotiation.ErrGSSUnverified):
+		return ErrorTypeGSSUnverified
+	case errors.Is(err, negotiation.ErrGSSRejected):
+		return ErrorTypeGSSRejected
+	}
+	var (
+		protoErr *negotiation.ProtocolError
+		respErr  *negotiation.ErrorResponseError
+	)
+	switch {
+	case errors.As(err, &protoErr):
+		return ErrorTypeProtocol
+	case errors.As(err, &respErr):
+		return ErrorTypeErrorResponse
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
