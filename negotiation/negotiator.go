@@ -53,8 +53,8 @@ type Config struct {
 	// connect_timeout; fe-connect.c, pqConnectDBComplete): per host and address, from the
 	// first attempt on the address, shared by every method tried there (and by a retry after a
 	// remembered answer proved wrong); the first address of a host also counts the wait for
-	// another connect's probe and the DNS lookup. Values under 2 s are raised to 2 s, as libpq
-	// does. Zero: only the context bounds the connect.
+	// another connect's probe and the DNS lookup. On expiry the next address is tried, never
+	// the next method on the same address. Zero: only the context bounds the connect.
 	ConnectTimeout time.Duration
 }
 
@@ -200,11 +200,7 @@ type budget struct {
 }
 
 func (n *Negotiator) newBudget() *budget {
-	d := n.cfg.ConnectTimeout
-	if d > 0 && d < 2*time.Second {
-		d = 2 * time.Second // libpq: "insist on at least two seconds"
-	}
-	return &budget{d: d, start: time.Now()}
+	return &budget{d: n.cfg.ConnectTimeout, start: time.Now()}
 }
 
 // context returns ctx bounded by addr's deadline ("" before any address: the host's start).

@@ -95,32 +95,35 @@ type verdict struct {
 
 // judge returns the verdict on an attempt of method m that failed at st with an error of class
 // c (code: its SQLSTATE, for classServer). Refusals ('N') are not failures and do not come here.
+// The libpq column is libpq 17 (fe-connect.c, PQconnectPoll), checked against psql 15.18 where a
+// fake server could show it; "fails" means libpq tries nothing else, no other host either.
 //
 //	failure                                   next method   remembered      libpq
 //	caller's context ended                    no (final)    nothing
-//	timeout (connect_timeout, context)        no            nothing         next address
-//	no socket (DNS, TCP connect)              no            nothing         next address
-//	'E' to SSLRequest                         no            nothing         fails ("error response during SSL exchange")
-//	'E' to GSSENCRequest                      yes (new)     GSS: no         retries without GSS
-//	protocol violation (bad byte, extra data) no            nothing         fails
-//	SSLRequest/GSSENCRequest: closed, reset   no            nothing         fails
-//	TLS handshake failed, closed, reset       yes (new)     nothing         sslmode=prefer retries without TLS
-//	service ticket: KDC rejects the principal yes (new)     GSS: no         gssencmode=prefer retries without GSS
+//	timeout (connect_timeout, context)        no            nothing         next address, then host
+//	no socket (DNS, TCP connect)              no            nothing         next address, then host
+//	'E' to SSLRequest                         no (final)    nothing         fails ("error response during SSL exchange")
+//	'E' to GSSENCRequest                      yes (new)     GSS: no         next method, new connection
+//	SSLRequest/GSSENCRequest: closed, reset   no (final)    nothing         fails ("server closed the connection")
+//	protocol violation (bad byte, extra data) no (final)    nothing         fails (libpq accepts data after 'N')
+//	TLS handshake failed, closed, reset       yes (new)     nothing         sslmode=prefer: plaintext, new connection
+//	service ticket: KDC rejects the principal yes (new)     GSS: no         next method, new connection
 //	service ticket: KDC unreachable, other    yes (new)     nothing         same
 //	GSS context: KRB-ERROR, server closes     yes (new)     GSS: no         same
 //	GSS context: server fails a check         yes (new)     nothing         same (tampering: never remembered)
 //	GSS context: reset, other                 yes (new)     nothing         same
-//	startup 28000 (pg_hba)                    yes (new)     GSS: no         retries with the next method
-//	startup 28P01, 3D000, 42501               no (final)    nothing         fails
-//	startup 53300, 57P03 and other SQLSTATEs  no            nothing         (libpq retries: a second backend)
-//	startup: a wrap token fails its check     yes (new)     nothing         retries without GSS
-//	startup: closed, reset, other (TLS, GSS)  yes (new)     nothing         retries without encryption
+//	startup 28000 (pg_hba)                    yes (new)     GSS: no         next method, new connection
+//	startup 28P01, 3D000, 42501               no (final)    nothing         28P01 before AuthenticationOk: next method
+//	startup 57P03, 53300, other SQLSTATEs     no            nothing         53300 before AuthenticationOk: next method (a second backend); 57P03: next host
+//	startup: closed, reset, wrap token check  no            nothing         fails
 func judge(m Method, st step, c class, code string) verdict {
 	switch c {
 	case classCanceled:
 		return verdict{final: true}
-	case classTimeout, classProtocol:
+	case classTimeout:
 		return verdict{}
+	case classProtocol:
+		return verdict{final: true}
 	case classServer:
 		switch code {
 		case "28000":
@@ -131,20 +134,19 @@ func judge(m Method, st step, c class, code string) verdict {
 		return verdict{}
 	}
 	switch st {
-	case stepDial:
+	case stepDial, stepStartup:
 		return verdict{}
-	case stepSSLRequest, stepGSSENCRequest:
-		if c == classErrorResponse && st == stepGSSENCRequest {
+	case stepSSLRequest:
+		return verdict{final: true}
+	case stepGSSENCRequest:
+		if c == classErrorResponse {
 			return verdict{next: true, gssNo: true}
 		}
-		return verdict{}
+		return verdict{final: true}
 	case stepServiceTicket:
 		return verdict{next: true, gssNo: c == classRejected}
 	case stepGSSContext:
 		return verdict{next: true, gssNo: c == classRejected || c == classClosed}
-	case stepTLS:
-		return verdict{next: true}
 	}
-	// stepStartup: closed, reset, a wrap token failing its check, other.
-	return verdict{next: m != MethodPlain}
+	return verdict{next: true} // stepTLS
 }

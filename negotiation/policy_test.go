@@ -89,8 +89,8 @@ func TestJudgeRemembersOnlyWhatTheServerSaid(t *testing.T) {
 							t.Errorf("%v at %v: a timeout tries another method on the address (libpq: next address)", m, st)
 						}
 					case classProtocol:
-						if v.next {
-							t.Errorf("%v at %v: a protocol violation tries another method", m, st)
+						if v.next || !v.final {
+							t.Errorf("%v at %v: a protocol violation tries something else", m, st)
 						}
 					}
 					if c == classServer && (code == "53300" || code == "57P03") && v.next {
@@ -112,16 +112,24 @@ func TestJudgeFollowsLibpq(t *testing.T) {
 		code string
 		want verdict
 	}{
-		{"'E' to SSLRequest fails", MethodSSL, stepSSLRequest, classErrorResponse, "", verdict{}},
+		{"'E' to SSLRequest fails", MethodSSL, stepSSLRequest, classErrorResponse, "", verdict{final: true}},
+		{"SSLRequest closed: fails", MethodSSL, stepSSLRequest, classClosed, "", verdict{final: true}},
+		{"SSLRequest reset: fails", MethodSSL, stepSSLRequest, classReset, "", verdict{final: true}},
+		{"SSLRequest timeout: next address", MethodSSL, stepSSLRequest, classTimeout, "", verdict{}},
 		{"'E' to GSSENCRequest: retry without GSS", MethodGSS, stepGSSENCRequest, classErrorResponse, "", verdict{next: true, gssNo: true}},
+		{"GSSENCRequest closed: fails", MethodGSS, stepGSSENCRequest, classClosed, "", verdict{final: true}},
 		{"TLS handshake failure under prefer: plaintext", MethodSSL, stepTLS, classOther, "", verdict{next: true}},
+		{"TLS handshake reset: plaintext", MethodSSL, stepTLS, classReset, "", verdict{next: true}},
 		{"GSS context failure: next method", MethodGSS, stepGSSContext, classOther, "", verdict{next: true}},
 		{"tampering: next method, nothing remembered", MethodGSS, stepGSSContext, classUnverified, "", verdict{next: true}},
-		{"KDC unreachable: next method, nothing remembered", MethodGSS, stepServiceTicket, classTimeout, "", verdict{}},
+		{"KDC unreachable: next method, nothing remembered", MethodGSS, stepServiceTicket, classOther, "", verdict{next: true}},
 		{"wrong password: no other host", MethodPlain, stepStartup, classServer, "28P01", verdict{final: true}},
 		{"pg_hba under GSS", MethodGSS, stepStartup, classServer, "28000", verdict{next: true, gssNo: true, stale: true}},
 		{"pg_hba under TLS", MethodSSL, stepStartup, classServer, "28000", verdict{next: true, stale: true}},
 		{"too many clients under GSS: one socket", MethodGSS, stepStartup, classServer, "53300", verdict{}},
+		{"starting up: next host", MethodPlain, stepStartup, classServer, "57P03", verdict{}},
+		{"closed during startup under TLS: no fallback", MethodSSL, stepStartup, classClosed, "", verdict{}},
+		{"wrap token fails during startup: no fallback", MethodGSS, stepStartup, classUnverified, "", verdict{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := judge(tt.m, tt.st, tt.c, tt.code); got != tt.want {
