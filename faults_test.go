@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -82,5 +83,30 @@ func TestOverloadDoesNotTurnGSSOff(t *testing.T) {
 			t.Errorf("connect %d after the overload is not GSS-encrypted", i+1)
 		}
 		conn.Close()
+	}
+}
+
+// An error leads with its cause: a wrong password against a server without TLS is the server's
+// 28P01, said once, not "server refused TLS connection" with the cause on a second line; an
+// optional method the server refused is not an error.
+func TestErrorLeadsWithItsCause(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{Auth: "scram-sha-256"})
+	_, err := newConnector(t, srv.DSN("password=wrong-secret-pw")).Connect(context.Background())
+	if err == nil {
+		t.Fatal("connected with a wrong password")
+	}
+	msg := err.Error()
+	want := "pgconnector: host " + srv.Host + ":" + strconv.Itoa(srv.Port) + ": startup: FATAL: password authentication failed"
+	if !strings.HasPrefix(msg, want) {
+		t.Errorf("error %q\ndoes not start with %q", msg, want)
+	}
+	for _, bad := range []string{"TLS", "refused", "failed to connect to", "\n", "wrong-secret-pw"} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("error %q contains %q", msg, bad)
+		}
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
+		t.Errorf("errors.As finds %v, want the server's 28P01", pgErr)
 	}
 }
