@@ -249,7 +249,7 @@ func (c *Client) ServiceTicket(ctx context.Context, host string) (negotiation.GS
 	_, _, fromCache := cl.GetCachedTicket(spn)
 	_, key, err := cl.GetServiceTicket(spn)
 	if err != nil {
-		return nil, false, fmt.Errorf("gss: no service ticket for %s: %w", spn, err)
+		return nil, false, kdcExchangeError(spn, err)
 	}
 	return &session{creds: cur.creds, spn: spn, enctype: EnctypeName(key.KeyType)}, fromCache, nil
 }
