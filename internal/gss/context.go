@@ -172,6 +172,11 @@ type Initiator struct {
 	acceptorSubkey    types.EncryptionKey
 	hasAcceptorSubkey bool
 	recvSeq           uint64
+
+	// ticket, when set, is the service ticket to use (and ticketKey its session key) instead
+	// of asking gokrb5's client for one: see newInitiatorWithTicket.
+	ticket    *messages.Ticket
+	ticketKey types.EncryptionKey
 }
 
 // NewInitiator prepares a context with the service principal spn, written
@@ -193,6 +198,17 @@ func NewInitiator(cl *client.Client, spn string, delegate bool) (*Initiator, err
 		return nil, fmt.Errorf("gss: service principal %q is not of the form service/host", spn)
 	}
 	return &Initiator{cl: cl, spn: spn}, nil
+}
+
+// newInitiatorWithTicket is NewInitiator with the service ticket for spn already obtained, so
+// that the first Step asks no KDC.
+func newInitiatorWithTicket(cl *client.Client, spn string, tkt messages.Ticket, key types.EncryptionKey) (*Initiator, error) {
+	i, err := NewInitiator(cl, spn, false)
+	if err != nil {
+		return nil, err
+	}
+	i.ticket, i.ticketKey = &tkt, key
+	return i, nil
 }
 
 // String shows the target and the state, no key material.
@@ -265,9 +281,15 @@ var krb5OID = func() []byte {
 
 // initSecContext gets the service ticket and builds the framed AP-REQ.
 func (i *Initiator) initSecContext() ([]byte, error) {
-	tkt, sessionKey, err := i.cl.GetServiceTicket(i.spn)
-	if err != nil {
-		return nil, kdcExchangeError(i.spn, err)
+	tkt, sessionKey := messages.Ticket{}, types.EncryptionKey{}
+	if i.ticket != nil {
+		tkt, sessionKey = *i.ticket, i.ticketKey
+		i.ticket, i.ticketKey = nil, types.EncryptionKey{}
+	} else {
+		var err error
+		if tkt, sessionKey, err = i.cl.GetServiceTicket(i.spn); err != nil {
+			return nil, kdcExchangeError(i.spn, err)
+		}
 	}
 	et, info, err := checkKey(sessionKey)
 	if err != nil {

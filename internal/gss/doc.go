@@ -26,7 +26,8 @@
 // sentinels of package negotiation (errors.go): ErrGSSRejected for a
 // KRB-ERROR from the acceptor or, about the service, from the KDC;
 // ErrGSSUnverified for an AP-REP, wrap token or packet that fails a check the
-// real server passes.
+// real server passes. Client.ServiceTicket waits for the KDC no longer than
+// its context (client.go, Client.ticket).
 //
 // Only the AES enctypes are supported: aes128-cts-hmac-sha1-96 (17),
 // aes256-cts-hmac-sha1-96 (18), aes128-cts-hmac-sha256-128 (19) and

@@ -6,7 +6,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,6 +137,10 @@ func TestKDCErrorsFromARealKDC(t *testing.T) {
 			s := harness.KDCStandInT(t, harness.KDCReset)
 			return ClientConfig{Krb5Conf: r.conf(t, harness.Krb5ConfOptions{KDCs: []string{s.Addr()}}), CCache: r.ccache}
 		}, "localhost", 0, "neither sentinel", 0, "connection reset by peer"},
+		{"KDC does not answer", func(t *testing.T) ClientConfig {
+			s := harness.KDCStandInT(t, harness.KDCSilent)
+			return ClientConfig{Krb5Conf: r.conf(t, harness.Krb5ConfOptions{KDCs: []string{s.Addr()}}), CCache: r.ccache}
+		}, "localhost", 200 * time.Millisecond, "neither sentinel", 0, "stopped waiting for the KDC: context deadline exceeded"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -183,4 +189,123 @@ func TestKDCErrorsFromARealKDC(t *testing.T) {
 		}
 		t.Logf("%v", err)
 	})
+}
+
+// ServiceTicket returns when its context ends even though gokrb5 goes on waiting for a KDC
+// that accepts and never answers; concurrent callers share one exchange, which ends by
+// gokrb5's own timeout (5 s for the answer) and leaves no goroutine behind. With keytab
+// credentials, the AS exchange gokrb5 does first is bounded alike.
+func TestServiceTicketStopsWaitingForASilentKDC(t *testing.T) {
+	r := newRealm(t, harness.KDCOptions{})
+	for _, tc := range []struct {
+		name string
+		cfg  func(conf string) ClientConfig
+	}{
+		{"credential cache", func(conf string) ClientConfig { return ClientConfig{Krb5Conf: conf, CCache: r.ccache} }},
+		{"client keytab", func(conf string) ClientConfig {
+			return ClientConfig{Krb5Conf: conf, CCache: filepath.Join(t.TempDir(), "none"), ClientKeytab: r.keytab, Principal: r.kdc.Principal("alice")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := harness.KDCStandInT(t, harness.KDCSilent)
+			c := validClient(t, tc.cfg(r.conf(t, harness.Krb5ConfOptions{KDCs: []string{s.Addr()}})))
+			base := runtime.NumGoroutine()
+
+			const callers = 8
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			began := time.Now()
+			var wg sync.WaitGroup
+			errs := make([]error, callers)
+			for i := range callers {
+				wg.Go(func() { _, _, errs[i] = c.ServiceTicket(ctx, "localhost") })
+			}
+			wg.Wait()
+			elapsed := time.Since(began)
+			if elapsed > time.Second {
+				t.Errorf("the callers returned after %v, want about 300 ms", elapsed)
+			}
+			for _, err := range errs {
+				if !errors.Is(err, context.DeadlineExceeded) || sentinel(err) != "neither sentinel" || !strings.Contains(err.Error(), "postgres/localhost") {
+					t.Fatalf("%v (%s): want the deadline, neither sentinel, naming postgres/localhost", err, sentinel(err))
+				}
+			}
+			if got := s.Accepted(); got != 1 {
+				t.Errorf("the stand-in accepted %d connections, want 1: one exchange for %d callers", got, callers)
+			}
+			if n := runtime.NumGoroutine(); n <= base {
+				t.Errorf("%d goroutines after the callers returned, %d before: the exchange did not go on", n, base)
+			}
+
+			// A caller that comes while the exchange goes on waits for it, not for another one;
+			// a canceled one returns at once.
+			ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel2()
+			if _, _, err := c.ServiceTicket(ctx2, "localhost"); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("second caller: %v", err)
+			}
+			canceled, cancel3 := context.WithCancel(context.Background())
+			cancel3()
+			if _, _, err := c.ServiceTicket(canceled, "localhost"); !errors.Is(err, context.Canceled) {
+				t.Errorf("canceled caller: %v", err)
+			}
+			if got := s.Accepted(); got != 1 {
+				t.Errorf("the stand-in accepted %d connections, want still 1", got)
+			}
+
+			// gokrb5's timeout ends the exchange: back to the goroutines of before.
+			deadline := began.Add(20 * time.Second)
+			for runtime.NumGoroutine() > base {
+				if time.Now().After(deadline) {
+					buf := make([]byte, 1<<20)
+					t.Fatalf("%d goroutines 20 s later, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			t.Logf("callers returned after %v; the exchange ended after %v", elapsed, time.Since(began))
+
+			// The exchange is over: the next caller starts another one.
+			ctx4, cancel4 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel4()
+			if _, _, err := c.ServiceTicket(ctx4, "localhost"); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("caller after the exchange: %v", err)
+			}
+			if got := s.Accepted(); got != 2 {
+				t.Errorf("the stand-in accepted %d connections, want 2", got)
+			}
+		})
+	}
+}
+
+// Against a KDC that answers, concurrent callers get the ticket, from one exchange, and later
+// callers from gokrb5's cache; the session establishes a context without asking again.
+func TestServiceTicketShared(t *testing.T) {
+	r := newRealm(t, harness.KDCOptions{})
+	c := validClient(t, ClientConfig{Krb5Conf: r.kdc.Krb5Conf, CCache: r.ccache})
+	const callers = 8
+	var wg sync.WaitGroup
+	fromCache := make([]bool, callers)
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Go(func() {
+			s, fc, err := c.ServiceTicket(context.Background(), "localhost")
+			if err == nil && s.Enctype() == "" {
+				err = errors.New("no enctype")
+			}
+			fromCache[i], errs[i] = fc, err
+		})
+	}
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+	}
+	s, fc, err := c.ServiceTicket(context.Background(), "localhost")
+	if err != nil || !fc {
+		t.Fatalf("later caller: fromCache %t, %v", fc, err)
+	}
+	if str := s.(interface{ String() string }).String(); str != "gss.session{postgres/localhost, "+s.Enctype()+"}" {
+		t.Errorf("String() = %q", str)
+	}
 }
