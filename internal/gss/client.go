@@ -50,9 +50,9 @@ type ClientConfig struct {
 // or its ticket-granting ticket expires, so kinit, kdestroy and renewal take effect at the next
 // connection. It is safe for concurrent use.
 type Client struct {
-	cfg    ClientConfig
-	now    func() time.Time
-	authID uint64 // set by Register
+	cfg        ClientConfig
+	now        func() time.Time
+	authSecret string // set by Register: see pgxauth.go
 
 	mu   sync.Mutex
 	gen  uint64
