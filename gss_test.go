@@ -5,13 +5,16 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
@@ -311,5 +314,137 @@ func TestGSSColdHerdSendsOneProbe(t *testing.T) {
 	}
 	if st := px.Stats(); st.GSSENCRequests != 1 || st.StartupMessages != herd {
 		t.Errorf("proxy saw %+v; want 1 GSSENCRequest and %d startup messages", st, herd)
+	}
+}
+
+// appGSS is a GSS provider as an application registers one with pgx: it records what it is
+// asked and fails, saying so.
+type appGSS struct {
+	name  string
+	mu    sync.Mutex
+	calls []string
+}
+
+func (p *appGSS) newGSS() (pgconn.GSS, error) { return (*appGSSContext)(p), nil }
+
+func (p *appGSS) took() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.calls
+	p.calls = nil
+	return c
+}
+
+type appGSSContext appGSS
+
+func (a *appGSSContext) fail(call string) ([]byte, error) {
+	a.mu.Lock()
+	a.calls = append(a.calls, call)
+	a.mu.Unlock()
+	return nil, errors.New(a.name + " was asked")
+}
+
+func (a *appGSSContext) GetInitToken(host, service string) ([]byte, error) {
+	return a.fail("GetInitToken " + host + " " + service)
+}
+
+func (a *appGSSContext) GetInitTokenFromSPN(spn string) ([]byte, error) {
+	return a.fail("GetInitTokenFromSPN " + spn)
+}
+
+func (a *appGSSContext) Continue([]byte) (bool, []byte, error) {
+	return false, nil, errors.New("no exchange")
+}
+
+// pg_hba method gss, with a GSS provider the application registered with pgx before and after
+// connectors were created: the connectors authenticate with their own credentials, the
+// application's provider gets every other SPN, and a forged token gets nobody's credentials.
+func TestGSSAuthProviderChaining(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, true, "hostnogssenc all all 127.0.0.1/32 gss include_realm=0 krb_realm="+lab.kdc.Realm)
+	t.Cleanup(func() { pgconn.RegisterGSSProvider(nil) })
+	ctx := context.Background()
+	// openDB opens a pool on c in which every query has a connection of its own; closing it
+	// closes c.
+	openDB := func(c *pgconnector.Connector) *sql.DB {
+		db := sql.OpenDB(c)
+		db.SetMaxIdleConns(0)
+		return db
+	}
+	gssConnect := func(t *testing.T, db *sql.DB) {
+		t.Helper()
+		var encrypted, authenticated bool
+		var principal string
+		if err := db.QueryRow("select encrypted, gss_authenticated, principal from pg_stat_gssapi where pid = pg_backend_pid()").Scan(&encrypted, &authenticated, &principal); err != nil {
+			t.Fatal(err)
+		}
+		if encrypted || !authenticated || principal != "alice@"+lab.kdc.Realm {
+			t.Errorf("encrypted=%v gss_authenticated=%v principal=%q", encrypted, authenticated, principal)
+		}
+	}
+	connectorDSN := aliceDSN(srv, "localhost", "gssencmode=disable", "sslmode=disable")
+	// pgxConnect connects with pgx alone, as other code of the application would.
+	pgxConnect := func(extra ...string) error {
+		conn, err := pgconn.Connect(ctx, aliceDSN(srv, "localhost", append([]string{"sslmode=disable"}, extra...)...))
+		if err == nil {
+			conn.Close(ctx)
+		}
+		return err
+	}
+	forged := "pgconnector-gss:" + strings.Repeat("5", 32) + ":localhost" // the right form, not a connector's secret
+	expectApp := func(t *testing.T, app *appGSS, err error, want string) {
+		t.Helper()
+		if got := app.took(); err == nil || !strings.Contains(err.Error(), app.name+" was asked") || len(got) != 1 || got[0] != want {
+			t.Errorf("%v; the application's provider got %q, want %q", err, got, want)
+		}
+	}
+
+	app := &appGSS{name: "the application's provider"}
+	pgconn.RegisterGSSProvider(app.newGSS) // before New
+	c := lab.connector(t, connectorDSN)
+	db := openDB(c)
+	defer db.Close()
+	gssConnect(t, db)
+	if got := app.took(); len(got) != 0 {
+		t.Errorf("the connector's authentication reached the application's provider: %q", got)
+	}
+	expectApp(t, app, pgxConnect("krbspn=postgres/localhost"), "GetInitTokenFromSPN postgres/localhost")
+	expectApp(t, app, pgxConnect(), "GetInitToken localhost postgres")
+	expectApp(t, app, pgxConnect("krbspn="+forged), "GetInitTokenFromSPN "+forged)
+
+	// The application registers another provider after the connector was created: the
+	// connector's tokens reach it until the next New, which chains ours to it again.
+	app2 := &appGSS{name: "the application's second provider"}
+	pgconn.RegisterGSSProvider(app2.newGSS)
+	_, err := c.Connect(ctx)
+	got := app2.took()
+	if err == nil || len(got) == 0 {
+		t.Errorf("connect before the next New: %v; want the application's second provider asked", err)
+	}
+	for _, call := range got {
+		if !strings.HasPrefix(call, "GetInitTokenFromSPN pgconnector-gss:") {
+			t.Errorf("the application's second provider got %q, want the connector's token", call)
+		}
+	}
+	db2 := openDB(lab.connector(t, connectorDSN))
+	defer db2.Close()
+	gssConnect(t, db)
+	gssConnect(t, db2)
+	expectApp(t, app2, pgxConnect("krbspn=postgres/localhost"), "GetInitTokenFromSPN postgres/localhost")
+	if got := app.took(); len(got) != 0 {
+		t.Errorf("the replaced provider was asked: %q", got)
+	}
+
+	// Without a provider of the application's: a forged token is refused, naming no secret.
+	pgconn.RegisterGSSProvider(nil)
+	db3 := openDB(lab.connector(t, connectorDSN))
+	defer db3.Close()
+	gssConnect(t, db3)
+	mark := srv.LogMark()
+	if err := pgxConnect("krbspn=" + forged); err == nil || !strings.Contains(err.Error(), "token of no open connector") || strings.Contains(err.Error(), forged) {
+		t.Errorf("forged token: %v", err)
+	}
+	if log := srv.Log()[mark:]; strings.Contains(log, "connection authenticated") || strings.Contains(log, "connection authorized") {
+		t.Errorf("the server authenticated the connection with the forged token:\n%s", log)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,7 +15,9 @@ import (
 	"github.com/jcmturner/gokrb5/v8/config"
 	"github.com/jcmturner/gokrb5/v8/credentials"
 	"github.com/jcmturner/gokrb5/v8/keytab"
+	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/pgconnector/pgconnector/negotiation"
 )
@@ -47,14 +50,18 @@ type ClientConfig struct {
 // or its ticket-granting ticket expires, so kinit, kdestroy and renewal take effect at the next
 // connection. It is safe for concurrent use.
 type Client struct {
-	cfg    ClientConfig
-	now    func() time.Time
-	authID uint64 // set by Register
+	cfg        ClientConfig
+	now        func() time.Time
+	authSecret string // set by Register: see pgxauth.go
 
 	mu   sync.Mutex
 	gen  uint64
 	cur  *credState // nil until the first check
 	krb5 *config.Config
+
+	// exchanges are the KDC exchanges in flight, one per credentials generation and service
+	// principal, shared by the callers that want the same ticket at the same time.
+	exchanges singleflight.Group
 }
 
 // credState is one decision about the credentials, with what it was decided from.
@@ -236,7 +243,9 @@ func (c *Client) fromKeytab() (*Credentials, error) {
 	return CredentialsFromKeytab(user, realm, kt, cfg)
 }
 
-// ServiceTicket implements negotiation.GSSClient.
+// ServiceTicket implements negotiation.GSSClient. It returns when the ticket is there (from
+// gokrb5's cache, or from the KDC) or when ctx ends, whichever comes first: see ticket for what
+// it leaves running then.
 func (c *Client) ServiceTicket(ctx context.Context, host string) (negotiation.GSSSession, bool, error) {
 	c.mu.Lock()
 	cur := c.cur
@@ -245,13 +254,61 @@ func (c *Client) ServiceTicket(ctx context.Context, host string) (negotiation.GS
 		return nil, false, errors.New("gss: no credentials")
 	}
 	spn := c.SPN(host)
-	cl := cur.creds.Client()
-	_, _, fromCache := cl.GetCachedTicket(spn)
-	_, key, err := cl.GetServiceTicket(spn)
+	t, err := c.ticket(ctx, cur, spn)
 	if err != nil {
-		return nil, false, fmt.Errorf("gss: no service ticket for %s: %w", spn, err)
+		return nil, false, err
 	}
-	return &session{creds: cur.creds, spn: spn, enctype: EnctypeName(key.KeyType)}, fromCache, nil
+	return &session{creds: cur.creds, spn: spn, tkt: t.tkt, key: t.key, enctype: EnctypeName(t.key.KeyType)}, t.fromCache, nil
+}
+
+// ticketResult is a service ticket and its session key.
+type ticketResult struct {
+	tkt       messages.Ticket
+	key       types.EncryptionKey
+	fromCache bool // no KDC exchange was needed
+}
+
+// ticket returns a ticket for spn with the credentials of st, from gokrb5's cache or the KDC.
+//
+// gokrb5 takes no context: its exchanges end by its own timeouts only. So the exchange runs in
+// a goroutine of its own, shared by every caller that wants a ticket for spn with the same
+// credentials while it runs (at most one per credentials and service principal), and each
+// caller waits for it or for its own ctx, whichever ends first: a caller returns at once when
+// ctx ends, with ctx's error. The exchange it leaves goes on until gokrb5 ends it: for each
+// message, 5 s to connect to a KDC and 5 s to send the request and read the answer, for each
+// KDC of the realm in turn (gokrb5 tries them in random order), over TCP and, unless
+// udp_preference_limit = 1, UDP too. With a realm of n KDCs that accept and never answer,
+// that is at most 10 s x n per transport for the TGS-REQ, and as long again for each earlier
+// message the credentials need: for keytab credentials the AS-REQ (which gokrb5 sends lazily,
+// here) and its retry with preauthentication; a renewal of a renewable ticket-granting ticket.
+// Callers that come meanwhile wait for that same exchange, and get its ticket (cached by
+// gokrb5 for later callers) or its error.
+func (c *Client) ticket(ctx context.Context, st *credState, spn string) (ticketResult, error) {
+	if err := ctx.Err(); err != nil {
+		return ticketResult{}, fmt.Errorf("gss: no service ticket for %s: %w", spn, err)
+	}
+	cl := st.creds.Client()
+	key := strconv.FormatUint(st.gen, 10) + " " + spn
+	ch := c.exchanges.DoChan(key, func() (any, error) {
+		// Even the cache lookup can be an exchange: gokrb5 renews an expired renewable ticket.
+		if tkt, k, ok := cl.GetCachedTicket(spn); ok {
+			return ticketResult{tkt: tkt, key: k, fromCache: true}, nil
+		}
+		tkt, k, err := cl.GetServiceTicket(spn)
+		if err != nil {
+			return nil, kdcExchangeError(spn, err)
+		}
+		return ticketResult{tkt: tkt, key: k}, nil
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return ticketResult{}, r.Err
+		}
+		return r.Val.(ticketResult), nil
+	case <-ctx.Done():
+		return ticketResult{}, fmt.Errorf("gss: no service ticket for %s: stopped waiting for the KDC: %w", spn, ctx.Err())
+	}
 }
 
 // SPN returns the service principal name for host: krbspn, or krbsrvname/host.
@@ -262,19 +319,27 @@ func (c *Client) SPN(host string) string {
 	return c.cfg.Service + "/" + host
 }
 
-// session is one context establishment with a service ticket in the client's cache.
+// session is one context establishment with a service ticket.
 type session struct {
 	creds   *Credentials
 	spn     string
+	tkt     messages.Ticket
+	key     types.EncryptionKey // the ticket's session key: never printed
 	enctype string
 }
 
 func (s *session) Enctype() string { return s.enctype }
 
+// String shows the service principal and the enctype, no key material.
+func (s *session) String() string { return "gss.session{" + s.spn + ", " + s.enctype + "}" }
+
+// GoString is String.
+func (s *session) GoString() string { return s.String() }
+
 // Establish implements negotiation.GSSSession: AP-REQ out, AP-REP in (mutual authentication),
 // then the connection wrapped in PostgreSQL's GSSAPI packet framing.
 func (s *session) Establish(ctx context.Context, conn net.Conn) (net.Conn, error) {
-	init, err := s.creds.NewInitiator(s.spn, false)
+	init, err := newInitiatorWithTicket(s.creds.Client(), s.spn, s.tkt, s.key)
 	if err != nil {
 		return nil, err
 	}

@@ -115,10 +115,13 @@ type conn struct {
 // GSSAPI encryption packets: each an Int32 length (network byte order, not
 // counting itself) followed by one sealed wrap token, MaxPacket bytes at
 // most. Reads are resumable after a timeout: a partly read packet is kept
-// and completed on the next Read. After any other read failure, or any write
-// failure (including a write timeout, since a packet may have been cut), the
-// corresponding direction keeps returning that error. One Read and one Write
-// may run concurrently. Close closes raw.
+// and completed on the next Read. A packet the real server cannot have sent
+// (a length out of range, a wrap token failing one of Unwrap's checks) makes
+// Read return an error that is negotiation.ErrGSSUnverified and the Unwrap
+// error (ErrIntegrity, ErrSequence, ...) alike for errors.Is. After any
+// other read failure, or any write failure (including a write timeout, since
+// a packet may have been cut), the corresponding direction keeps returning
+// that error. One Read and one Write may run concurrently. Close closes raw.
 func NewConn(raw net.Conn, w *Wrapper) net.Conn {
 	return &conn{raw: raw, rd: bufio.NewReaderSize(raw, readBuffer), w: w, maxChunk: w.MaxPlaintext(MaxPacket - 4)}
 }
@@ -162,7 +165,7 @@ func (c *conn) readPacket() error {
 	if c.rpkt == nil {
 		size := binary.BigEndian.Uint32(c.rlen[:])
 		if size == 0 || size > MaxPacket-4 {
-			c.rerr = fmt.Errorf("gss: GSSAPI packet length %d out of range (1..%d)", size, MaxPacket-4)
+			c.rerr = unverified(fmt.Errorf("gss: GSSAPI packet length %d out of range (1..%d)", size, MaxPacket-4))
 			return c.rerr
 		}
 		if c.rbuf == nil {
@@ -184,8 +187,8 @@ func (c *conn) readPacket() error {
 	out, err := c.w.Unwrap(c.plainB[:0], c.rpkt)
 	c.rlenN, c.rpkt, c.rpktN = 0, nil, 0
 	if err != nil {
-		c.rerr = err
-		return err
+		c.rerr = unverified(err)
+		return c.rerr
 	}
 	c.plainB = out
 	c.plain = out

@@ -25,6 +25,8 @@ import (
 	"github.com/jcmturner/gokrb5/v8/keytab"
 	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
+
+	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // Credentials is a Kerberos client identity: a gokrb5 client, from a
@@ -116,6 +118,9 @@ func (e *KerberosError) Error() string {
 	return "gss: the server rejected the Kerberos authentication: " + errorcode.Lookup(e.Code)
 }
 
+// Is reports whether target is negotiation.ErrGSSRejected: the acceptor refused the AP-REQ.
+func (e *KerberosError) Is(target error) bool { return target == negotiation.ErrGSSRejected }
+
 // RFC 4121 §4.1.1 checksum flags requested by libpq for GSS encryption.
 const initiatorFlags = gssapi.ContextFlagMutual | gssapi.ContextFlagReplay |
 	gssapi.ContextFlagSequence | gssapi.ContextFlagConf | gssapi.ContextFlagInteg
@@ -167,6 +172,11 @@ type Initiator struct {
 	acceptorSubkey    types.EncryptionKey
 	hasAcceptorSubkey bool
 	recvSeq           uint64
+
+	// ticket, when set, is the service ticket to use (and ticketKey its session key) instead
+	// of asking gokrb5's client for one: see newInitiatorWithTicket.
+	ticket    *messages.Ticket
+	ticketKey types.EncryptionKey
 }
 
 // NewInitiator prepares a context with the service principal spn, written
@@ -190,6 +200,17 @@ func NewInitiator(cl *client.Client, spn string, delegate bool) (*Initiator, err
 	return &Initiator{cl: cl, spn: spn}, nil
 }
 
+// newInitiatorWithTicket is NewInitiator with the service ticket for spn already obtained, so
+// that the first Step asks no KDC.
+func newInitiatorWithTicket(cl *client.Client, spn string, tkt messages.Ticket, key types.EncryptionKey) (*Initiator, error) {
+	i, err := NewInitiator(cl, spn, false)
+	if err != nil {
+		return nil, err
+	}
+	i.ticket, i.ticketKey = &tkt, key
+	return i, nil
+}
+
 // String shows the target and the state, no key material.
 func (i *Initiator) String() string {
 	return fmt.Sprintf("gss.Initiator{%s, %s}", i.spn, i.state)
@@ -201,8 +222,10 @@ func (i *Initiator) GoString() string { return i.String() }
 // Step advances context establishment. The first call takes no input and
 // returns the AP-REQ token (done = false); the second takes the acceptor's
 // token and returns done = true with no output token once the AP-REP is
-// verified. A KRB-ERROR from the acceptor is a *KerberosError. Any error ends
-// the context: later calls return it again.
+// verified. A KRB-ERROR from the acceptor is a *KerberosError
+// (negotiation.ErrGSSRejected); any other failure of the acceptor's token is
+// negotiation.ErrGSSUnverified (errors.Is). Any error ends the context: later
+// calls return it again.
 func (i *Initiator) Step(inputToken []byte) (outputToken []byte, done bool, err error) {
 	switch i.state {
 	case stateInitial:
@@ -217,9 +240,12 @@ func (i *Initiator) Step(inputToken []byte) (outputToken []byte, done bool, err 
 		return out, false, nil
 	case stateSent:
 		if len(inputToken) == 0 {
-			return nil, false, i.fail(errors.New("gss: expected the acceptor's AP-REP token, got none"))
+			return nil, false, i.fail(unverified(errors.New("gss: expected the acceptor's AP-REP token, got none")))
 		}
 		if err := i.processReply(inputToken); err != nil {
+			if _, rejected := err.(*KerberosError); !rejected {
+				err = unverified(err)
+			}
 			return nil, false, i.fail(err)
 		}
 		i.state = stateDone
@@ -255,9 +281,15 @@ var krb5OID = func() []byte {
 
 // initSecContext gets the service ticket and builds the framed AP-REQ.
 func (i *Initiator) initSecContext() ([]byte, error) {
-	tkt, sessionKey, err := i.cl.GetServiceTicket(i.spn)
-	if err != nil {
-		return nil, fmt.Errorf("gss: getting a service ticket for %s: %w", i.spn, err)
+	tkt, sessionKey := messages.Ticket{}, types.EncryptionKey{}
+	if i.ticket != nil {
+		tkt, sessionKey = *i.ticket, i.ticketKey
+		i.ticket, i.ticketKey = nil, types.EncryptionKey{}
+	} else {
+		var err error
+		if tkt, sessionKey, err = i.cl.GetServiceTicket(i.spn); err != nil {
+			return nil, kdcExchangeError(i.spn, err)
+		}
 	}
 	et, info, err := checkKey(sessionKey)
 	if err != nil {

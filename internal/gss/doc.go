@@ -22,10 +22,18 @@
 //     one token, 16384 bytes at most per packet), as a net.Conn; and
 //     WriteToken/ReadToken for the context-establishment tokens.
 //
+// Errors say, where they can, what a failure means for the server, with the
+// sentinels of package negotiation (errors.go): ErrGSSRejected for a
+// KRB-ERROR from the acceptor or, about the service, from the KDC;
+// ErrGSSUnverified for an AP-REP, wrap token or packet that fails a check the
+// real server passes. Client.ServiceTicket waits for the KDC no longer than
+// its context (client.go, Client.ticket).
+//
 // Only the AES enctypes are supported: aes128-cts-hmac-sha1-96 (17),
 // aes256-cts-hmac-sha1-96 (18), aes128-cts-hmac-sha256-128 (19) and
 // aes256-cts-hmac-sha384-192 (20).
 //
 // Nothing in this package puts a key, a ticket or a session key into an
-// error, a log line or a String result.
+// error, a log line or a String result; nor the e-text of a KRB-ERROR
+// (unauthenticated), nor the secret of a token of Client.AuthToken.
 package gss

@@ -2,73 +2,190 @@ package gss
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
-	"strconv"
+	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
+	_ "unsafe" // go:linkname
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // GSS authentication (pg_hba method gss on a connection that is not GSS-encrypted) goes through
 // pgx's process-global provider (pgconn.RegisterGSSProvider), which is given no context, only
-// Config.KerberosSpn or Config.Host. So that each connector authenticates with its own
-// credentials, a connector puts a token naming itself and the host into KerberosSpn
-// ([Client.AuthToken]); the provider registered here maps it back. A KerberosSpn that is not a
-// token (another pgx user in the process) uses the environment's default credentials.
+// Config.KerberosSpn or Config.Host and KerberosSrvName. So that each connector authenticates
+// with its own credentials, a connector puts a token into KerberosSpn ([Client.AuthToken]):
+// "pgconnector-gss:<secret>:<host>", where the secret is 128 random bits of that Client's,
+// known to nobody else. The provider installed here gives the connector's credentials to a
+// token whose secret is exactly that of a registered Client; a token that matches none (forged,
+// or of a closed connector) is an ordinary SPN.
+//
+// The provider is chained: when it is installed, the provider registered before (by the
+// application, say) is kept, and every ordinary SPN and every GetInitToken call (a connection
+// without KerberosSpn) go to it; without one, to the environment's default credentials. pgx
+// keeps one provider and has no getter, so the one registered before is read from pgconn's
+// unexported variable (pgxNewGSS below). Each Register (each pgconnector.New) checks that ours
+// is still the one installed and, if the application has registered another since, installs
+// ours again, chained to that one. Between the application's registration and the next
+// Register, connectors' tokens reach the application's provider, which cannot use them: GSS
+// authentication of those connectors fails until then.
+//
+// pgx reads its provider without synchronisation, so installing ours (a Register that finds it
+// missing) while another goroutine authenticates a pgx connection with GSS is a data race in
+// pgx's terms, as any RegisterGSSProvider after start-up is.
 
 const tokenPrefix = "pgconnector-gss:"
 
+// pgxNewGSS is pgconn's newGSS, the provider pgconn.RegisterGSSProvider sets; read here, never
+// written. Checked against pgx v5.13.0 with Go 1.26. A go:linkname to a variable that pgconn
+// no longer defines does NOT fail the build: the linker then makes this declaration a variable
+// of its own, always nil. So the first Register checks, after installing our provider, that
+// pgxNewGSS shows it, and panics naming the cause if not (checkLink); TestPgxProviderLinkname
+// checks the same.
+//
+//go:linkname pgxNewGSS github.com/jackc/pgx/v5/pgconn.newGSS
+var pgxNewGSS pgconn.NewGSSFunc
+
 var (
-	registerOnce sync.Once
-	clients      sync.Map // id (uint64) -> *Client
-	nextID       atomic.Uint64
-	defaultOnce  sync.Once
-	defaultCl    *Client
+	providerMu  sync.Mutex // installs the provider; guards linkChecked
+	linkChecked bool
+	tokens      sync.Map // a registered Client's secret (string) -> *Client
+	defaultOnce sync.Once
+	defaultCl   *Client
 )
 
-// Register makes c the credentials of the GSS authentication of connections whose
-// KerberosSpn is c.AuthToken(host), and registers the provider with pgx once per process.
-// Unregister with the returned function.
+// provider is the provider installed in pgx: next is the one registered before it, or nil.
+type provider struct {
+	next pgconn.NewGSSFunc
+}
+
+func (p *provider) newGSS() (pgconn.GSS, error) { return &authContext{next: p.next}, nil }
+
+// providerCode is the code pointer of every (*provider).newGSS method value: how a provider
+// read from pgx is recognised as ours, whatever its next.
+var providerCode = reflect.ValueOf((&provider{}).newGSS).Pointer()
+
+func isOurs(f pgconn.NewGSSFunc) bool {
+	return f != nil && reflect.ValueOf(f).Pointer() == providerCode
+}
+
+// Register makes c the credentials of the GSS authentication of connections whose KerberosSpn
+// is c.AuthToken(host), and installs this package's provider in pgx, chained to the one
+// registered before, unless it is installed already. Call it once per Client; unregister with
+// the returned function, after which c's tokens are ordinary SPNs.
+//
+// It panics if pgx's provider cannot be read (a pgx without pgconn.newGSS): see pgxNewGSS.
 func (c *Client) Register() (unregister func()) {
-	registerOnce.Do(func() {
-		pgconn.RegisterGSSProvider(func() (pgconn.GSS, error) { return &authContext{}, nil })
-	})
-	id := nextID.Add(1)
-	clients.Store(id, c)
-	c.authID = id
-	return func() { clients.Delete(id) }
+	providerMu.Lock()
+	if c.authSecret == "" {
+		var b [16]byte
+		rand.Read(b[:]) // never fails (crypto/rand)
+		c.authSecret = hex.EncodeToString(b[:])
+	}
+	secret := c.authSecret
+	installProvider()
+	providerMu.Unlock()
+	tokens.Store(secret, c)
+	return func() { tokens.CompareAndDelete(secret, c) }
+}
+
+// installProvider installs ours in pgx, chained to the provider there, unless that is ours.
+// Under providerMu.
+func installProvider() {
+	cur := pgxNewGSS
+	if isOurs(cur) {
+		return
+	}
+	pgconn.RegisterGSSProvider((&provider{next: cur}).newGSS)
+	if !linkChecked {
+		checkLink()
+		linkChecked = true
+	}
+}
+
+// checkLink panics if pgxNewGSS does not show the provider just installed.
+func checkLink() {
+	if !isOurs(pgxNewGSS) {
+		panic("pgconnector/internal/gss: pgx's GSS provider cannot be read: pgconn.newGSS, read with " +
+			"go:linkname, is not what pgconn.RegisterGSSProvider sets in this version of pgx; " +
+			"update internal/gss/pgxauth.go for it")
+	}
 }
 
 // AuthToken is the value for pgconn.Config.KerberosSpn that makes pgx authenticate to host
-// with c's credentials and service principal. c must be registered.
+// with c's credentials and service principal. c must be registered. The token holds c's
+// secret: it is for pgx's Config, not for logs.
 func (c *Client) AuthToken(host string) string {
-	return tokenPrefix + strconv.FormatUint(c.authID, 10) + ":" + host
+	return tokenPrefix + c.authSecret + ":" + host
 }
 
-// authContext is pgx's pgconn.GSS: one authentication exchange.
+// lookupToken returns the registered Client whose token spn is, and the host in it.
+func lookupToken(spn string) (*Client, string, bool) {
+	rest, ok := strings.CutPrefix(spn, tokenPrefix)
+	if !ok {
+		return nil, "", false
+	}
+	secret, host, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil, "", false
+	}
+	v, ok := tokens.Load(secret)
+	if !ok {
+		return nil, "", false
+	}
+	return v.(*Client), host, true
+}
+
+// authContext is pgx's pgconn.GSS: one authentication exchange, ours or, for an ordinary SPN,
+// that of the provider registered before ours.
 type authContext struct {
-	init *Initiator
+	next  pgconn.NewGSSFunc // the provider registered before ours, or nil
+	other pgconn.GSS        // next's context, when this exchange is next's
+	init  *Initiator        // ours
 }
 
 func (a *authContext) GetInitToken(host, service string) ([]byte, error) {
+	if a.next != nil {
+		g, err := a.nextGSS()
+		if err != nil {
+			return nil, err
+		}
+		return g.GetInitToken(host, service)
+	}
 	return a.start(defaultClient(), service+"/"+host)
 }
 
 func (a *authContext) GetInitTokenFromSPN(spn string) ([]byte, error) {
-	rest, ok := strings.CutPrefix(spn, tokenPrefix)
-	if !ok {
-		return a.start(defaultClient(), spn)
+	if c, host, ok := lookupToken(spn); ok {
+		return a.start(c, c.SPN(host))
 	}
-	idText, host, _ := strings.Cut(rest, ":")
-	id, _ := strconv.ParseUint(idText, 10, 64)
-	v, ok := clients.Load(id)
-	if !ok {
-		return nil, errors.New("gss: the connector of this connection was closed")
+	if a.next != nil {
+		g, err := a.nextGSS()
+		if err != nil {
+			return nil, err
+		}
+		return g.GetInitTokenFromSPN(spn)
 	}
-	c := v.(*Client)
-	return a.start(c, c.SPN(host))
+	if strings.HasPrefix(spn, tokenPrefix) {
+		// Not shown: it may hold the secret of a connector closed meanwhile.
+		return nil, errors.New("gss: krbspn is a pgconnector token of no open connector of this process")
+	}
+	return a.start(defaultClient(), spn)
+}
+
+// nextGSS starts an exchange with the provider registered before ours.
+func (a *authContext) nextGSS() (pgconn.GSS, error) {
+	g, err := a.next()
+	if err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return nil, errors.New("gss: the GSS provider registered before pgconnector's returned none")
+	}
+	a.other = g
+	return g, nil
 }
 
 func (a *authContext) start(c *Client, spn string) ([]byte, error) {
@@ -86,7 +203,13 @@ func (a *authContext) start(c *Client, spn string) ([]byte, error) {
 			return nil, errors.New("gss: the server asked for GSSAPI authentication but no Kerberos credentials are available")
 		}
 	}
-	init, err := cur.creds.NewInitiator(spn, false)
+	// pgx gives the provider no context: the exchange is shared with other callers (see
+	// Client.ticket), and waited for until gokrb5's timeouts end it.
+	t, err := c.ticket(context.Background(), cur, spn)
+	if err != nil {
+		return nil, err
+	}
+	init, err := newInitiatorWithTicket(cur.creds.Client(), spn, t.tkt, t.key)
 	if err != nil {
 		return nil, err
 	}
@@ -95,8 +218,12 @@ func (a *authContext) start(c *Client, spn string) ([]byte, error) {
 	return out, err
 }
 
-// Continue takes the server's AP-REP and verifies it (mutual authentication).
+// Continue takes the server's next token: for ours, the AP-REP, which it verifies (mutual
+// authentication).
 func (a *authContext) Continue(in []byte) (done bool, out []byte, err error) {
+	if a.other != nil {
+		return a.other.Continue(in)
+	}
 	if a.init == nil {
 		return false, nil, errors.New("gss: Continue before the first token")
 	}

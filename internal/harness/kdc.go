@@ -76,14 +76,15 @@ type KDC struct {
 	Dir      string // directory of the KDC's files, removed by Stop
 	Krb5Conf string // krb5.conf for clients (and servers) of this realm
 
-	kdcConf  string // the KDC profile (KRB5_KDC_PROFILE)
-	dbDir    string // database, stash and ACL (0700)
-	keytabs  string // client keytabs written for Kinit (0700)
-	rcache   string // KRB5RCACHEDIR of clients and of the KDC tools
-	pidFile  string
-	logFile  string
-	lifetime time.Duration
-	progs    *krb5Programs
+	kdcConf   string // the KDC profile (KRB5_KDC_PROFILE)
+	dbDir     string // database, stash and ACL (0700)
+	keytabs   string // client keytabs written for Kinit (0700)
+	rcache    string // KRB5RCACHEDIR of clients and of the KDC tools
+	pidFile   string
+	logFile   string
+	lifetime  time.Duration
+	clockSkew time.Duration // of krb5.conf; 0: MIT's default
+	progs     *krb5Programs
 
 	kadminMu  sync.Mutex // one kadmin.local at a time
 	serviceMu sync.Mutex // one AddServicePrincipals* (check, then create) at a time
@@ -216,19 +217,20 @@ func StartKDC(ctx context.Context, opts KDCOptions) (*KDC, error) {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
 	k := &KDC{
-		Realm:    realm,
-		Dir:      dir,
-		Krb5Conf: filepath.Join(dir, "krb5.conf"),
-		kdcConf:  filepath.Join(dir, "kdc.conf"),
-		dbDir:    filepath.Join(dir, "db"),
-		keytabs:  filepath.Join(dir, "keytabs"),
-		rcache:   filepath.Join(dir, "rcache"),
-		pidFile:  filepath.Join(dir, "krb5kdc.pid"),
-		logFile:  filepath.Join(dir, "kdc.log"),
-		lifetime: lifetime,
-		progs:    progs,
+		Realm:     realm,
+		Dir:       dir,
+		Krb5Conf:  filepath.Join(dir, "krb5.conf"),
+		kdcConf:   filepath.Join(dir, "kdc.conf"),
+		dbDir:     filepath.Join(dir, "db"),
+		keytabs:   filepath.Join(dir, "keytabs"),
+		rcache:    filepath.Join(dir, "rcache"),
+		pidFile:   filepath.Join(dir, "krb5kdc.pid"),
+		logFile:   filepath.Join(dir, "kdc.log"),
+		lifetime:  lifetime,
+		clockSkew: opts.ClockSkew,
+		progs:     progs,
 	}
-	if err := k.start(ctx, opts.ClockSkew); err != nil {
+	if err := k.start(ctx); err != nil {
 		_ = k.Stop()
 		return nil, interrupted(ctx, "starting the KDC", err)
 	}
@@ -258,7 +260,7 @@ func StartKDCT(t testing.TB, opts KDCOptions) *KDC {
 	return k
 }
 
-func (k *KDC) start(ctx context.Context, clockSkew time.Duration) error {
+func (k *KDC) start(ctx context.Context) error {
 	// Dir must be readable by the account that runs PostgreSQL (krb5.conf);
 	// the database and the client keytabs are for root (or us) alone.
 	if err := os.Chmod(k.Dir, 0o755); err != nil {
@@ -282,7 +284,7 @@ func (k *KDC) start(ctx context.Context, clockSkew time.Duration) error {
 			return err
 		}
 		k.Port = port
-		if err := k.writeConfig(clockSkew); err != nil {
+		if err := k.writeConfig(); err != nil {
 			return err
 		}
 		if i == 1 {
@@ -307,19 +309,33 @@ func (k *KDC) start(ctx context.Context, clockSkew time.Duration) error {
 
 var errPortShared = errors.New("another process listens on the KDC's port")
 
-// writeConfig writes krb5.conf (clients, servers, and the KDC programs) and
-// kdc.conf (the KDC programs).
-func (k *KDC) writeConfig(clockSkew time.Duration) error {
-	enctypes := strings.Join(SupportedEnctypes(), " ")
-	life := strconv.Itoa(int(k.lifetime/time.Second)) + "s"
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(k.Port))
+// krb5ConfParams is what a krb5.conf written by the harness says.
+type krb5ConfParams struct {
+	realm     string
+	kdcs      []string // host:port, in the order listed
+	enctypes  []string // permitted_enctypes, default_tkt_enctypes, default_tgs_enctypes
+	lifetime  time.Duration
+	clockSkew time.Duration // 0: MIT's default
+	dir       string        // names the default keytabs, which never exist, in this directory
+}
+
+// krb5ConfText is a krb5.conf for one realm on loopback: no DNS lookups,
+// host names used as written, TCP first, and only the given KDCs and
+// encryption types.
+func krb5ConfText(p krb5ConfParams) string {
+	enctypes := strings.Join(p.enctypes, " ")
+	life := strconv.Itoa(int(p.lifetime/time.Second)) + "s"
 	var skew string
-	if clockSkew > 0 {
-		skew = "    clockskew = " + strconv.Itoa(int(clockSkew/time.Second)) + "\n"
+	if p.clockSkew > 0 {
+		skew = "    clockskew = " + strconv.Itoa(int(p.clockSkew/time.Second)) + "\n"
 	}
-	krb5 := "# Written by the pgconnector test harness: a throwaway realm on loopback.\n" +
+	var kdcs string
+	for _, addr := range p.kdcs {
+		kdcs += "        kdc = " + addr + "\n"
+	}
+	return "# Written by the pgconnector test harness: a throwaway realm on loopback.\n" +
 		"[libdefaults]\n" +
-		"    default_realm = " + k.Realm + "\n" +
+		"    default_realm = " + p.realm + "\n" +
 		"    dns_lookup_kdc = false\n" +
 		"    dns_lookup_realm = false\n" +
 		"    dns_canonicalize_hostname = false\n" +
@@ -330,16 +346,40 @@ func (k *KDC) writeConfig(clockSkew time.Duration) error {
 		"    permitted_enctypes = " + enctypes + "\n" +
 		"    default_tkt_enctypes = " + enctypes + "\n" +
 		"    default_tgs_enctypes = " + enctypes + "\n" +
-		"    default_client_keytab_name = FILE:" + filepath.Join(k.Dir, "no-client.keytab") + "\n" +
-		"    default_keytab_name = FILE:" + filepath.Join(k.Dir, "no-default.keytab") + "\n" +
+		"    default_client_keytab_name = FILE:" + filepath.Join(p.dir, "no-client.keytab") + "\n" +
+		"    default_keytab_name = FILE:" + filepath.Join(p.dir, "no-default.keytab") + "\n" +
 		skew +
 		"[realms]\n" +
-		"    " + k.Realm + " = {\n" +
-		"        kdc = " + addr + "\n" +
+		"    " + p.realm + " = {\n" +
+		kdcs +
 		"    }\n" +
 		"[domain_realm]\n" +
-		"    localhost = " + k.Realm + "\n" +
-		"    127.0.0.1 = " + k.Realm + "\n"
+		"    localhost = " + p.realm + "\n" +
+		"    127.0.0.1 = " + p.realm + "\n"
+}
+
+// krb5ConfParams returns what the KDC's own krb5.conf says.
+func (k *KDC) krb5ConfParams() krb5ConfParams {
+	return krb5ConfParams{
+		realm:     k.Realm,
+		kdcs:      []string{k.Addr()},
+		enctypes:  SupportedEnctypes(),
+		lifetime:  k.lifetime,
+		clockSkew: k.clockSkew,
+		dir:       k.Dir,
+	}
+}
+
+// Addr returns the KDC's address, 127.0.0.1:Port, as krb5.conf names it.
+func (k *KDC) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(k.Port))
+}
+
+// writeConfig writes krb5.conf (clients, servers, and the KDC programs) and
+// kdc.conf (the KDC programs).
+func (k *KDC) writeConfig() error {
+	addr := k.Addr()
+	life := strconv.Itoa(int(k.lifetime/time.Second)) + "s"
 	var keysalts []string
 	for _, e := range SupportedEnctypes() {
 		keysalts = append(keysalts, e+":normal")
@@ -362,11 +402,8 @@ func (k *KDC) writeConfig(clockSkew time.Duration) error {
 		"    kdc = FILE:" + k.logFile + "\n" +
 		"    admin_server = FILE:" + k.logFile + "\n" +
 		"    default = FILE:" + k.logFile + "\n"
-	if err := os.WriteFile(k.Krb5Conf, []byte(krb5), 0o644); err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	if err := os.Chmod(k.Krb5Conf, 0o644); err != nil {
-		return fmt.Errorf("harness: %w", err)
+	if err := writeKrb5Conf(k.Krb5Conf, k.krb5ConfParams()); err != nil {
+		return err
 	}
 	if err := os.WriteFile(k.kdcConf, []byte(kdc), 0o644); err != nil {
 		return fmt.Errorf("harness: %w", err)
