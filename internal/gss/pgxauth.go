@@ -42,16 +42,17 @@ const tokenPrefix = "pgconnector-gss:"
 // written. Checked against pgx v5.13.0 with Go 1.26. A go:linkname to a variable that pgconn
 // no longer defines does NOT fail the build: the linker then makes this declaration a variable
 // of its own, always nil. So the first Register checks, after installing our provider, that
-// pgxNewGSS shows it, and panics naming the cause if not (checkLink); TestPgxProviderLinkname
-// checks the same.
+// pgxNewGSS shows it; if not (a pgx this was not written for), ours stays installed without a
+// chain, as a plain RegisterGSSProvider would be, and is never installed again.
+// TestPgxProviderLinkname fails on such a pgx.
 //
 //go:linkname pgxNewGSS github.com/jackc/pgx/v5/pgconn.newGSS
 var pgxNewGSS pgconn.NewGSSFunc
 
 var (
-	providerMu  sync.Mutex // installs the provider; guards linkChecked
-	linkChecked bool
-	tokens      sync.Map // a registered Client's secret (string) -> *Client
+	providerMu  sync.Mutex // installs the provider; guards linkBroken
+	linkBroken  bool       // pgxNewGSS does not show pgx's provider
+	tokens      sync.Map   // a registered Client's secret (string) -> *Client
 	defaultOnce sync.Once
 	defaultCl   *Client
 )
@@ -75,8 +76,6 @@ func isOurs(f pgconn.NewGSSFunc) bool {
 // is c.AuthToken(host), and installs this package's provider in pgx, chained to the one
 // registered before, unless it is installed already. Call it once per Client; unregister with
 // the returned function, after which c's tokens are ordinary SPNs.
-//
-// It panics if pgx's provider cannot be read (a pgx without pgconn.newGSS): see pgxNewGSS.
 func (c *Client) Register() (unregister func()) {
 	providerMu.Lock()
 	if c.authSecret == "" {
@@ -94,23 +93,16 @@ func (c *Client) Register() (unregister func()) {
 // installProvider installs ours in pgx, chained to the provider there, unless that is ours.
 // Under providerMu.
 func installProvider() {
+	if linkBroken {
+		return // installed once; whether it still is cannot be seen
+	}
 	cur := pgxNewGSS
 	if isOurs(cur) {
 		return
 	}
 	pgconn.RegisterGSSProvider((&provider{next: cur}).newGSS)
-	if !linkChecked {
-		checkLink()
-		linkChecked = true
-	}
-}
-
-// checkLink panics if pgxNewGSS does not show the provider just installed.
-func checkLink() {
 	if !isOurs(pgxNewGSS) {
-		panic("pgconnector/internal/gss: pgx's GSS provider cannot be read: pgconn.newGSS, read with " +
-			"go:linkname, is not what pgconn.RegisterGSSProvider sets in this version of pgx; " +
-			"update internal/gss/pgxauth.go for it")
+		linkBroken = true // see pgxNewGSS
 	}
 }
 
