@@ -4,12 +4,15 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
@@ -108,5 +111,52 @@ func TestErrorLeadsWithItsCause(t *testing.T) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
 		t.Errorf("errors.As finds %v, want the server's 28P01", pgErr)
+	}
+}
+
+// A KDC that accepts and never answers holds a connect no longer than connect_timeout, or the
+// context's deadline (gokrb5 alone waits 5 s and more per KDC). The service ticket step says
+// it timed out; nothing is remembered, so the next connect asks the KDC again.
+func TestSilentKDCIsBounded(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, true, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
+	silent := harness.KDCStandInT(t, harness.KDCSilent)
+	conf := filepath.Join(t.TempDir(), "krb5.conf")
+	if err := silent.WriteKrb5Conf(conf, lab.kdc.Realm); err != nil {
+		t.Fatal(err)
+	}
+	c := newConnector(t, aliceDSN(srv, "localhost", "connect_timeout=1"),
+		pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: conf, CCache: lab.ccache}))
+	for _, tt := range []struct {
+		name    string
+		timeout time.Duration // of the context; 0: none
+		bound   time.Duration
+	}{
+		{"connect_timeout=1", 0, time.Second},
+		{"context deadline 300ms", 300 * time.Millisecond, 300 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
+			start := time.Now()
+			_, err := c.Connect(ctx)
+			took := time.Since(start)
+			if err == nil {
+				t.Fatal("connected although the KDC never answers")
+			}
+			if !strings.Contains(err.Error(), "service ticket") {
+				t.Errorf("error %q does not name the service ticket step", err)
+			}
+			if took > tt.bound+time.Second {
+				t.Errorf("the connect took %v, want about %v", took, tt.bound)
+			}
+		})
+	}
+	if silent.Accepted()+silent.Datagrams() == 0 {
+		t.Error("the KDC stand-in was never asked: the test proves nothing")
 	}
 }
