@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// The matrix as the documentation of FaultServer states it: a step, then
+// The matrices as the documentation of FaultServer and FaultProxy state them: a step, then
 // the kinds (c close, r reset, s stall, g garbage, e error response, x extra bytes, t
 // trickle, k corrupt).
 var (
@@ -28,6 +28,15 @@ var (
 		StepTLSHandshake: "crsget",
 		StepAPRep:        "crsge",
 		StepWrapToken:    "",
+		StepStartup:      "crsgext",
+		StepAfterReady:   "crsgext",
+	}
+	docProxyMatrix = map[FaultStep]string{
+		StepSSLAnswer:    "crsgext",
+		StepGSSENCAnswer: "crsgext",
+		StepTLSHandshake: "crsget",
+		StepAPRep:        "crsgextk",
+		StepWrapToken:    "crsgextk",
 		StepStartup:      "crsgext",
 		StepAfterReady:   "crsgext",
 	}
@@ -77,6 +86,14 @@ func TestFaultMatricesAsDocumented(t *testing.T) {
 			}
 			if (err == nil) != wantServer {
 				t.Errorf("fault server, %v: err %v, want supported=%v", f, err, wantServer)
+			}
+			wantProxy := strings.IndexByte(docProxyMatrix[step], kindLetters[k]) >= 0
+			p, err := NewFaultProxy("127.0.0.1:1", f)
+			if err == nil {
+				_ = p.Close()
+			}
+			if (err == nil) != wantProxy {
+				t.Errorf("fault proxy, %v: err %v, want supported=%v", f, err, wantProxy)
 			}
 		}
 	}
