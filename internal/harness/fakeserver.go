@@ -134,6 +134,13 @@ func (s *FakeServer) startup(c net.Conn, be *pgproto3.Backend) bool {
 // query serves the simple and extended query protocols: every statement returns one row with
 // one int4 column "?column?" holding 1.
 func (s *FakeServer) query(be *pgproto3.Backend) {
+	serveQueries(be, nil)
+}
+
+// serveQueries is FakeServer.query for the fake servers of the harness: when before is not
+// nil, it is called with each message before the message is answered, and a false result ends
+// the connection.
+func serveQueries(be *pgproto3.Backend, before func(pgproto3.FrontendMessage) bool) {
 	// Result format of the current portal (0 text, 1 binary), from the last Bind.
 	var format int16
 	rowDesc := func(format int16) *pgproto3.RowDescription {
@@ -154,6 +161,9 @@ func (s *FakeServer) query(be *pgproto3.Backend) {
 	for {
 		msg, err := be.Receive()
 		if err != nil {
+			return
+		}
+		if before != nil && !before(msg) {
 			return
 		}
 		switch msg := msg.(type) {

@@ -27,6 +27,11 @@
 // a KDC (Options.GSS, gss.go); Psql runs the real psql beside the code under
 // test. These need the MIT Kerberos programs and psql, which
 // scripts/install-deps.sh installs.
+//
+// For tests of how clients take a server that misbehaves, FaultServer (a
+// scriptable fake server) and FaultProxy (in front of a real server) inject
+// one Fault, a FaultKind at a FaultStep of the connection, into the
+// connections they serve (faults.go).
 package harness
 
 import (
