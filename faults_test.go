@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // gssEncrypted reports whether conn (from the connector) is GSS-encrypted, from the server's
@@ -158,5 +159,27 @@ func TestSilentKDCIsBounded(t *testing.T) {
 	}
 	if silent.Accepted()+silent.Datagrams() == 0 {
 		t.Error("the KDC stand-in was never asked: the test proves nothing")
+	}
+}
+
+// A remembered answer that turns out wrong is negotiated again within the same connect_timeout:
+// against a server that stalls after the StartupMessage, a connect made from a remembered 'N'
+// fails after connect_timeout, not twice that (before, the retry got a timeout of its own).
+func TestStaleAnswerRetryKeepsTheTimeout(t *testing.T) {
+	srv := harness.FaultServerT(t, harness.FaultServerOptions{Fault: harness.Fault{Step: harness.StepStartup, Kind: harness.FaultStall}})
+	_, port := srv.Addr()
+	c := newConnector(t, "host=127.0.0.1 port="+strconv.Itoa(port)+" user=u dbname=d connect_timeout=2")
+	pgconnector.CacheOf(c).SetSSL(negotiation.Key{Host: "127.0.0.1", Port: uint16(port)}, negotiation.AnswerNo)
+	start := time.Now()
+	_, err := c.Connect(context.Background())
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("error %v, want a timeout", err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("the connect took %v, want about the 2 s of connect_timeout", took)
+	}
+	if st := srv.Stats(); st.SSLRequests != 0 {
+		t.Errorf("%d SSLRequests: a timeout is not a reason to forget what the server answered", st.SSLRequests)
 	}
 }

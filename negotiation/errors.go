@@ -2,10 +2,12 @@ package negotiation
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -91,6 +93,24 @@ func cause(err error) error {
 			break
 		}
 		err = next
+	}
+	// This package's own errors say it already.
+	var (
+		gr *GSSRequiredError
+		lb *labeled
+	)
+	if errors.As(err, &gr) {
+		return gr
+	}
+	if errors.As(err, &lb) {
+		return lb
+	}
+	// Say what happened to the connection as libpq does, not as the system calls saw it.
+	switch {
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return &labeled{err: err, msg: "the server reset the connection"}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &labeled{err: err, msg: "the server closed the connection unexpectedly"}
 	}
 	// The dial error's text repeats the address and the system call.
 	var oe *net.OpError

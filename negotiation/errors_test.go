@@ -42,8 +42,8 @@ func TestHostErrorLeadsWithItsCause(t *testing.T) {
 		{"server error", &HostError{Host: "10.0.0.1", Port: 5432, Addr: "10.0.0.1", Step: "startup", Err: pgErr},
 			"host 10.0.0.1:5432: startup: FATAL: sorry, too many clients already (SQLSTATE 53300)"},
 		{"GSS required", &HostError{Host: "db", Port: 5432, Addr: "10.0.0.1", Step: "GSSENCRequest",
-			Err: &GSSRequiredError{Reason: "the server closed the connection on GSSENCRequest", Err: fmt.Errorf("dial error: %w", errors.New("unexpected EOF"))}},
-			"host db:5432 (10.0.0.1): GSSENCRequest: GSSAPI encryption is required (gssencmode=require) but the server closed the connection on GSSENCRequest: unexpected EOF"},
+			Err: &GSSRequiredError{Reason: "no service ticket could be had", Err: fmt.Errorf("dial error: %w", errors.New("KDC unreachable")), detail: true}},
+			"host db:5432 (10.0.0.1): GSSENCRequest: GSSAPI encryption is required (gssencmode=require) but no service ticket could be had: KDC unreachable"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.err.Error(); got != tt.want {

@@ -99,11 +99,13 @@ func (n *Negotiator) credentials(ctx context.Context, h *Host) GSSCredentials {
 type GSSRequiredError struct {
 	Reason string // why, e.g. "the server closed the connection on GSSENCRequest"
 	Err    error
+
+	detail bool // the message goes on with Err's, which Reason does not say
 }
 
 func (e *GSSRequiredError) Error() string {
 	msg := "GSSAPI encryption is required (gssencmode=require) but " + e.Reason
-	if e.Err != nil && e.Err != ErrGSSRequired {
+	if e.detail && e.Err != nil {
 		msg += ": " + cause(e.Err).Error()
 	}
 	return msg

@@ -316,7 +316,8 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 	for _, addr := range addrs {
 		actx, cancel := b.context(ctx, addr)
 		var done bool
-		done, final, stale, herr = n.tryAddr(actx, h, key, addr, plan, in, leader, open, res, notPreferred)
+		caller, _ := ctx.Deadline()
+		done, final, stale, herr = n.tryAddr(actx, caller, h, key, addr, plan, in, leader, open, res, notPreferred)
 		cancel()
 		leader = false // the probe, if any, was this host's first attempt
 		if done || final || ctx.Err() != nil {
@@ -327,8 +328,8 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 }
 
 // tryAddr runs the plan's methods on one address, each after the previous one failed as
-// judge allows. done reports a connection.
-func (n *Negotiator) tryAddr(ctx context.Context, h *Host, key Key, addr string, plan Plan, in Input, leader bool,
+// judge allows. done reports a connection. caller is the deadline of the caller's context.
+func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key Key, addr string, plan Plan, in Input, leader bool,
 	open func(context.Context) error, res *connectResult, notPreferred **attempt,
 ) (done, final, stale bool, herr *HostError) {
 	var reuse net.Conn
@@ -388,8 +389,12 @@ func (n *Negotiator) tryAddr(ctx context.Context, h *Host, key Key, addr string,
 		if m == MethodGSS && v.gssNo {
 			n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
 		}
+		if c == classTimeout {
+			err = n.timeoutError(ctx, caller, err)
+		}
 		if m == MethodGSS && n.cfg.GSSEncMode == GSSEncModeRequire && st != stepStartup && st != stepDial {
-			err = &GSSRequiredError{Reason: gssFailure(st, c), Err: err}
+			reason, detail := gssFailure(st, c)
+			err = &GSSRequiredError{Reason: reason, Err: err, detail: detail}
 		}
 		herr = at.hostError(err)
 		// When no socket could be opened the next method would not fare better: like
@@ -408,6 +413,19 @@ func (n *Negotiator) tryAddr(ctx context.Context, h *Host, key Key, addr string,
 		stale = stale || v.stale
 	}
 	return false, false, stale, herr
+}
+
+// timeoutError says which deadline ended an attempt: connect_timeout (the address's) or the
+// caller's context.
+func (n *Negotiator) timeoutError(ctx context.Context, caller time.Time, err error) error {
+	d, ok := ctx.Deadline()
+	if !ok || time.Now().Before(d) {
+		return err // a timeout of the network, not one of ours
+	}
+	if n.cfg.ConnectTimeout > 0 && (caller.IsZero() || d.Before(caller)) {
+		return &labeled{err: err, msg: "timeout expired (connect_timeout " + n.cfg.ConnectTimeout.String() + ")"}
+	}
+	return &labeled{err: err, msg: "the context's deadline passed"}
 }
 
 func (n *Negotiator) fallback(ctx context.Context, h *Host, from, to Method, reason string, sameSocket bool) {
@@ -447,32 +465,26 @@ func failureReason(st step, c class, code string) string {
 	return "connection failed"
 }
 
-// gssFailure says why GSS encryption could not be had, for a GSSRequiredError.
-func gssFailure(st step, c class) string {
+// gssFailure says why GSS encryption could not be had, for a GSSRequiredError; detail: the
+// cause's own message adds to it.
+func gssFailure(st step, c class) (reason string, detail bool) {
 	what := map[class]string{
 		classClosed:        "the server closed the connection",
-		classReset:         "the connection was reset",
-		classTimeout:       "no answer before the timeout",
-		classProtocol:      "the server broke the protocol",
+		classReset:         "the server reset the connection",
+		classTimeout:       "no answer came before the timeout",
 		classErrorResponse: "the server sent an error response",
-		classRejected:      "Kerberos rejected it",
-		classUnverified:    "the server failed a Kerberos check",
 	}[c]
-	switch st {
-	case stepGSSENCRequest:
-		if what == "" {
-			what = "it failed"
-		}
-		return what + " on GSSENCRequest"
-	case stepServiceTicket:
-		return "no service ticket could be had"
-	case stepGSSContext:
-		if what == "" {
-			return "the GSSAPI context could not be established"
-		}
-		return what + " during the GSSAPI context establishment"
+	switch {
+	case st == stepGSSENCRequest && what != "":
+		return what + " on GSSENCRequest", false
+	case st == stepGSSContext && what != "":
+		return what + " during the GSSAPI context establishment", false
+	case st == stepServiceTicket:
+		return "no service ticket could be had", true
+	case st == stepGSSContext:
+		return "the GSSAPI context could not be established", true
 	}
-	return "it could not be established"
+	return "it could not be established on " + st.String(), true
 }
 
 func (n *Negotiator) run(ctx context.Context, at *attempt, open func(context.Context) error) error {
