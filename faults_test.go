@@ -183,3 +183,90 @@ func TestStaleAnswerRetryKeepsTheTimeout(t *testing.T) {
 		t.Errorf("%d SSLRequests: a timeout is not a reason to forget what the server answered", st.SSLRequests)
 	}
 }
+
+// What a failure of GSS after 'G' teaches, through a proxy in front of a real server that offers
+// GSS encryption (hostgssenc) and allows plaintext too: a failed check of the server (an AP-REP
+// that does not verify, a wrap token failing its integrity check), a reset or a stall is never
+// remembered, so the next connect is GSS-encrypted again; only the server closing the socket on
+// the AP-REQ (what PostgreSQL does when it cannot accept the context) is. Beside psql, which
+// remembers nothing.
+func TestGSSFaultsAreNotRemembered(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, true, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
+	for _, tt := range []struct {
+		name         string
+		fault        harness.Fault
+		extra        string
+		first        string // the first connect: "gss", "plain" or "fail"
+		firstSockets int
+		second       string // the next connect, the fault gone
+		psqlFirst    string // psql's first and second connects
+		psqlSecond   string
+		differs      string
+	}{
+		{name: "AP-REP corrupted", fault: harness.Fault{Step: harness.StepAPRep, Kind: harness.FaultCorrupt, Count: 1},
+			first: "plain", firstSockets: 2, second: "gss", psqlFirst: "plain", psqlSecond: "gss"},
+		{name: "AP-REP reset", fault: harness.Fault{Step: harness.StepAPRep, Kind: harness.FaultReset, Count: 1},
+			first: "plain", firstSockets: 2, second: "gss", psqlFirst: "plain", psqlSecond: "gss"},
+		{name: "AP-REP closed", fault: harness.Fault{Step: harness.StepAPRep, Kind: harness.FaultClose, Count: 1},
+			first: "plain", firstSockets: 2, second: "plain", psqlFirst: "plain", psqlSecond: "gss",
+			differs: "a server that closes on the AP-REQ is one that cannot accept the context (no keytab): remembered for the TTL, saving a backend per connect"},
+		{name: "first wrap token corrupted", fault: harness.Fault{Step: harness.StepWrapToken, Kind: harness.FaultCorrupt, Count: 1},
+			first: "fail", firstSockets: 1, second: "gss", psqlFirst: "fail", psqlSecond: "gss"},
+		{name: "first wrap token reset", fault: harness.Fault{Step: harness.StepWrapToken, Kind: harness.FaultReset, Count: 1},
+			first: "fail", firstSockets: 1, second: "gss", psqlFirst: "fail", psqlSecond: "gss"},
+		{name: "first wrap token stalled", fault: harness.Fault{Step: harness.StepWrapToken, Kind: harness.FaultStall, Count: 1}, extra: "connect_timeout=2",
+			first: "fail", firstSockets: 1, second: "gss", psqlFirst: "fail", psqlSecond: "gss"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			px := harness.FaultProxyT(t, srv.Addr(), tt.fault)
+			_, port := px.Addr()
+			dsn := aliceDSN(srv, "localhost", tt.extra)
+			dsn = strings.Replace(dsn, "port="+strconv.Itoa(srv.Port), "port="+strconv.Itoa(port), 1)
+			c := lab.connector(t, dsn)
+			outcome := func() string {
+				conn, err := c.Connect(context.Background())
+				if err != nil {
+					t.Logf("connector: %v", err)
+					return "fail"
+				}
+				defer conn.Close()
+				if gssEncrypted(t, conn) {
+					return "gss"
+				}
+				return "plain"
+			}
+			if got := outcome(); got != tt.first {
+				t.Errorf("first connect: %s, want %s", got, tt.first)
+			}
+			if n := px.Stats().Connections; n != tt.firstSockets {
+				t.Errorf("first connect: %d sockets, want %d", n, tt.firstSockets)
+			}
+			if got := outcome(); got != tt.second {
+				t.Errorf("next connect: %s, want %s", got, tt.second)
+			}
+
+			// psql through a proxy of its own with the same fault.
+			ppx := harness.FaultProxyT(t, srv.Addr(), tt.fault)
+			_, pport := ppx.Addr()
+			pdsn := strings.Replace(aliceDSN(srv, "localhost", tt.extra), "port="+strconv.Itoa(srv.Port), "port="+strconv.Itoa(pport), 1)
+			psql := func() string {
+				out, err := harness.Psql(context.Background(), lab.kdc.Env(lab.ccache), pdsn,
+					"select encrypted from pg_stat_gssapi where pid = pg_backend_pid()")
+				switch {
+				case err != nil:
+					return "fail"
+				case out == "t":
+					return "gss"
+				}
+				return "plain"
+			}
+			if got := psql(); got != tt.psqlFirst {
+				t.Errorf("psql, first: %s, want %s: the oracle changed, check the row", got, tt.psqlFirst)
+			}
+			if got := psql(); got != tt.psqlSecond {
+				t.Errorf("psql, next: %s, want %s: the oracle changed, check the row", got, tt.psqlSecond)
+			}
+		})
+	}
+}
