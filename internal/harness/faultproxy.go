@@ -3,7 +3,9 @@ package harness
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -56,6 +58,9 @@ type FaultProxy struct {
 	target          string
 	inj             injector
 	counters        faultCounters
+
+	// pick, when set (NewRandomFaultProxy), draws each connection's fault at accept.
+	pick func() Fault
 }
 
 var faultProxyMatrix = faultMatrix{
@@ -81,6 +86,34 @@ func NewFaultProxy(target string, f Fault) (*FaultProxy, error) {
 	}
 	p := &FaultProxy{loopbackServer: srv, target: target}
 	p.inj.f = f
+	srv.start(p.serve)
+	return p, nil
+}
+
+// NewRandomFaultProxy is NewFaultProxy with a fault drawn for each connection, at accept, from
+// faults (one with Kind FaultNone, or the zero Fault, lets a connection through untouched), by a
+// generator seeded with seed: for soak tests. Count is ignored; Stats().Faults counts the
+// connections a fault was applied to.
+func NewRandomFaultProxy(target string, faults []Fault, seed uint64) (*FaultProxy, error) {
+	if len(faults) == 0 {
+		return nil, errors.New("harness: fault proxy: no faults to draw from")
+	}
+	for _, f := range faults {
+		if err := f.check("fault proxy", faultProxyMatrix); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := listenLoopback("fault proxy")
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	p := &FaultProxy{loopbackServer: srv, target: target, pick: func() Fault {
+		mu.Lock()
+		defer mu.Unlock()
+		return faults[rng.IntN(len(faults))]
+	}}
 	srv.start(p.serve)
 	return p, nil
 }
@@ -126,6 +159,7 @@ const (
 type proxyConn struct {
 	p              *FaultProxy
 	client, server net.Conn
+	own            *Fault // this connection's fault, drawn by p.pick; nil: p.inj decides
 
 	// ended is set when a terminal fault has taken over the client socket: the proxy then
 	// only discards what the client sends and no longer touches the socket otherwise.
@@ -152,6 +186,10 @@ func (p *FaultProxy) serve(client net.Conn) {
 	}
 	defer p.untrack(server)
 	c := &proxyConn{p: p, client: client, server: server}
+	if p.pick != nil {
+		f := p.pick()
+		c.own = &f
+	}
 	for {
 		kind, pkt, err := readFirstPacket(client)
 		if err != nil {
@@ -216,10 +254,25 @@ func (c *proxyConn) deliver(step FaultStep, answer []byte) bool {
 }
 
 func (c *proxyConn) claim(step FaultStep) (Fault, bool) {
+	if c.own != nil {
+		if c.own.Kind == FaultNone || c.own.Step != step {
+			return Fault{}, false
+		}
+		c.p.inj.applied.Add(1)
+		return *c.own, true
+	}
 	if c.p.inj.claim(step) {
 		return c.p.inj.f, true
 	}
 	return Fault{}, false
+}
+
+// fault is the fault this connection is subject to.
+func (c *proxyConn) fault() Fault {
+	if c.own != nil {
+		return *c.own
+	}
+	return c.p.inj.f
 }
 
 // fail carries out terminal fault f: the connection to the server is closed, and the client
@@ -551,11 +604,11 @@ func (c *proxyConn) downAfterReady(br *bufio.Reader) io.Reader {
 		out = append(out, msg...)
 		switch c.after.Load() {
 		case afterTrickle:
-			if trickle(c.client, out, c.p.inj.f.delay()) != nil {
+			if trickle(c.client, out, c.fault().delay()) != nil {
 				_ = c.server.Close()
 				return nil
 			}
-			c.trickleRest(br, c.p.inj.f.delay())
+			c.trickleRest(br, c.fault().delay())
 			return nil
 		case afterExtra:
 			if msg[0] != 'Z' {
@@ -567,7 +620,7 @@ func (c *proxyConn) downAfterReady(br *bufio.Reader) io.Reader {
 				}
 				continue
 			}
-			if !c.write(append(out, c.p.inj.f.extra()...)) {
+			if !c.write(append(out, c.fault().extra()...)) {
 				return nil
 			}
 			return br
