@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what it needs (PostgreSQL server binaries, Go modules), then
-# go vet, gofmt, a short run of the fuzz targets (connection strings, a server's negotiation bytes), the tests with the race
+# go vet, gofmt, a short run of the fuzz targets (connection strings, a server's negotiation bytes and
+# GSS packets), the tests with the race
 # detector, and a check that the tests left nothing of the harness behind.
 # The tests start their own throwaway PostgreSQL clusters on loopback; nothing else is needed.
 set -euo pipefail
@@ -24,6 +25,7 @@ echo "== fuzz (${FUZZTIME:=15s} each)"
 # A failing input is written to testdata/fuzz/: fix the cause and commit it as a regression case.
 go test -run '^$' -fuzz '^FuzzParseSettings$' -fuzztime "$FUZZTIME" .
 go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotiation
+go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss
 echo "== go test -race"
 status=0
 go test -race -count=1 -timeout 60m "$@" ./... || status=$?

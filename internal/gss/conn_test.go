@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jcmturner/gokrb5/v8/types"
+
+	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // connPair returns the two ends of a GSS-encrypted net.Pipe: the client end
@@ -514,4 +516,45 @@ func benchUnwrap(b *testing.B, unwrap func(w *Wrapper, dst, tok []byte) ([]byte,
 			}
 		})
 	}
+}
+
+// Whatever a server (or anything on the path) sends after the GSS context, framed or not, the
+// connection's Read does not panic, allocates no more than a packet's worth, and either returns
+// what a valid wrap token carried or fails with an error that says the server failed a check
+// (negotiation.ErrGSSUnverified) or that the stream ended.
+func FuzzConnRead(f *testing.F) {
+	_, acc := pair(f, fuzzKey, true, 0, 0)
+	frame := func(tok []byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(tok))), tok...)
+	}
+	good := frame(mustWrap(f, acc, []byte("R\x00\x00\x00\x08\x00\x00\x00\x00")))
+	f.Add(good)
+	f.Add(good[:len(good)-1])
+	f.Add(append(good, good...))
+	f.Add([]byte{0, 0, 0x40, 0x01})          // one byte over MaxPacket
+	f.Add([]byte{0x7f, 0xff, 0xff, 0xff, 1}) // a forged length of 2 GiB
+	f.Add([]byte("E\x00\x00\x00\x08SFATAL")) // an ErrorResponse in the clear
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		ini, _ := pair(t, fuzzKey, true, 0, 0)
+		c, s := net.Pipe()
+		defer c.Close()
+		go func() {
+			s.Write(stream)
+			s.Close()
+		}()
+		conn := NewConn(c, ini)
+		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 1024)
+		for range 8 {
+			_, err := conn.Read(buf)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, negotiation.ErrGSSUnverified) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) &&
+				!errors.Is(err, io.ErrClosedPipe) {
+				t.Fatalf("Read: %v: neither a failed check nor the end of the stream", err)
+			}
+			return
+		}
+	})
 }
