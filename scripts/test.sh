@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what it needs (PostgreSQL server binaries, Go modules), then
-# go vet, gofmt, a short run of the fuzz targets (connection strings, a server's negotiation bytes and
-# GSS packets), the tests with the race
-# detector, and a check that the tests left nothing of the harness behind.
-# The tests start their own throwaway PostgreSQL clusters on loopback; nothing else is needed.
+# go vet, gofmt, a short run of each fuzz target (connection strings, a server's negotiation
+# bytes, GSS packets), the tests with the race detector (TestSoak for 30 s), and a check that the
+# tests left nothing of the harness behind. The tests start their own throwaway PostgreSQL
+# clusters, KDCs and Jaeger on loopback; nothing else is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
