@@ -195,7 +195,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		}
 		// GSS authentication (pg_hba method gss without GSS encryption) with this
 		// connector's credentials: see internal/gss, pgxauth.go.
-		cfg.KerberosSpn = krb.AuthToken(cfg.Host)
+		cfg.KerberosSpn = krb.AuthTokenContext(ctx, cfg.Host) // the KDC wait ends with ctx
 		return nil
 	}))
 	return c, nil

@@ -28,6 +28,10 @@ type entry struct {
 	ssl, gss       Answer
 	sslExp, gssExp time.Time
 	gssGen         uint64
+	// A first sign that GSS cannot succeed (StrikeGSS), with the credentials generation it came
+	// with, until when it counts.
+	strikeGen uint64
+	strikeExp time.Time
 	// probe is non-nil while one connect probes this key; it is closed when the probe ends.
 	probe chan struct{}
 }
@@ -62,38 +66,52 @@ func (c *Cache) known(k Key) Known {
 }
 
 // BeginProbe claims the probe of k for a caller that decided to probe from seen, what [Cache.Known]
-// returned. It returns (nil, true) when the caller is the one to probe and must call
-// [Cache.EndProbe]. Otherwise it returns a channel that is closed when the running probe ends, or
+// returned. It returns a Probe when the caller is the one to probe and must end it
+// ([Probe.End]). Otherwise it returns a channel that is closed when the running probe ends, or
 // already closed when what is known of k is no longer seen (a probe ended between the caller's
 // Known and this call); either way the caller then decides again from [Cache.Known]. Checking
 // seen under the same lock as the claim is what makes one probe per key: without it a caller
 // that read Known just before another probe ended would probe a second time. It does not
 // allocate unless it makes the caller the prober.
-func (c *Cache) BeginProbe(k Key, seen Known) (wait <-chan struct{}, leader bool) {
+func (c *Cache) BeginProbe(k Key, seen Known) (wait <-chan struct{}, p *Probe) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.known(k) != seen {
-		return decideAgain, false
+		return decideAgain, nil
 	}
 	e := c.entry(k)
 	if e.probe != nil {
-		return e.probe, false
+		return e.probe, nil
 	}
 	e.probe = make(chan struct{})
-	return nil, true
+	return nil, &Probe{c: c, k: k, ch: e.probe}
 }
 
 // decideAgain is a closed channel: "decide again now".
 var decideAgain = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
-// EndProbe releases the probe of k claimed by BeginProbe. It may be called more than once.
-func (c *Cache) EndProbe(k Key) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.entries[k]; e != nil && e.probe != nil {
-		close(e.probe)
-		e.probe = nil
+// Probe is one connect's claim on the probe of a key: the others wait until it ends.
+type Probe struct {
+	c    *Cache
+	k    Key
+	ch   chan struct{}
+	once sync.Once
+}
+
+// End releases the waiting connects. It may be called more than once, and on a nil Probe; it
+// never ends a later probe of the same key.
+func (p *Probe) End() {
+	if p == nil {
+		return
 	}
+	p.once.Do(func() {
+		p.c.mu.Lock()
+		defer p.c.mu.Unlock()
+		if e := p.c.entries[p.k]; e != nil && e.probe == p.ch {
+			e.probe = nil
+		}
+		close(p.ch)
+	})
 }
 
 func (c *Cache) remembers() bool { return c.ttl > 0 }
@@ -119,6 +137,30 @@ func (c *Cache) SetGSS(k Key, a Answer, gen uint64) {
 	defer c.mu.Unlock()
 	e := c.entry(k)
 	e.gss, e.gssExp, e.gssGen = a, c.now().Add(c.ttl), gen
+	if a == AnswerYes {
+		e.strikeExp = time.Time{}
+	}
+}
+
+// StrikeGSS notes a sign that GSS encryption cannot succeed for k with the credentials of
+// generation gen which one event on the path could also make (see gssStrike). The second in a
+// row within the TTL, with the same credentials, is remembered as SetGSS(k, AnswerNo, gen) is;
+// StrikeGSS reports whether this one was. A success (SetGSS AnswerYes) clears the first.
+func (c *Cache) StrikeGSS(k Key, gen uint64) (remembered bool) {
+	if c.ttl <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(k)
+	now := c.now()
+	if e.strikeGen == gen && now.Before(e.strikeExp) {
+		e.strikeExp = time.Time{}
+		e.gss, e.gssExp, e.gssGen = AnswerNo, now.Add(c.ttl), gen
+		return true
+	}
+	e.strikeGen, e.strikeExp = gen, now.Add(c.ttl)
+	return false
 }
 
 // Forget drops what is remembered for k (an answer that turned out wrong).

@@ -132,20 +132,30 @@ func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (
 	if tr.GSSEncRequestStart != nil {
 		rctx = tr.GSSEncRequestStart(ctx, info)
 	}
+	answer := AnswerUnknown
 	_, err := conn.Write(gssencRequestPacket[:])
 	if err == nil {
-		at.gssAnswer, err = readAnswer(conn, gssencRequest)
+		answer, err = readAnswer(conn, gssencRequest)
 	}
 	if tr.GSSEncRequestDone != nil {
-		tr.GSSEncRequestDone(rctx, RequestDoneInfo{Answer: at.gssAnswer, CacheHit: at.known.GSS != AnswerUnknown, Err: err})
+		tr.GSSEncRequestDone(rctx, RequestDoneInfo{Answer: answer, CacheHit: at.known.GSS != AnswerUnknown, Err: err})
 	}
 	switch {
 	case err != nil:
 		at.fail(stepGSSENCRequest, err)
 		conn.Close()
 		return nil, err
-	case at.gssAnswer == AnswerNo:
-		at.reuse.Store(&connHolder{conn})
+	case answer == AnswerNo:
+		// Kept for the next method only where bytes arriving later can be seen (quiet), and
+		// never for a CancelRequest's dial.
+		if !at.done.Load() {
+			at.refused.Store(true)
+			if canPeek(conn) {
+				at.reuse.Store(&connHolder{conn})
+				return nil, errGSSRefused
+			}
+		}
+		conn.Close()
 		return nil, errGSSRefused
 	}
 

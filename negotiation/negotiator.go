@@ -167,17 +167,14 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 	key := Key{Host: h.Host, Port: h.Port, Principal: creds.Principal}
 	retried := false
 	for {
-		plan, in, leader, err := n.decide(ctx, b, h, key, creds)
+		plan, in, probe, err := n.decide(ctx, b, h, key, creds)
 		if err != nil {
 			if errors.Is(err, ErrGSSNoCredentials) && creds.Missing != "" {
 				err = fmt.Errorf("%w: %s", err, creds.Missing)
 			}
 			return ctx.Err() != nil, &HostError{Host: h.Host, Port: h.Port, Err: err}
 		}
-		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, leader, open, res, notPreferred)
-		if leader {
-			n.cfg.Cache.EndProbe(key)
-		}
+		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, probe, open, res, notPreferred)
 		if herr == nil || final || retried || !stale || !plan.CacheHit() {
 			return final, herr
 		}
@@ -204,14 +201,16 @@ func (n *Negotiator) newBudget() *budget {
 }
 
 // context returns ctx bounded by addr's deadline ("" before any address: the host's start).
+// The context always ends when the caller cancels it, deadline or not: what an attempt leaves
+// registered under it (a GSS authentication token) goes with it.
 func (b *budget) context(ctx context.Context, addr string) (context.Context, context.CancelFunc) {
 	if b.d <= 0 {
-		return ctx, func() {}
+		return context.WithCancel(ctx)
 	}
 	d, ok := b.deadlines[addr]
 	if !ok {
-		d = b.start.Add(b.d) // the first address shares the host's start
-		if len(b.deadlines) > 0 {
+		d = b.start.Add(b.d) // the first address (and what comes before it) shares the host's start
+		if addr != "" && len(b.deadlines) > 0 {
 			d = time.Now().Add(b.d)
 		}
 		if addr != "" {
@@ -225,8 +224,8 @@ func (b *budget) context(ctx context.Context, addr string) (context.Context, con
 }
 
 // decide makes the plan for h, waiting for another connect's probe when one is running.
-func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, creds GSSCredentials) (plan Plan, in Input, leader bool, err error) {
-	waited := false
+func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, creds GSSCredentials) (plan Plan, in Input, probe *Probe, err error) {
+	waited, gaveUp := false, false
 	for {
 		in = Input{
 			SSLMode:    h.SSLMode,
@@ -240,26 +239,31 @@ func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, cr
 		}
 		plan, err = Decide(in)
 		if err != nil {
-			return plan, in, false, err
+			return plan, in, nil, err
 		}
-		if plan.Learns && n.cfg.Cache.remembers() {
-			wait, lead := n.cfg.Cache.BeginProbe(key, in.Known)
-			if !lead {
+		if plan.Learns && n.cfg.Cache.remembers() && !gaveUp {
+			wait, p := n.cfg.Cache.BeginProbe(key, in.Known)
+			if p == nil {
 				wctx, cancel := b.context(ctx, "")
 				err := n.waitProbe(wctx, h, wait)
 				cancel()
-				if err != nil {
-					return plan, in, false, err
+				switch {
+				case ctx.Err() != nil:
+					return plan, in, nil, err
+				case err != nil:
+					// The probe outlived the first address's connect_timeout, which this
+					// connect shares: go on without it, as libpq would have from the start.
+					gaveUp = true
 				}
 				waited = true
 				continue
 			}
-			leader = true
+			probe = p
 		}
 		if n.trace.Decision != nil {
 			n.trace.Decision(ctx, DecisionInfo{Host: h.Host, Port: h.Port, Input: in, Plan: plan, Waited: waited})
 		}
-		return plan, in, leader, nil
+		return plan, in, probe, nil
 	}
 }
 
@@ -302,10 +306,12 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 }
 
 // tryHost runs the plan on every address of h. stale reports a failure that a wrong remembered
-// answer could explain (see judge); herr is nil on success.
-func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, plan Plan, in Input, leader bool,
+// answer could explain (see judge); herr is nil on success. probe, when this connect probes h
+// for the others, ends with the first address at the latest.
+func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, plan Plan, in Input, probe *Probe,
 	open func(context.Context) error, res *connectResult, notPreferred **attempt,
 ) (final, stale bool, herr *HostError) {
+	defer probe.End()
 	res.cacheHit = plan.CacheHit() || (in.Known.SSL != AnswerUnknown && slices.Contains(plan.Methods(), MethodSSL))
 	lctx, cancel := b.context(ctx, "")
 	addrs, err := n.lookup(lctx, h)
@@ -313,25 +319,35 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 	if err != nil {
 		return ctx.Err() != nil, false, &HostError{Host: h.Host, Port: h.Port, Step: "DNS lookup", Err: err}
 	}
+	caller, _ := ctx.Deadline()
 	for _, addr := range addrs {
 		actx, cancel := b.context(ctx, addr)
-		var done bool
-		caller, _ := ctx.Deadline()
-		done, final, stale, herr = n.tryAddr(actx, caller, h, key, addr, plan, in, leader, open, res, notPreferred)
+		r := n.tryAddr(actx, caller, h, key, addr, plan, in, probe, open, res, notPreferred)
 		cancel()
-		leader = false // the probe, if any, was this host's first attempt
-		if done || final || ctx.Err() != nil {
-			return final || ctx.Err() != nil, stale, herr
+		// The others waited for what this host's first address would teach: it has.
+		probe.End()
+		probe = nil
+		stale = stale || r.stale
+		herr = r.herr
+		if r.done || r.final || r.leave || ctx.Err() != nil {
+			return r.final || ctx.Err() != nil, stale, herr
 		}
 	}
 	return false, stale, herr
 }
 
+// addrResult is what trying one address gave.
+type addrResult struct {
+	done                bool // connected
+	final, leave, stale bool // see verdict
+	herr                *HostError
+}
+
 // tryAddr runs the plan's methods on one address, each after the previous one failed as
-// judge allows. done reports a connection. caller is the deadline of the caller's context.
-func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key Key, addr string, plan Plan, in Input, leader bool,
+// judge allows. caller is the deadline of the caller's context.
+func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key Key, addr string, plan Plan, in Input, probe *Probe,
 	open func(context.Context) error, res *connectResult, notPreferred **attempt,
-) (done, final, stale bool, herr *HostError) {
+) (r addrResult) {
 	var reuse net.Conn
 	var reuseReq request
 	defer func() { closeConn(reuse) }()
@@ -339,23 +355,25 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	for i, m := range methods {
 		at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration}
 		// The probe of a plan that starts with SSL ends with the answer to SSLRequest; one
-		// that starts with GSS ends when this host's connect does (GSS can still fail
+		// that starts with GSS ends when the first address is done (GSS can still fail
 		// after 'G', during authentication).
-		at.leader.Store(leader && i == 0 && m == MethodSSL)
+		if i == 0 && m == MethodSSL {
+			at.probe.Store(probe)
+		}
 		at.given.Store(connBox(reuse))
 		at.givenReq = reuseReq
 		reuse = nil
 		err := n.run(ctx, at, open)
 		res.sockets += int(at.sockets.Load())
-		if h := at.given.Swap(nil); h != nil {
-			h.c.Close() // pgx failed before dialing
+		if g := at.given.Swap(nil); g != nil {
+			g.c.Close() // pgx failed before dialing
 		}
 		if err == nil {
 			if m == MethodGSS {
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
 			}
 			res.method = m
-			return true, false, false, nil
+			return addrResult{done: true}
 		}
 		var npErr *pgconn.NotPreferredError
 		if errors.As(err, &npErr) && *notPreferred == nil {
@@ -363,8 +381,10 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		}
 		hasNext := i+1 < len(methods)
 
-		// 'N' with the socket kept: not a failure when the modes allow going on without.
-		if reuse = at.takeReuse(); reuse != nil {
+		// 'N': not a failure when the modes allow going on without. The next method goes on on
+		// the same socket when it was kept (see canPeek), else on a new one.
+		if at.refused.Load() {
+			reuse = at.takeReuse()
 			reuseReq = sslRequest
 			if m == MethodGSS {
 				reuseReq = gssencRequest
@@ -378,16 +398,21 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 				at.fail(stepSSLRequest, ErrSSLRequired)
 				err = fmt.Errorf("%w (sslmode=%s)", ErrSSLRequired, h.SSLMode)
 			case hasNext:
-				n.fallback(ctx, h, m, methods[i+1], sameSocketReason(m), true)
+				n.fallback(ctx, h, m, methods[i+1], sameSocketReason(m), reuse != nil)
 				continue
 			}
-			return false, false, false, at.hostError(err)
+			return addrResult{herr: at.hostError(err)}
 		}
 
 		st, c := at.failure(ctx, err)
-		v := judge(m, st, c, sqlState(err))
-		if m == MethodGSS && v.gssNo {
-			n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+		v := judge(m, st, c, sqlState(err), at.authOK.Load())
+		if m == MethodGSS {
+			switch v.gss {
+			case gssNo:
+				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+			case gssStrike:
+				n.cfg.Cache.StrikeGSS(at.key, at.gssGeneration)
+			}
 		}
 		if c == classTimeout {
 			err = n.timeoutError(ctx, caller, err)
@@ -396,10 +421,13 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			reason, detail := gssFailure(st, c)
 			err = &GSSRequiredError{Reason: reason, Err: err, detail: detail}
 		}
-		herr = at.hostError(err)
+		r.herr = at.hostError(err)
 		// When no socket could be opened the next method would not fare better: like
 		// libpq, go on with the next address instead.
 		next := v.next && hasNext && at.reached.Load()
+		if v.next && !hasNext && c == classErrorResponse {
+			v.final = true // libpq 17: an error response with nothing left to try fails the connect
+		}
 		var to Method
 		if next {
 			to = methods[i+1]
@@ -407,12 +435,13 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		if !v.final {
 			n.fallback(ctx, h, m, to, failureReason(st, c, sqlState(err)), false)
 		}
+		r.stale = r.stale || v.stale
 		if !next {
-			return false, v.final, v.stale, herr
+			r.final, r.leave = v.final, v.leave
+			return r
 		}
-		stale = stale || v.stale
 	}
-	return false, false, stale, herr
+	return r
 }
 
 // timeoutError says which deadline ended an attempt: connect_timeout (the address's) or the
@@ -489,7 +518,8 @@ func gssFailure(st step, c class) (reason string, detail bool) {
 
 func (n *Negotiator) run(ctx context.Context, at *attempt, open func(context.Context) error) error {
 	err := open(context.WithValue(ctx, attemptKey{}, at))
-	at.leader.Store(false)
+	at.probe.Store(nil)
+	at.done.Store(true)
 	at.endStartup(err)
 	return err
 }
@@ -550,9 +580,15 @@ type attempt struct {
 	known  Known
 
 	gssGeneration uint64
-	// leader is set while this attempt's connect leads the probe of its key; a cancel request
-	// dialled later through the same attempt must not end another connect's probe.
-	leader atomic.Bool
+	// probe is this host's probe while this attempt's answer to SSLRequest ends it.
+	probe atomic.Pointer[Probe]
+	// done is set when the connect attempt is over: the dial function then serves pgx's
+	// CancelRequest, which must not touch the cache, the attempt or the socket bookkeeping.
+	done atomic.Bool
+	// refused: the server answered 'N' to this attempt's request.
+	refused atomic.Bool
+	// authOK: the server sent AuthenticationOk (authObserver).
+	authOK atomic.Bool
 
 	ignoreNotPreferred bool
 
@@ -567,8 +603,7 @@ type attempt struct {
 	sslAnswer atomic.Uint32 // Answer to SSLRequest on this attempt's socket
 
 	// Written during the connect only (one goroutine).
-	gssAnswer  Answer // answer to GSSENCRequest
-	failStep   step   // where the attempt failed, when the negotiator saw it (fail)
+	failStep   step // where the attempt failed, when the negotiator saw it (fail)
 	failErr    error
 	authMethod string
 	startupCtx context.Context
@@ -591,8 +626,11 @@ func (at *attempt) takeReuse() net.Conn {
 	return nil
 }
 
-// fail records where the attempt failed and why, the first time.
+// fail records where the attempt failed and why, the first time, while the connect runs.
 func (at *attempt) fail(st step, err error) {
+	if at.done.Load() {
+		return // a CancelRequest's dial
+	}
 	if at.failErr == nil && err != nil {
 		at.failStep, at.failErr = st, err
 	}
@@ -674,13 +712,19 @@ func stepOf(r request) step {
 	return stepSSLRequest
 }
 
-// onSSLAnswer records the server's answer to SSLRequest and releases waiting connects.
+// onSSLAnswer records the server's answer to SSLRequest and releases waiting connects; not
+// for a CancelRequest's dial (the answer to a cancel's SSLRequest teaches nothing new, and the
+// cache is the connects').
 func (at *attempt) onSSLAnswer(a Answer) {
-	at.sslAnswer.Store(uint32(a))
-	at.n.cfg.Cache.SetSSL(at.key, a)
-	if at.leader.Load() {
-		at.n.cfg.Cache.EndProbe(at.key)
+	if at.done.Load() {
+		return
 	}
+	at.sslAnswer.Store(uint32(a))
+	if a == AnswerNo {
+		at.refused.Store(true)
+	}
+	at.n.cfg.Cache.SetSSL(at.key, a)
+	at.probe.Load().End()
 }
 
 func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn, error) {

@@ -30,3 +30,15 @@ func pending(conn net.Conn) int {
 	})
 	return n
 }
+
+// canPeek reports whether pending can look at conn. A socket left open after 'N' is given to
+// the next method only then: else bytes that arrive after the answer could not be seen, and the
+// next method opens a new connection instead.
+func canPeek(conn net.Conn) bool {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	_, err := sc.SyscallConn()
+	return err == nil
+}

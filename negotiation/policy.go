@@ -83,55 +83,82 @@ func classify(ctx context.Context, err error) class {
 type verdict struct {
 	// next: try the plan's next method on this address, on a new socket.
 	next bool
-	// gssNo: remember that GSS encryption cannot succeed on this host with these credentials.
-	gssNo bool
-	// final: try no other address or host (the caller's context ended, or pgx's rule for
-	// errors that another server would repeat: pgconn.connectPreferred).
+	// gss: what the failure teaches about GSS encryption on this host with these credentials.
+	gss gssLesson
+	// final: try no other address or host (the caller's context ended, a protocol violation,
+	// libpq's rules for a broken negotiation, or pgx's for errors that another server would
+	// repeat: pgconn.connectPreferred).
 	final bool
+	// leave: try no other address of this host (the server was reached and answered: another
+	// address is the same server), go on with the next host.
+	leave bool
 	// stale: when the attempt followed a remembered answer, that answer may be wrong: forget it
 	// and negotiate the host again (the server changed: TLS or hostgssenc turned on).
 	stale bool
 }
 
+// gssLesson is what a failure teaches about GSS encryption on a host.
+type gssLesson uint8
+
+const (
+	gssNothing gssLesson = iota
+	// gssStrike: a sign that GSS cannot succeed which one event on the path could also make (a
+	// close after the AP-REQ, which is also what a restart or a middlebox does; a KRB-ERROR
+	// token from the acceptor, which PostgreSQL never sends while setting up GSS encryption; an
+	// ErrorResponse to GSSENCRequest, which a postmaster that cannot fork sends too):
+	// remembered only when it comes twice in a row with the same credentials (Cache.StrikeGSS).
+	gssStrike
+	// gssNo: remembered at once: the KDC says the service principal cannot be had (unknown,
+	// no common encryption type), or the server, over the GSS-encrypted channel it
+	// authenticated (AP-REP), rejected the connection in pg_hba (28000).
+	gssNo
+)
+
 // judge returns the verdict on an attempt of method m that failed at st with an error of class
-// c (code: its SQLSTATE, for classServer). Refusals ('N') are not failures and do not come here.
-// The libpq column is libpq 17 (fe-connect.c, PQconnectPoll), checked against psql 15.18 where a
-// fake server could show it; "fails" means libpq tries nothing else, no other host either.
+// c (code: its SQLSTATE, for classServer; authOK: the server had sent AuthenticationOk).
+// Refusals ('N') are not failures and do not come here. The libpq column is libpq 17
+// (fe-connect.c, PQconnectPoll), checked against psql 15.18 where a fake server could show it;
+// "fails" means libpq tries nothing else, no other host either.
 //
 //	failure                                   next method   remembered      libpq
 //	caller's context ended                    no (final)    nothing
 //	timeout (connect_timeout, context)        no            nothing         next address, then host
 //	no socket (DNS, TCP connect)              no            nothing         next address, then host
 //	'E' to SSLRequest                         no (final)    nothing         fails ("error response during SSL exchange")
-//	'E' to GSSENCRequest                      yes (new)     GSS: no         next method, new connection
+//	'E' to GSSENCRequest                      yes (new)     GSS: strike     next method, new connection
 //	SSLRequest/GSSENCRequest: closed, reset   no (final)    nothing         fails ("server closed the connection")
 //	protocol violation (bad byte, extra data) no (final)    nothing         fails (libpq accepts data after 'N')
 //	TLS handshake failed, closed, reset       yes (new)     nothing         sslmode=prefer: plaintext, new connection
 //	service ticket: KDC rejects the principal yes (new)     GSS: no         next method, new connection
 //	service ticket: KDC unreachable, other    yes (new)     nothing         same
-//	GSS context: KRB-ERROR, server closes     yes (new)     GSS: no         same
+//	GSS context: KRB-ERROR, server closes     yes (new)     GSS: strike     same
 //	GSS context: server fails a check         yes (new)     nothing         same (tampering: never remembered)
 //	GSS context: reset, other                 yes (new)     nothing         same
-//	startup 28000 (pg_hba)                    yes (new)     GSS: no         next method, new connection
+//	startup 28000 (pg_hba), before AuthOk     yes (new)     GSS: no         next method, new connection
 //	startup 28P01, 3D000, 42501               no (final)    nothing         28P01 before AuthenticationOk: next method
-//	startup 57P03, 53300, other SQLSTATEs     no            nothing         53300 before AuthenticationOk: next method (a second backend); 57P03: next host
+//	startup 57P03, 53300, other SQLSTATEs     no (host)     nothing         53300 before AuthenticationOk: next method (a second backend); 57P03: next host
+//	startup, after AuthenticationOk           no (host)     nothing         fails
 //	startup: closed, reset, wrap token check  no            nothing         fails
-func judge(m Method, st step, c class, code string) verdict {
+//
+// A strike is remembered when it comes twice in a row (gssLesson).
+func judge(m Method, st step, c class, code string, authOK bool) verdict {
 	switch c {
-	case classCanceled:
+	case classCanceled, classProtocol:
 		return verdict{final: true}
 	case classTimeout:
 		return verdict{}
-	case classProtocol:
-		return verdict{final: true}
 	case classServer:
-		switch code {
-		case "28000":
-			return verdict{next: true, gssNo: m == MethodGSS, stale: true}
-		case "28P01", "3D000", "42501":
+		switch {
+		case code == "28P01" || code == "3D000" || code == "42501":
 			return verdict{final: true}
+		case code == "28000" && !authOK:
+			v := verdict{next: true, stale: true}
+			if m == MethodGSS {
+				v.gss = gssNo
+			}
+			return v
 		}
-		return verdict{}
+		return verdict{leave: true}
 	}
 	switch st {
 	case stepDial, stepStartup:
@@ -140,13 +167,19 @@ func judge(m Method, st step, c class, code string) verdict {
 		return verdict{final: true}
 	case stepGSSENCRequest:
 		if c == classErrorResponse {
-			return verdict{next: true, gssNo: true}
+			return verdict{next: true, gss: gssStrike}
 		}
 		return verdict{final: true}
 	case stepServiceTicket:
-		return verdict{next: true, gssNo: c == classRejected}
+		if c == classRejected {
+			return verdict{next: true, gss: gssNo}
+		}
+		return verdict{next: true}
 	case stepGSSContext:
-		return verdict{next: true, gssNo: c == classRejected || c == classClosed}
+		if c == classRejected || c == classClosed {
+			return verdict{next: true, gss: gssStrike}
+		}
+		return verdict{next: true}
 	}
 	return verdict{next: true} // stepTLS
 }

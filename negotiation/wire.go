@@ -193,7 +193,9 @@ func (c *sslRequestConn) Read(b []byte) (int, error) {
 		c.state = 2
 	case AnswerNo:
 		c.state = 3
-		c.keep = true
+		// Kept for the next method only where bytes arriving later can be seen (quiet), and
+		// never for a CancelRequest.
+		c.keep = !c.at.done.Load() && canPeek(c.Conn)
 	default:
 		c.state = 3
 		c.at.fail(stepSSLRequest, err)
@@ -273,7 +275,12 @@ func (o *authObserver) observe(p []byte) error {
 			}
 			continue
 		}
-		k := min(len(o.hdr)-o.have, len(p))
+		// The header is 5 bytes; an authentication request's code 4 more.
+		need := 5
+		if o.have >= 5 && o.hdr[0] == 'R' && !o.auth {
+			need = 9
+		}
+		k := min(need-o.have, len(p))
 		copy(o.hdr[o.have:], p[:k])
 		o.have += k
 		p = p[k:]
@@ -310,6 +317,9 @@ func (o *authObserver) observe(p []byte) error {
 					o.at.authMethod = authMethodName(code)
 				}
 				o.auth = code == 0
+				if o.auth {
+					o.at.authOK.Store(true)
+				}
 			}
 		default:
 			return errStartup(fmt.Sprintf("message type 0x%02x where an authentication request was expected", typ))

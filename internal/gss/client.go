@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,6 +54,9 @@ type Client struct {
 	cfg        ClientConfig
 	now        func() time.Time
 	authSecret string // set by Register: see pgxauth.go
+
+	attemptSeq atomic.Uint64 // numbers the tokens of AuthTokenContext
+	attempts   sync.Map      // their number (base 36) -> the attempt's context.Context
 
 	mu   sync.Mutex
 	gen  uint64

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	_ "unsafe" // go:linkname
@@ -113,21 +114,41 @@ func (c *Client) AuthToken(host string) string {
 	return tokenPrefix + c.authSecret + ":" + host
 }
 
-// lookupToken returns the registered Client whose token spn is, and the host in it.
-func lookupToken(spn string) (*Client, string, bool) {
+// AuthTokenContext is AuthToken for one connection attempt whose context is ctx: the KDC
+// exchange of its GSS authentication (pg_hba method gss, which pgx runs with no context) then
+// ends with ctx. ctx must end (be canceled or expire): the token's entry goes with it.
+func (c *Client) AuthTokenContext(ctx context.Context, host string) string {
+	n := strconv.FormatUint(c.attemptSeq.Add(1), 36)
+	c.attempts.Store(n, ctx)
+	context.AfterFunc(ctx, func() { c.attempts.Delete(n) })
+	return tokenPrefix + c.authSecret + ":~" + n + ":" + host
+}
+
+// lookupToken returns the registered Client whose token spn is, the host in it, and the
+// attempt's context (context.Background() for a token of AuthToken, or of an attempt that
+// ended).
+func lookupToken(spn string) (*Client, string, context.Context, bool) {
 	rest, ok := strings.CutPrefix(spn, tokenPrefix)
 	if !ok {
-		return nil, "", false
+		return nil, "", nil, false
 	}
 	secret, host, ok := strings.Cut(rest, ":")
 	if !ok {
-		return nil, "", false
+		return nil, "", nil, false
 	}
 	v, ok := tokens.Load(secret)
 	if !ok {
-		return nil, "", false
+		return nil, "", nil, false
 	}
-	return v.(*Client), host, true
+	c := v.(*Client)
+	ctx := context.Background()
+	if n, h, ok := strings.Cut(host, ":"); ok && strings.HasPrefix(n, "~") {
+		host = h
+		if a, ok := c.attempts.Load(n[1:]); ok {
+			ctx = a.(context.Context)
+		}
+	}
+	return c, host, ctx, true
 }
 
 // authContext is pgx's pgconn.GSS: one authentication exchange, ours or, for an ordinary SPN,
@@ -146,12 +167,12 @@ func (a *authContext) GetInitToken(host, service string) ([]byte, error) {
 		}
 		return g.GetInitToken(host, service)
 	}
-	return a.start(defaultClient(), service+"/"+host)
+	return a.start(context.Background(), defaultClient(), service+"/"+host)
 }
 
 func (a *authContext) GetInitTokenFromSPN(spn string) ([]byte, error) {
-	if c, host, ok := lookupToken(spn); ok {
-		return a.start(c, c.SPN(host))
+	if c, host, ctx, ok := lookupToken(spn); ok {
+		return a.start(ctx, c, c.SPN(host))
 	}
 	if a.next != nil {
 		g, err := a.nextGSS()
@@ -164,7 +185,7 @@ func (a *authContext) GetInitTokenFromSPN(spn string) ([]byte, error) {
 		// Not shown: it may hold the secret of a connector closed meanwhile.
 		return nil, errors.New("gss: krbspn is a pgconnector token of no open connector of this process")
 	}
-	return a.start(defaultClient(), spn)
+	return a.start(context.Background(), defaultClient(), spn)
 }
 
 // nextGSS starts an exchange with the provider registered before ours.
@@ -180,12 +201,14 @@ func (a *authContext) nextGSS() (pgconn.GSS, error) {
 	return g, nil
 }
 
-func (a *authContext) start(c *Client, spn string) ([]byte, error) {
+// start begins our exchange; ctx bounds its KDC exchange (context.Background(): gokrb5's own
+// timeouts, shared with other callers, see Client.ticket).
+func (a *authContext) start(ctx context.Context, c *Client, spn string) ([]byte, error) {
 	c.mu.Lock()
 	cur := c.cur
 	c.mu.Unlock()
 	if cur == nil || cur.creds == nil {
-		if _, err := c.Credentials(context.Background()); err != nil {
+		if _, err := c.Credentials(ctx); err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
@@ -195,9 +218,7 @@ func (a *authContext) start(c *Client, spn string) ([]byte, error) {
 			return nil, errors.New("gss: the server asked for GSSAPI authentication but no Kerberos credentials are available")
 		}
 	}
-	// pgx gives the provider no context: the exchange is shared with other callers (see
-	// Client.ticket), and waited for until gokrb5's timeouts end it.
-	t, err := c.ticket(context.Background(), cur, spn)
+	t, err := c.ticket(ctx, cur, spn)
 	if err != nil {
 		return nil, err
 	}
