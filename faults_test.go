@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,27 +117,32 @@ func TestErrorLeadsWithItsCause(t *testing.T) {
 }
 
 // A KDC that accepts and never answers holds a connect no longer than connect_timeout, or the
-// context's deadline (gokrb5 alone waits 5 s and more per KDC). The service ticket step says
-// it timed out; nothing is remembered, so the next connect asks the KDC again.
+// context's deadline (gokrb5 alone waits 5 s and more per KDC), for GSS encryption and for GSS
+// authentication (pg_hba method gss, which pgx runs with no context) alike. Nothing is
+// remembered, so the next connect asks the KDC again.
 func TestSilentKDCIsBounded(t *testing.T) {
 	lab := newKerberosLab(t)
-	srv := lab.server(t, true, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
+	encSrv := lab.server(t, true, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
+	authSrv := lab.server(t, true, "host all all 127.0.0.1/32 gss include_realm=0 krb_realm="+lab.kdc.Realm)
 	silent := harness.KDCStandInT(t, harness.KDCSilent)
 	conf := filepath.Join(t.TempDir(), "krb5.conf")
 	if err := silent.WriteKrb5Conf(conf, lab.kdc.Realm); err != nil {
 		t.Fatal(err)
 	}
-	c := newConnector(t, aliceDSN(srv, "localhost", "connect_timeout=1"),
-		pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: conf, CCache: lab.ccache}))
 	for _, tt := range []struct {
 		name    string
+		dsn     string
+		step    string
 		timeout time.Duration // of the context; 0: none
 		bound   time.Duration
 	}{
-		{"connect_timeout=1", 0, time.Second},
-		{"context deadline 300ms", 300 * time.Millisecond, 300 * time.Millisecond},
+		{"GSS encryption, connect_timeout=1", aliceDSN(encSrv, "localhost", "connect_timeout=1"), "service ticket", 0, time.Second},
+		{"GSS encryption, context deadline 300ms", aliceDSN(encSrv, "localhost", "connect_timeout=1"), "service ticket", 300 * time.Millisecond, 300 * time.Millisecond},
+		{"GSS authentication, connect_timeout=1", aliceDSN(authSrv, "localhost", "gssencmode=disable", "sslmode=disable", "connect_timeout=1"), "startup", 0, time.Second},
+		{"GSS authentication, context deadline 300ms", aliceDSN(authSrv, "localhost", "gssencmode=disable", "sslmode=disable"), "startup", 300 * time.Millisecond, 300 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			c := newConnector(t, tt.dsn, pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: conf, CCache: lab.ccache}))
 			ctx := context.Background()
 			if tt.timeout > 0 {
 				var cancel context.CancelFunc
@@ -149,8 +155,8 @@ func TestSilentKDCIsBounded(t *testing.T) {
 			if err == nil {
 				t.Fatal("connected although the KDC never answers")
 			}
-			if !strings.Contains(err.Error(), "service ticket") {
-				t.Errorf("error %q does not name the service ticket step", err)
+			if !strings.Contains(err.Error(), tt.step) {
+				t.Errorf("error %q does not name the %s step", err, tt.step)
 			}
 			if took > tt.bound+time.Second {
 				t.Errorf("the connect took %v, want about %v", took, tt.bound)
@@ -188,8 +194,8 @@ func TestStaleAnswerRetryKeepsTheTimeout(t *testing.T) {
 // GSS encryption (hostgssenc) and allows plaintext too: a failed check of the server (an AP-REP
 // that does not verify, a wrap token failing its integrity check), a reset or a stall is never
 // remembered, so the next connect is GSS-encrypted again; only the server closing the socket on
-// the AP-REQ (what PostgreSQL does when it cannot accept the context) is. Beside psql, which
-// remembers nothing.
+// the AP-REQ twice in a row (what PostgreSQL does when it cannot accept the context, and what a
+// restart does once) is. Beside psql, which remembers nothing.
 func TestGSSFaultsAreNotRemembered(t *testing.T) {
 	lab := newKerberosLab(t)
 	srv := lab.server(t, true, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
@@ -200,6 +206,8 @@ func TestGSSFaultsAreNotRemembered(t *testing.T) {
 		first        string // the first connect: "gss", "plain" or "fail"
 		firstSockets int
 		second       string // the next connect, the fault gone
+		third        string // and the one after, when the row says ("": not tried)
+		thirdSockets int
 		psqlFirst    string // psql's first and second connects
 		psqlSecond   string
 		differs      string
@@ -208,9 +216,11 @@ func TestGSSFaultsAreNotRemembered(t *testing.T) {
 			first: "plain", firstSockets: 2, second: "gss", psqlFirst: "plain", psqlSecond: "gss"},
 		{name: "AP-REP reset", fault: harness.Fault{Step: harness.StepAPRep, Kind: harness.FaultReset, Count: 1},
 			first: "plain", firstSockets: 2, second: "gss", psqlFirst: "plain", psqlSecond: "gss"},
-		{name: "AP-REP closed", fault: harness.Fault{Step: harness.StepAPRep, Kind: harness.FaultClose, Count: 1},
-			first: "plain", firstSockets: 2, second: "plain", psqlFirst: "plain", psqlSecond: "gss",
-			differs: "a server that closes on the AP-REQ is one that cannot accept the context (no keytab): remembered for the TTL, saving a backend per connect"},
+		{name: "AP-REP closed once", fault: harness.Fault{Step: harness.StepAPRep, Kind: harness.FaultClose, Count: 1},
+			first: "plain", firstSockets: 2, second: "gss", psqlFirst: "plain", psqlSecond: "gss"},
+		{name: "AP-REP closed twice", fault: harness.Fault{Step: harness.StepAPRep, Kind: harness.FaultClose, Count: 2},
+			first: "plain", firstSockets: 2, second: "plain", third: "plain", thirdSockets: 1, psqlFirst: "plain", psqlSecond: "plain",
+			differs: "a server that closes on the AP-REQ twice in a row is one that cannot accept the context (no keytab): remembered for the TTL, saving a backend per connect (psql pays it every time)"},
 		{name: "first wrap token corrupted", fault: harness.Fault{Step: harness.StepWrapToken, Kind: harness.FaultCorrupt, Count: 1},
 			first: "fail", firstSockets: 1, second: "gss", psqlFirst: "fail", psqlSecond: "gss"},
 		{name: "first wrap token reset", fault: harness.Fault{Step: harness.StepWrapToken, Kind: harness.FaultReset, Count: 1},
@@ -245,6 +255,15 @@ func TestGSSFaultsAreNotRemembered(t *testing.T) {
 			if got := outcome(); got != tt.second {
 				t.Errorf("next connect: %s, want %s", got, tt.second)
 			}
+			if tt.third != "" {
+				before := px.Stats().Connections
+				if got := outcome(); got != tt.third {
+					t.Errorf("third connect: %s, want %s", got, tt.third)
+				}
+				if n := px.Stats().Connections - before; n != tt.thirdSockets {
+					t.Errorf("third connect: %d sockets, want %d", n, tt.thirdSockets)
+				}
+			}
 
 			// psql through a proxy of its own with the same fault.
 			ppx := harness.FaultProxyT(t, srv.Addr(), tt.fault)
@@ -268,5 +287,62 @@ func TestGSSFaultsAreNotRemembered(t *testing.T) {
 				t.Errorf("psql, next: %s, want %s: the oracle changed, check the row", got, tt.psqlSecond)
 			}
 		})
+	}
+}
+
+// pgx sends a CancelRequest through the dial function of the attempt that made the connection.
+// That dial is not a connect: whatever the server answers the cancel's SSLRequest, the cache is
+// left as the connects made it, no socket is kept, and concurrent cancels race on nothing (run
+// with -race).
+func TestCancelRequestsLeaveTheNegotiationAlone(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{TLS: true})
+	c := newConnector(t, srv.DSN("sslmode=prefer"))
+	key := negotiation.Key{Host: srv.Host, Port: uint16(srv.Port)}
+	var conns []driver.Conn
+	for range 4 {
+		conn, err := c.Connect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+	}
+	if k := pgconnector.CacheOf(c).Known(key); k.SSL != negotiation.AnswerYes {
+		t.Fatalf("after TLS connects the cache knows %+v", k)
+	}
+	// The server stops offering TLS: the cancels' SSLRequests get 'N'.
+	if err := srv.SetSSL(false); err != nil {
+		t.Fatal(err)
+	}
+	_, fds, _ := resources()
+	var wg sync.WaitGroup
+	for _, conn := range conns {
+		pc := pgconnector.PgxConnOf(conn)
+		for range 2 {
+			wg.Go(func() {
+				// Refused: the server no longer does TLS, and the connection's cancel asks for it.
+				if err := pc.PgConn().CancelRequest(context.Background()); err == nil {
+					t.Error("a CancelRequest over TLS succeeded against a server without TLS")
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, conn := range conns {
+		conn.Close()
+	}
+	if k := pgconnector.CacheOf(c).Known(key); k.SSL != negotiation.AnswerYes {
+		t.Errorf("a CancelRequest's dial changed the cache: %+v", k)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, now, _ := resources()
+		if now <= fds {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("file descriptors %d -> %d after the cancels: a cancel's socket is kept", fds, now)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

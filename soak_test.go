@@ -28,6 +28,9 @@ var soakDuration = flag.Duration("soak", 30*time.Second, "how long TestSoak runs
 func TestSoak(t *testing.T) {
 	lab := newKerberosLab(t)
 	srv := lab.server(t, true, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
+	// The faults that two in a row teach "no GSS" (a close after the AP-REQ, an ErrorResponse to
+	// GSSENCRequest) are left out: drawn at random they would come twice in a row sooner or
+	// later, and be remembered as they should (TestGSSFaultsAreNotRemembered has them).
 	none := harness.Fault{}
 	faults := []harness.Fault{
 		none, none, none, none, none, none,
@@ -47,12 +50,19 @@ func TestSoak(t *testing.T) {
 	defer px.Close()
 	_, port := px.Addr()
 	dsn := strings.Replace(aliceDSN(srv, "localhost", "connect_timeout=1"), "port="+strconv.Itoa(srv.Port), "port="+strconv.Itoa(port), 1)
+	// Half the goroutines with gssencmode=prefer, which may go on in plaintext within a connect
+	// whose GSS context failed (libpq's rule); half with require, which never may.
 	c := lab.connector(t, dsn)
+	required := lab.connector(t, dsn+" gssencmode=require")
 
-	var ok, failed, plain atomic.Int64
+	var ok, failed, plain, requiredPlain atomic.Int64
 	run := func(ctx context.Context, workers int) {
 		var wg sync.WaitGroup
-		for range workers {
+		for i := range workers {
+			c := c
+			if i%2 == 1 {
+				c = required
+			}
 			wg.Go(func() {
 				for ctx.Err() == nil {
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -62,10 +72,13 @@ func TestSoak(t *testing.T) {
 						failed.Add(1)
 						continue
 					}
-					if gssEncrypted(t, conn) {
+					switch {
+					case gssEncrypted(t, conn):
 						ok.Add(1)
-					} else {
-						plain.Add(1) // the fallback after a failed AP-REP: libpq's too
+					case c == required:
+						requiredPlain.Add(1)
+					default:
+						plain.Add(1) // the fallback after a failed AP-REP, for this connect only
 					}
 					conn.Close()
 				}
@@ -87,6 +100,9 @@ func TestSoak(t *testing.T) {
 		*soakDuration, ok.Load(), plain.Load(), failed.Load(), px.Stats().Faults)
 	if ok.Load() == 0 || px.Stats().Faults == 0 {
 		t.Fatal("the soak connected nothing or injected nothing: it proves nothing")
+	}
+	if n := requiredPlain.Load(); n > 0 {
+		t.Errorf("%d connects with gssencmode=require went in plaintext", n)
 	}
 
 	// Nothing learned from the faults turns GSS encryption off.

@@ -71,11 +71,11 @@ func singleProbe(t *testing.T) {
 				if seen.SSL != AnswerUnknown {
 					return
 				}
-				wait, lead := c.BeginProbe(k, seen)
-				if lead {
+				wait, probe := c.BeginProbe(k, seen)
+				if probe != nil {
 					leaders.Add(1)
 					c.SetSSL(k, AnswerNo)
-					c.EndProbe(k)
+					probe.End()
 					return
 				}
 				<-wait
@@ -86,5 +86,58 @@ func singleProbe(t *testing.T) {
 	wg.Wait()
 	if n := leaders.Load(); n != 1 {
 		t.Fatalf("%d probes, want 1", n)
+	}
+}
+
+// A probe's End never ends a later probe of the same key, however often it is called.
+func TestProbeEndIsItsOwn(t *testing.T) {
+	c := NewCache(time.Minute)
+	k := Key{Host: "h", Port: 1}
+	_, first := c.BeginProbe(k, Known{})
+	first.End()
+	_, second := c.BeginProbe(k, Known{})
+	if second == nil {
+		t.Fatal("no second probe after the first ended")
+	}
+	first.End() // again: must not release the second's waiters
+	wait, p := c.BeginProbe(k, Known{})
+	if p != nil {
+		t.Fatal("a third connect leads while the second probes")
+	}
+	select {
+	case <-wait:
+		t.Fatal("the first probe's End released the second's waiters")
+	default:
+	}
+	second.End()
+	<-wait
+	var none *Probe
+	none.End() // a nil Probe is fine
+}
+
+// One sign that GSS cannot succeed is not remembered; two in a row with the same credentials
+// are; a success in between, or other credentials, start again.
+func TestStrikeGSS(t *testing.T) {
+	c := NewCache(time.Minute)
+	k := Key{Host: "h", Port: 1, Principal: "alice@R"}
+	if c.StrikeGSS(k, 1) || c.Known(k).GSS != AnswerUnknown {
+		t.Fatal("one strike remembered")
+	}
+	if !c.StrikeGSS(k, 1) || c.Known(k).GSS != AnswerNo {
+		t.Fatal("two strikes not remembered")
+	}
+	c.Forget(k)
+	c.StrikeGSS(k, 1)
+	c.SetGSS(k, AnswerYes, 1)
+	if c.StrikeGSS(k, 1) {
+		t.Error("a strike before a success counted")
+	}
+	c.Forget(k)
+	c.StrikeGSS(k, 1)
+	if c.StrikeGSS(k, 2) {
+		t.Error("strikes with other credentials counted together")
+	}
+	if NewCache(0).StrikeGSS(k, 1) || NewCache(0).StrikeGSS(k, 1) {
+		t.Error("a cache that remembers nothing remembered a strike")
 	}
 }

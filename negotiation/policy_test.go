@@ -68,17 +68,24 @@ func TestJudgeRemembersOnlyWhatTheServerSaid(t *testing.T) {
 					if (c == classServer) != (code != "") {
 						continue
 					}
-					v := judge(m, st, c, code)
-					allowed := st == stepGSSENCRequest && c == classErrorResponse ||
-						st == stepServiceTicket && c == classRejected ||
-						st == stepGSSContext && (c == classRejected || c == classClosed) ||
-						c == classServer && code == "28000" && m == MethodGSS
-					if v.gssNo && !allowed {
-						t.Errorf("%v at %v, class %d %s: remembered as 'GSS cannot succeed'", m, st, c, code)
+					for _, authOK := range []bool{false, true} {
+						v := judge(m, st, c, code, authOK)
+						strike := st == stepGSSENCRequest && c == classErrorResponse ||
+							st == stepGSSContext && (c == classRejected || c == classClosed)
+						no := c == classServer && code == "28000" && m == MethodGSS && !authOK ||
+							st == stepServiceTicket && c == classRejected
+						want := gssNothing
+						switch {
+						case no:
+							want = gssNo
+						case strike:
+							want = gssStrike
+						}
+						if v.gss != want {
+							t.Errorf("%v at %v, class %d %s, authOK %v: lesson %d, want %d", m, st, c, code, authOK, v.gss, want)
+						}
 					}
-					if allowed && !v.gssNo {
-						t.Errorf("%v at %v, class %d %s: not remembered", m, st, c, code)
-					}
+					v := judge(m, st, c, code, false)
 					switch c {
 					case classCanceled:
 						if !v.final || v.next {
@@ -105,36 +112,121 @@ func TestJudgeRemembersOnlyWhatTheServerSaid(t *testing.T) {
 // Rows of the table that libpq's behaviour fixes (fe-connect.c, PQconnectPoll).
 func TestJudgeFollowsLibpq(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		m    Method
-		st   step
-		c    class
-		code string
-		want verdict
+		name   string
+		m      Method
+		st     step
+		c      class
+		code   string
+		authOK bool
+		want   verdict
 	}{
-		{"'E' to SSLRequest fails", MethodSSL, stepSSLRequest, classErrorResponse, "", verdict{final: true}},
-		{"SSLRequest closed: fails", MethodSSL, stepSSLRequest, classClosed, "", verdict{final: true}},
-		{"SSLRequest reset: fails", MethodSSL, stepSSLRequest, classReset, "", verdict{final: true}},
-		{"SSLRequest timeout: next address", MethodSSL, stepSSLRequest, classTimeout, "", verdict{}},
-		{"'E' to GSSENCRequest: retry without GSS", MethodGSS, stepGSSENCRequest, classErrorResponse, "", verdict{next: true, gssNo: true}},
-		{"GSSENCRequest closed: fails", MethodGSS, stepGSSENCRequest, classClosed, "", verdict{final: true}},
-		{"TLS handshake failure under prefer: plaintext", MethodSSL, stepTLS, classOther, "", verdict{next: true}},
-		{"TLS handshake reset: plaintext", MethodSSL, stepTLS, classReset, "", verdict{next: true}},
-		{"GSS context failure: next method", MethodGSS, stepGSSContext, classOther, "", verdict{next: true}},
-		{"tampering: next method, nothing remembered", MethodGSS, stepGSSContext, classUnverified, "", verdict{next: true}},
-		{"KDC unreachable: next method, nothing remembered", MethodGSS, stepServiceTicket, classOther, "", verdict{next: true}},
-		{"wrong password: no other host", MethodPlain, stepStartup, classServer, "28P01", verdict{final: true}},
-		{"pg_hba under GSS", MethodGSS, stepStartup, classServer, "28000", verdict{next: true, gssNo: true, stale: true}},
-		{"pg_hba under TLS", MethodSSL, stepStartup, classServer, "28000", verdict{next: true, stale: true}},
-		{"too many clients under GSS: one socket", MethodGSS, stepStartup, classServer, "53300", verdict{}},
-		{"starting up: next host", MethodPlain, stepStartup, classServer, "57P03", verdict{}},
-		{"closed during startup under TLS: no fallback", MethodSSL, stepStartup, classClosed, "", verdict{}},
-		{"wrap token fails during startup: no fallback", MethodGSS, stepStartup, classUnverified, "", verdict{}},
+		{"'E' to SSLRequest fails", MethodSSL, stepSSLRequest, classErrorResponse, "", false, verdict{final: true}},
+		{"SSLRequest closed: fails", MethodSSL, stepSSLRequest, classClosed, "", false, verdict{final: true}},
+		{"SSLRequest reset: fails", MethodSSL, stepSSLRequest, classReset, "", false, verdict{final: true}},
+		{"SSLRequest timeout: next address", MethodSSL, stepSSLRequest, classTimeout, "", false, verdict{}},
+		{"'E' to GSSENCRequest: retry without GSS", MethodGSS, stepGSSENCRequest, classErrorResponse, "", false, verdict{next: true, gss: gssStrike}},
+		{"GSSENCRequest closed: fails", MethodGSS, stepGSSENCRequest, classClosed, "", false, verdict{final: true}},
+		{"TLS handshake failure under prefer: plaintext", MethodSSL, stepTLS, classOther, "", false, verdict{next: true}},
+		{"TLS handshake reset: plaintext", MethodSSL, stepTLS, classReset, "", false, verdict{next: true}},
+		{"GSS context failure: next method", MethodGSS, stepGSSContext, classOther, "", false, verdict{next: true}},
+		{"GSS context closed: a strike", MethodGSS, stepGSSContext, classClosed, "", false, verdict{next: true, gss: gssStrike}},
+		{"tampering: next method, nothing remembered", MethodGSS, stepGSSContext, classUnverified, "", false, verdict{next: true}},
+		{"KDC unreachable: next method, nothing remembered", MethodGSS, stepServiceTicket, classOther, "", false, verdict{next: true}},
+		{"wrong password: no other host", MethodPlain, stepStartup, classServer, "28P01", false, verdict{final: true}},
+		{"pg_hba under GSS", MethodGSS, stepStartup, classServer, "28000", false, verdict{next: true, gss: gssNo, stale: true}},
+		{"pg_hba under TLS", MethodSSL, stepStartup, classServer, "28000", false, verdict{next: true, stale: true}},
+		{"28000 after AuthenticationOk: not pg_hba, no fallback", MethodGSS, stepStartup, classServer, "28000", true, verdict{leave: true}},
+		{"too many clients under GSS: one socket, next host", MethodGSS, stepStartup, classServer, "53300", false, verdict{leave: true}},
+		{"starting up: next host", MethodPlain, stepStartup, classServer, "57P03", false, verdict{leave: true}},
+		{"closed during startup under TLS: no fallback", MethodSSL, stepStartup, classClosed, "", false, verdict{}},
+		{"wrap token fails during startup: no fallback", MethodGSS, stepStartup, classUnverified, "", false, verdict{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := judge(tt.m, tt.st, tt.c, tt.code); got != tt.want {
+			if got := judge(tt.m, tt.st, tt.c, tt.code, tt.authOK); got != tt.want {
 				t.Errorf("judge = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// A retry after a remembered answer proved wrong shares the host's connect_timeout: here the
+// first attempt takes 700 ms of a 1 s connect_timeout to be rejected by pg_hba, and the retry's
+// DNS lookup hangs; the connect ends at 1 s, not 1.7 s.
+func TestStaleRetrySharesTheBudget(t *testing.T) {
+	lookups := 0
+	n, err := NewNegotiator(Config{
+		Hosts:          []Host{{Host: "db.example", Port: 5432, SSLMode: SSLModePrefer}},
+		GSSEncMode:     GSSEncModeDisable,
+		ConnectTimeout: time.Second,
+		LookupFunc: func(ctx context.Context, host string) ([]string, error) {
+			lookups++
+			if lookups > 1 {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return []string{"10.0.0.1"}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Cache().SetSSL(Key{Host: "db.example", Port: 5432}, AnswerNo)
+	start := time.Now()
+	err = n.Connect(context.Background(), func(ctx context.Context) error {
+		time.Sleep(700 * time.Millisecond)
+		return &pgconn.PgError{Severity: "FATAL", Code: "28000"}
+	})
+	took := time.Since(start)
+	if err == nil || lookups != 2 {
+		t.Fatalf("connect: %v after %d lookups, want a failed retry", err, lookups)
+	}
+	if took > 1300*time.Millisecond {
+		t.Errorf("the connect took %v, want about the 1 s of connect_timeout", took)
+	}
+}
+
+// Connects waiting for another's probe of a host whose first address stalls are not failed by
+// the wait: the probe ends with the first address, and the waiters, whose first address shares
+// the same connect_timeout, go on with the next one, connecting about when the prober does.
+func TestProbeWaitersFollowThroughAStalledAddress(t *testing.T) {
+	n, err := NewNegotiator(Config{
+		Hosts:          []Host{{Host: "db.example", Port: 5432, SSLMode: SSLModePrefer}},
+		GSSEncMode:     GSSEncModeDisable,
+		ConnectTimeout: time.Second,
+		LookupFunc: func(ctx context.Context, host string) ([]string, error) {
+			return []string{"10.0.0.1", "10.0.0.2"}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := pgconn.ParseConfig("host=db.example user=u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(ctx context.Context) error {
+		cfg := base.Copy()
+		if err := n.Configure(ctx, cfg); err != nil {
+			return err
+		}
+		addrs, _ := cfg.LookupFunc(ctx, cfg.Host)
+		if addrs[0] == "10.0.0.1" {
+			<-ctx.Done() // the first address never answers
+			return ctx.Err()
+		}
+		return nil
+	}
+	start := time.Now()
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- n.Connect(context.Background(), open) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("connect: %v", err)
+		}
+	}
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("the connects took %v, want about the 1 s of the first address", took)
 	}
 }

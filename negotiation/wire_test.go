@@ -2,14 +2,20 @@ package negotiation
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func backendMsg(typ byte, body []byte) []byte {
@@ -51,6 +57,7 @@ func TestAuthObserver(t *testing.T) {
 				// After ReadyForQuery anything may follow, however large.
 				stream := append(append([]byte{}, tt.stream...), backendMsg('K', make([]byte, 8))...)
 				stream = append(stream, backendMsg('S', make([]byte, 5000))...)
+				stream = append(stream, backendMsg('S', []byte{0, 0})...) // shorter than 9 bytes
 				stream = append(stream, backendMsg('Z', []byte{'I'})...)
 				stream = append(stream, backendMsg('S', make([]byte, 50000))...)
 				var r io.Reader = bytes.NewReader(stream)
@@ -230,4 +237,113 @@ func TestReadAnswerAndQuiet(t *testing.T) {
 			t.Errorf("quiet on a pipe: %v", err)
 		}
 	})
+}
+
+// fakeGSS holds credentials and gives sessions whose Establish is never expected to run.
+type fakeGSS struct{}
+
+func (fakeGSS) Credentials(context.Context) (GSSCredentials, error) {
+	return GSSCredentials{Valid: true, Principal: "alice@R", Generation: 1}, nil
+}
+func (fakeGSS) ServiceTicket(context.Context, string) (GSSSession, bool, error) {
+	return fakeSession{}, true, nil
+}
+
+type fakeSession struct{}
+
+func (fakeSession) Establish(context.Context, net.Conn) (net.Conn, error) {
+	return nil, errors.New("the first GSS token was sent")
+}
+func (fakeSession) Enctype() string { return "aes256-cts-hmac-sha1-96" }
+
+// Bytes that arrive after the answer to SSLRequest or GSSENCRequest, before the client speaks
+// again, are a protocol error however late they come: the server here sends them only once the
+// client has read the answer (a trace hook holds the client until they are there).
+func TestQuietBeforeTheClientSpeaks(t *testing.T) {
+	forged := append(backendMsg('R', authBody(0)), backendMsg('Z', []byte{'I'})...)
+	for _, tt := range []struct {
+		name   string
+		answer byte
+		gss    bool
+		want   string
+	}{
+		{"N, then the StartupMessage on the same socket", 'N', false, "SSLRequest"},
+		{"S, then the TLS ClientHello", 'S', false, "SSLRequest"},
+		{"G, then the first GSS token", 'G', true, "GSSENCRequest"},
+		{"N to GSSENCRequest, then SSLRequest on the same socket", 'N', true, "GSSENCRequest"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			answered, sent := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				var req [8]byte
+				if _, err := io.ReadFull(c, req[:]); err != nil {
+					return
+				}
+				c.Write([]byte{tt.answer})
+				<-answered
+				c.Write(forged)
+				close(sent)
+				io.Copy(io.Discard, c)
+			}()
+			hold := func() {
+				once.Do(func() {
+					close(answered)
+					<-sent
+					time.Sleep(50 * time.Millisecond) // the forged bytes are in the receive buffer
+				})
+			}
+			_, port, _ := net.SplitHostPort(ln.Addr().String())
+			p, _ := strconv.Atoi(port)
+			mode := GSSEncModeDisable
+			var gss GSSClient
+			if tt.gss {
+				mode, gss = GSSEncModePrefer, fakeGSS{}
+			}
+			n, err := NewNegotiator(Config{
+				Hosts:      []Host{{Host: "127.0.0.1", Port: uint16(p), SSLMode: SSLModePrefer, TLSConfig: &tls.Config{InsecureSkipVerify: true}}},
+				GSSEncMode: mode,
+				GSS:        gss,
+				Cache:      NewCache(0),
+				Trace: &Trace{
+					SSLRequestDone:    func(context.Context, RequestDoneInfo) { hold() },
+					GSSEncRequestDone: func(context.Context, RequestDoneInfo) { hold() },
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			base, err := pgconn.ParseConfig("host=127.0.0.1 user=u dbname=d sslmode=prefer")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err = n.Connect(ctx, func(ctx context.Context) error {
+				cfg := base.Copy()
+				if err := n.Configure(ctx, cfg); err != nil {
+					return err
+				}
+				conn, err := pgconn.ConnectConfig(ctx, cfg)
+				if conn != nil {
+					conn.Close(context.Background())
+				}
+				return err
+			})
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || pe.Request != tt.want || !strings.Contains(pe.Problem, "after the answer") {
+				t.Fatalf("connect: %v, want a ProtocolError about bytes after the answer to %s", err, tt.want)
+			}
+		})
+	}
 }

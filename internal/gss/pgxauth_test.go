@@ -1,12 +1,14 @@
 package gss
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -118,10 +120,10 @@ func TestAuthTokens(t *testing.T) {
 	if a.AuthToken("db.example.com") != ta {
 		t.Error("a second Register changed the token")
 	}
-	if c, host, ok := lookupToken(ta); !ok || c != a || host != "db.example.com" {
+	if c, host, _, ok := lookupToken(ta); !ok || c != a || host != "db.example.com" {
 		t.Fatalf("lookupToken(a's token) = %p, %q, %t", c, host, ok)
 	}
-	if c, _, ok := lookupToken(tb); !ok || c != b {
+	if c, _, _, ok := lookupToken(tb); !ok || c != b {
 		t.Fatal("b's token is not b's")
 	}
 	secret := strings.Split(ta, ":")[1]
@@ -143,15 +145,15 @@ func TestAuthTokens(t *testing.T) {
 		"PGCONNECTOR-GSS:" + secret + ":db.example.com",
 		"postgres/db.example.com",
 	} {
-		if c, _, ok := lookupToken(forged); ok {
+		if c, _, _, ok := lookupToken(forged); ok {
 			t.Errorf("lookupToken(%q) found %p", forged, c)
 		}
 	}
 	unregisterA()
-	if _, _, ok := lookupToken(ta); ok {
+	if _, _, _, ok := lookupToken(ta); ok {
 		t.Error("the token of an unregistered Client is still looked up")
 	}
-	if _, _, ok := lookupToken(tb); !ok {
+	if _, _, _, ok := lookupToken(tb); !ok {
 		t.Error("unregistering a removed b's token too")
 	}
 }
@@ -258,7 +260,7 @@ func TestRegisterConcurrently(t *testing.T) {
 			unregister := c.Register()
 			defer unregister()
 			tok := c.AuthToken(fmt.Sprintf("h%d", i))
-			if got, host, ok := lookupToken(tok); !ok || got != c || host != fmt.Sprintf("h%d", i) {
+			if got, host, _, ok := lookupToken(tok); !ok || got != c || host != fmt.Sprintf("h%d", i) {
 				t.Errorf("lookupToken(%q) = %p, %q, %t", tok, got, host, ok)
 			}
 		})
@@ -266,5 +268,30 @@ func TestRegisterConcurrently(t *testing.T) {
 	wg.Wait()
 	if !isOurs(pgxNewGSS) {
 		t.Error("ours is not installed")
+	}
+}
+
+// A token of AuthTokenContext carries its attempt's context to the KDC exchange, and is gone
+// with it.
+func TestAuthTokenContext(t *testing.T) {
+	resetProvider(t)
+	c := NewClient(ClientConfig{})
+	defer c.Register()()
+	ctx, cancel := context.WithCancel(context.Background())
+	tok := c.AuthTokenContext(ctx, "[::1]:db")
+	got, host, gotCtx, ok := lookupToken(tok)
+	if !ok || got != c || host != "[::1]:db" || gotCtx != ctx {
+		t.Fatalf("lookupToken(%q) = %p, %q, %v, %t", tok, got, host, gotCtx, ok)
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, gotCtx, _ := lookupToken(tok); gotCtx == context.Background() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the attempt's context stays registered after it ended")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
