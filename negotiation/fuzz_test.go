@@ -89,17 +89,7 @@ func FuzzNegotiationBytes(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		err = n.Connect(ctx, func(ctx context.Context) error {
-			cfg := base.Copy()
-			if err := n.Configure(ctx, cfg); err != nil {
-				return err
-			}
-			conn, err := pgconn.ConnectConfig(ctx, cfg)
-			if conn != nil {
-				conn.Close(context.Background())
-			}
-			return err
-		})
+		err = n.Connect(ctx, pgxOpen(n, base))
 		if time.Since(start) > 2*time.Second {
 			t.Fatalf("the connect took %v", time.Since(start))
 		}
@@ -111,4 +101,20 @@ func FuzzNegotiationBytes(f *testing.F) {
 			t.Fatalf("the error shows the server's unauthenticated text: %v", err)
 		}
 	})
+}
+
+// pgxOpen is the open function of a connect through pgx, as the connector's: one pgconn
+// attempt configured by the negotiator, closed again when it connects.
+func pgxOpen(n *Negotiator, base *pgconn.Config) func(context.Context) error {
+	return func(ctx context.Context) error {
+		cfg := base.Copy()
+		if err := n.Configure(ctx, cfg); err != nil {
+			return err
+		}
+		conn, err := pgconn.ConnectConfig(ctx, cfg)
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+		return err
+	}
 }

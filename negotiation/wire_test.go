@@ -329,17 +329,7 @@ func TestQuietBeforeTheClientSpeaks(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			err = n.Connect(ctx, func(ctx context.Context) error {
-				cfg := base.Copy()
-				if err := n.Configure(ctx, cfg); err != nil {
-					return err
-				}
-				conn, err := pgconn.ConnectConfig(ctx, cfg)
-				if conn != nil {
-					conn.Close(context.Background())
-				}
-				return err
-			})
+			err = n.Connect(ctx, pgxOpen(n, base))
 			var pe *ProtocolError
 			if !errors.As(err, &pe) || pe.Request != tt.want || !strings.Contains(pe.Problem, "after the answer") {
 				t.Fatalf("connect: %v, want a ProtocolError about bytes after the answer to %s", err, tt.want)
