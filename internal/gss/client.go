@@ -55,6 +55,7 @@ type Client struct {
 	now        func() time.Time
 	authSecret string // set by Register: see pgxauth.go
 
+	noCreds    atomic.Bool   // the last credentials check found none (read without mu)
 	attemptSeq atomic.Uint64 // numbers the tokens of AuthTokenContext
 	attempts   sync.Map      // their number (base 36) -> the attempt's context.Context
 
@@ -144,6 +145,7 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 	}
 	next.gen = c.gen
 	c.cur = next
+	c.noCreds.Store(next.creds == nil)
 	return next.describe(false), err
 }
 

@@ -117,7 +117,14 @@ func (c *Client) AuthToken(host string) string {
 // AuthTokenContext is AuthToken for one connection attempt whose context is ctx: the KDC
 // exchange of its GSS authentication (pg_hba method gss, which pgx runs with no context) then
 // ends with ctx. ctx must end (be canceled or expire): the token's entry goes with it.
+//
+// A Client whose last check found no credentials gets the plain AuthToken, at no cost on the
+// connect path: its authentication fails without a KDC exchange (unless a kinit came since, and
+// then gokrb5's own timeouts bound it).
 func (c *Client) AuthTokenContext(ctx context.Context, host string) string {
+	if c.noCreds.Load() {
+		return c.AuthToken(host)
+	}
 	n := strconv.FormatUint(c.attemptSeq.Add(1), 36)
 	c.attempts.Store(n, ctx)
 	context.AfterFunc(ctx, func() { c.attempts.Delete(n) })
