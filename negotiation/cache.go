@@ -9,6 +9,7 @@ import (
 // with its port, and (for GSS) the client principal.
 type Key struct {
 	Host      string
+	HostAddr  string // hostaddr, when given: the address is part of the server's identity
 	Port      uint16
 	Principal string
 }

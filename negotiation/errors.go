@@ -170,3 +170,26 @@ type labeled struct {
 
 func (e *labeled) Error() string { return e.msg }
 func (e *labeled) Unwrap() error { return e.err }
+
+// RequirePeerError is a server whose Unix-domain socket belongs to another operating-system user
+// than requirepeer names (libpq: "requirepeer specifies ..., but actual peer user name is ...").
+// It fails the connect: no other host is tried.
+type RequirePeerError struct {
+	Want, Got string
+}
+
+func (e *RequirePeerError) Error() string {
+	return "requirepeer specifies " + strconv.Quote(e.Want) + ", but actual peer user name is " + strconv.Quote(e.Got)
+}
+
+// checkPeer checks a Unix-domain socket's peer against requirepeer.
+func checkPeer(c net.Conn, want string) error {
+	got, err := peerUser(c)
+	if err != nil {
+		return &RequirePeerError{Want: want, Got: "(unknown: " + err.Error() + ")"}
+	}
+	if got != want {
+		return &RequirePeerError{Want: want, Got: got}
+	}
+	return nil
+}

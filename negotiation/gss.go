@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -197,4 +199,30 @@ func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (
 		return nil, fmt.Errorf("GSSAPI context establishment failed: %w", err)
 	}
 	return gconn, nil
+}
+
+// gssEncRequireAuth is require_auth (libpq 16) for an attempt over GSS encryption: when the list
+// allows gss, the encrypted channel counts as the gss exchange the server then skips
+// (fe-auth.c, check_expected_areq: "a GSS-encrypted channel also satisfies the check"), so an
+// AuthenticationOk without exchange is accepted there. Any other method the server asks for is
+// still checked against the list. pgx's require_auth does not know GSS encryption.
+func gssEncRequireAuth(s string) string {
+	if s == "" {
+		return s
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	if strings.HasPrefix(parts[0], "!") {
+		if slices.Contains(parts, "!gss") {
+			return s
+		}
+		kept := slices.DeleteFunc(parts, func(p string) bool { return p == "!none" })
+		return strings.Join(kept, ",")
+	}
+	if !slices.Contains(parts, "gss") || slices.Contains(parts, "none") {
+		return s
+	}
+	return s + ",none"
 }

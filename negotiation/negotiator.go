@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -25,10 +26,14 @@ type Host struct {
 	// TLSConfig is the TLS configuration pgx built for this host from sslmode, sslrootcert,
 	// sslcert, sslkey...; nil when sslmode=disable or for a Unix socket.
 	TLSConfig *tls.Config
+	// HostAddr is hostaddr (libpq-connect.html#LIBPQ-CONNECT-HOSTADDR): the numeric IP address
+	// to connect to, without a DNS lookup; Host still names the server for the Kerberos service
+	// principal, the TLS server name and .pgpass. "" means: resolve Host.
+	HostAddr string
 }
 
-// UnixSocket reports whether the host is a Unix-domain socket directory.
-func (h *Host) UnixSocket() bool { return len(h.Host) > 0 && h.Host[0] == '/' }
+// UnixSocket reports whether the host is a Unix-domain socket directory (and no hostaddr is given).
+func (h *Host) UnixSocket() bool { return h.HostAddr == "" && len(h.Host) > 0 && h.Host[0] == '/' }
 
 // Config configures a [Negotiator]. Zero values mean "off" or the documented default.
 type Config struct {
@@ -49,6 +54,16 @@ type Config struct {
 	// GSS carries GSSAPI encryption out; nil means the client has no Kerberos support: it holds
 	// no credentials (gssencmode=prefer skips GSS, require fails before dialing).
 	GSS GSSClient
+	// TargetSessionAttrs is target_session_attrs: a server of another kind is left for the next
+	// host (see TargetSessionAttrs).
+	TargetSessionAttrs TargetSessionAttrs
+	// LoadBalanceHosts is load_balance_hosts=random (libpq 16): each connect tries the hosts, and
+	// each host's addresses, in a random order (fe-connect.c, pqConnectOptions2 and
+	// PQconnectPoll: a Fisher-Yates shuffle of each).
+	LoadBalanceHosts bool
+	// RequirePeer is requirepeer: over a Unix-domain socket, the operating-system user the server
+	// must run as (SO_PEERCRED); any other fails the connect. "" checks nothing.
+	RequirePeer string
 	// ConnectTimeout is connect_timeout, counted as libpq counts it (libpq-connect.html,
 	// connect_timeout; fe-connect.c, pqConnectDBComplete): per host and address, from the
 	// first attempt on the address, shared by every method tried there (and by a retry after a
@@ -127,44 +142,56 @@ type connectResult struct {
 
 func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context) error, res *connectResult) error {
 	var failed []*HostError
-	var notPreferred *attempt
-	for i := range n.cfg.Hosts {
-		h := &n.cfg.Hosts[i]
-		res.host = h
-		final, herr := n.connectHost(ctx, h, open, res, &notPreferred)
-		if herr == nil {
-			return nil
+	order := n.hostOrder()
+	ps := &pass{}
+	for {
+		for _, i := range order {
+			h := &n.cfg.Hosts[i]
+			res.host = h
+			final, herr := n.connectHost(ctx, h, open, res, ps)
+			if herr == nil {
+				return nil
+			}
+			failed = append(failed, herr)
+			if final {
+				return &ConnectError{Hosts: failed}
+			}
 		}
-		failed = append(failed, herr)
-		if final {
-			break
+		// target_session_attrs=prefer-standby and no host was a standby: every host again, in
+		// the same order, any server taken (fe-connect.c, SERVER_TYPE_PREFER_STANDBY_PASS2).
+		if n.cfg.TargetSessionAttrs != TargetPreferStandby || ps.anyServer || !ps.notStandby {
+			return &ConnectError{Hosts: failed}
 		}
+		ps.anyServer = true
 	}
-	if notPreferred != nil {
-		// target_session_attrs=prefer-standby: no preferred server; take the first acceptable one,
-		// as pgconn.connectPreferred does.
-		at := notPreferred.retry()
-		at.ignoreNotPreferred = true
-		b := n.newBudget()
-		actx, cancel := b.context(ctx, at.addr)
-		err := n.run(actx, at, open)
-		cancel()
-		res.sockets += int(at.sockets.Load())
-		if err == nil {
-			res.host, res.method = at.host, at.method
-			return nil
-		}
-		failed = append(failed, at.hostError(err))
+}
+
+// pass is what a walk over the hosts carries: whether it is prefer-standby's second one, which
+// takes any server, and whether a server was left for not being a standby.
+type pass struct {
+	anyServer  bool
+	notStandby bool
+}
+
+// hostOrder is the order in which one connect tries the hosts: as written, or shuffled with
+// load_balance_hosts=random.
+func (n *Negotiator) hostOrder() []int {
+	order := make([]int, len(n.cfg.Hosts))
+	for i := range order {
+		order[i] = i
 	}
-	return &ConnectError{Hosts: failed}
+	if n.cfg.LoadBalanceHosts {
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	return order
 }
 
 // connectHost tries one host: decide, resolve, then every address with every method.
 // final reports that no other host should be tried.
-func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, notPreferred **attempt) (final bool, herr *HostError) {
+func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, ps *pass) (final bool, herr *HostError) {
 	b := n.newBudget()
 	creds := n.credentials(ctx, h)
-	key := Key{Host: h.Host, Port: h.Port, Principal: creds.Principal}
+	key := Key{Host: h.Host, HostAddr: h.HostAddr, Port: h.Port, Principal: creds.Principal}
 	retried := false
 	for {
 		plan, in, probe, err := n.decide(ctx, b, h, key, creds)
@@ -172,10 +199,13 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 			if errors.Is(err, ErrGSSNoCredentials) && creds.Missing != "" {
 				err = fmt.Errorf("%w: %s", err, creds.Missing)
 			}
-			return ctx.Err() != nil, &HostError{Host: h.Host, Port: h.Port, Err: err}
+			// libpq fails the whole connect when the modes allow no method on a host
+			// (fe-connect.c, init_allowed_encryption_methods: gssencmode=require over a Unix
+			// socket or without credentials), the remaining hosts untried.
+			return true, &HostError{Host: h.Host, Port: h.Port, Err: err}
 		}
-		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, probe, open, res, notPreferred)
-		if herr == nil || final || retried || !stale || !plan.CacheHit() {
+		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, probe, open, res, ps)
+		if herr == nil || retried || !stale || !plan.CacheHit() || ctx.Err() != nil {
 			return final, herr
 		}
 		// A plan made from a remembered answer failed in a way the transport can explain (pg_hba
@@ -285,6 +315,9 @@ func (n *Negotiator) waitProbe(ctx context.Context, h *Host, wait <-chan struct{
 }
 
 func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
+	if h.HostAddr != "" {
+		return []string{h.HostAddr}, nil
+	}
 	if _, err := netip.ParseAddr(h.Host); err == nil || h.UnixSocket() {
 		return []string{h.Host}, nil
 	}
@@ -302,6 +335,10 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n.cfg.LoadBalanceHosts {
+		addrs = slices.Clone(addrs)
+		rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	}
 	return addrs, nil
 }
 
@@ -309,7 +346,7 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 // answer could explain (see judge); herr is nil on success. probe, when this connect probes h
 // for the others, ends with the first address at the latest.
 func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, plan Plan, in Input, probe *Probe,
-	open func(context.Context) error, res *connectResult, notPreferred **attempt,
+	open func(context.Context) error, res *connectResult, ps *pass,
 ) (final, stale bool, herr *HostError) {
 	defer probe.End()
 	res.cacheHit = plan.CacheHit() || (in.Known.SSL != AnswerUnknown && slices.Contains(plan.Methods(), MethodSSL))
@@ -322,7 +359,7 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 	caller, _ := ctx.Deadline()
 	for _, addr := range addrs {
 		actx, cancel := b.context(ctx, addr)
-		r := n.tryAddr(actx, caller, h, key, addr, plan, in, probe, open, res, notPreferred)
+		r := n.tryAddr(actx, caller, h, key, addr, plan, in, probe, open, res, ps)
 		cancel()
 		// The others waited for what this host's first address would teach: it has.
 		probe.End()
@@ -330,6 +367,9 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 		stale = stale || r.stale
 		herr = r.herr
 		if r.done || r.final || r.leave || ctx.Err() != nil {
+			if r.final && !r.soft {
+				stale = false
+			}
 			return r.final || ctx.Err() != nil, stale, herr
 		}
 	}
@@ -340,20 +380,21 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 type addrResult struct {
 	done                bool // connected
 	final, leave, stale bool // see verdict
+	soft                bool // final, unless a stale remembered answer explains it (a retry goes first)
 	herr                *HostError
 }
 
 // tryAddr runs the plan's methods on one address, each after the previous one failed as
 // judge allows. caller is the deadline of the caller's context.
 func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key Key, addr string, plan Plan, in Input, probe *Probe,
-	open func(context.Context) error, res *connectResult, notPreferred **attempt,
+	open func(context.Context) error, res *connectResult, ps *pass,
 ) (r addrResult) {
 	var reuse net.Conn
 	var reuseReq request
 	defer func() { closeConn(reuse) }()
 	methods := plan.Methods()
 	for i, m := range methods {
-		at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration}
+		at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer}
 		// The probe of a plan that starts with SSL ends with the answer to SSLRequest; one
 		// that starts with GSS ends when the first address is done (GSS can still fail
 		// after 'G', during authentication).
@@ -375,9 +416,15 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			res.method = m
 			return addrResult{done: true}
 		}
-		var npErr *pgconn.NotPreferredError
-		if errors.As(err, &npErr) && *notPreferred == nil {
-			*notPreferred = at
+		// A server that target_session_attrs does not accept: the next host, and nothing
+		// learned about the transport (the remembered answers stay, no probe again).
+		var tsaErr *TargetSessionAttrsError
+		if errors.As(err, &tsaErr) {
+			ps.notStandby = ps.notStandby || tsaErr.Want == TargetPreferStandby
+			if n.trace.Fallback != nil {
+				n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, From: m, Reason: tsaErr.Reason})
+			}
+			return addrResult{herr: at.hostError(err), leave: true}
 		}
 		hasNext := i+1 < len(methods)
 
@@ -425,8 +472,11 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		// When no socket could be opened the next method would not fare better: like
 		// libpq, go on with the next address instead.
 		next := v.next && hasNext && at.reached.Load()
-		if v.next && !hasNext && c == classErrorResponse {
-			v.final = true // libpq 17: an error response with nothing left to try fails the connect
+		if v.next && !hasNext && (c == classErrorResponse || c == classServer) {
+			// libpq: an error response with nothing left to try fails the connect. A remembered
+			// answer that may be stale gets its one retry first (connectHost).
+			v.final = true
+			r.soft = v.stale
 		}
 		var to Method
 		if next {
@@ -560,8 +610,12 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
 		return buildFrontend(&authObserver{r: r, at: at}, w)
 	}
-	if at.ignoreNotPreferred {
-		cfg.ValidateConnect = nil
+	cfg.ValidateConnect = nil
+	if tsa := at.n.cfg.TargetSessionAttrs; tsa != TargetAny && !at.anyServer {
+		cfg.ValidateConnect = tsa.validate
+	}
+	if at.method == MethodGSS {
+		cfg.RequireAuth = gssEncRequireAuth(cfg.RequireAuth)
 	}
 	return nil
 }
@@ -590,7 +644,8 @@ type attempt struct {
 	// authOK: the server sent AuthenticationOk (authObserver).
 	authOK atomic.Bool
 
-	ignoreNotPreferred bool
+	// anyServer: prefer-standby's second pass, which takes any server.
+	anyServer bool
 
 	// given is a socket left open by the previous method after 'N' to givenReq: this attempt
 	// goes on on it instead of dialing.
@@ -657,10 +712,6 @@ func (at *attempt) hostError(err error) *HostError {
 	return &HostError{Host: at.host.Host, Port: at.host.Port, Addr: at.addr, Method: at.method, Step: st.String(), Err: err}
 }
 
-func (at *attempt) retry() *attempt {
-	return &attempt{n: at.n, host: at.host, key: at.key, addr: at.addr, method: at.method, known: at.known}
-}
-
 func (at *attempt) lookup(ctx context.Context, host string) ([]string, error) {
 	return []string{at.addr}, nil
 }
@@ -694,6 +745,13 @@ func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn,
 		}
 		at.sockets.Add(1)
 		at.reached.Store(true)
+		if want := at.n.cfg.RequirePeer; want != "" && network == "unix" {
+			if err := checkPeer(conn, want); err != nil {
+				at.fail(stepDial, err)
+				conn.Close()
+				return nil, err
+			}
+		}
 	}
 	switch at.method {
 	case MethodSSL:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,7 +47,29 @@ const (
 	classRejected                   // ErrGSSRejected
 	classUnverified                 // ErrGSSUnverified
 	classServer                     // an ErrorResponse after the StartupMessage (a SQLSTATE)
+	classClientRefused              // the client refused the server: requirepeer, require_auth, channel_binding, sslcertmode
 )
+
+// clientChecks are the messages with which pgx fails a connection whose server does not meet
+// what the client requires (pgconn.go, connectOne); libpq stops at each of them.
+var clientChecks = []string{"require_auth check failed: ", "channel binding check failed: ", "sslcertmode check failed: "}
+
+// clientRefused reports whether err is the client's refusal of the server.
+func clientRefused(err error) bool {
+	var rp *RequirePeerError
+	if errors.As(err, &rp) {
+		return true
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		msg := e.Error()
+		for _, c := range clientChecks {
+			if strings.HasPrefix(msg, c) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // classify returns the class of err; ctx is the attempt's context.
 func classify(ctx context.Context, err error) class {
@@ -59,6 +82,8 @@ func classify(ctx context.Context, err error) class {
 	switch {
 	case errors.As(err, &pg):
 		return classServer
+	case clientRefused(err):
+		return classClientRefused
 	case errors.As(err, &pe):
 		return classProtocol
 	case errors.As(err, &ere):
@@ -118,12 +143,15 @@ const (
 // c (code: its SQLSTATE, for classServer; authOK: the server had sent AuthenticationOk).
 // Refusals ('N') are not failures and do not come here. The libpq column is libpq 17
 // (fe-connect.c, PQconnectPoll), checked against psql 15.18 where a fake server could show it;
-// "fails" means libpq tries nothing else, no other host either.
+// "fails" means libpq tries nothing else, no other host either (libpq-connect.html, "Specifying
+// Multiple Hosts": once a server is reached and authentication fails, no other host is tried).
 //
 //	failure                                   next method   remembered      libpq
 //	caller's context ended                    no (final)    nothing
 //	timeout (connect_timeout, context)        no            nothing         next address, then host
 //	no socket (DNS, TCP connect)              no            nothing         next address, then host
+//	requirepeer, require_auth, channel_binding, sslcertmode refuse the server
+//	                                          no (final)    nothing         fails
 //	'E' to SSLRequest                         no (final)    nothing         fails ("error response during SSL exchange")
 //	'E' to GSSENCRequest                      yes (new)     GSS: strike     next method, new connection
 //	SSLRequest/GSSENCRequest: closed, reset   no (final)    nothing         fails ("server closed the connection")
@@ -134,31 +162,38 @@ const (
 //	GSS context: KRB-ERROR, server closes     yes (new)     GSS: strike     same
 //	GSS context: server fails a check         yes (new)     nothing         same (tampering: never remembered)
 //	GSS context: reset, other                 yes (new)     nothing         same
-//	startup 28000 (pg_hba), before AuthOk     yes (new)     GSS: no         next method, new connection
-//	startup 28P01, 3D000, 42501               no (final)    nothing         28P01 before AuthenticationOk: next method
-//	startup 57P03, 53300, other SQLSTATEs     no (host)     nothing         53300 before AuthenticationOk: next method (a second backend); 57P03: next host
-//	startup, after AuthenticationOk           no (host)     nothing         fails
+//	startup 57P03 (starting, in recovery)     no (host)     nothing         next host
+//	startup 28000 (pg_hba), before AuthOk     yes (new)     GSS: no         next method, new connection; then fails
+//	startup other SQLSTATE, before AuthOk     yes (new)     nothing         same
+//	startup 28P01, 3D000, 42501, 53300        no (final)    nothing         28P01, 53300 before AuthenticationOk: next method, then fails
+//	startup, after AuthenticationOk           no (final)    nothing         fails
+//	server rejected by target_session_attrs   no (host)     nothing         next host (handled before judge)
 //	startup: closed, reset, wrap token check  no            nothing         fails
 //
-// A strike is remembered when it comes twice in a row (gssLesson).
+// A strike is remembered when it comes twice in a row (gssLesson). An error response with no
+// method left to try fails the connect (tryAddr), as in libpq 17.
 func judge(m Method, st step, c class, code string, authOK bool) verdict {
 	switch c {
-	case classCanceled, classProtocol:
+	case classCanceled, classProtocol, classClientRefused:
 		return verdict{final: true}
 	case classTimeout:
 		return verdict{}
 	case classServer:
 		switch {
-		case code == "28P01" || code == "3D000" || code == "42501":
+		case code == "57P03":
+			return verdict{leave: true}
+		case authOK, code == "28P01", code == "3D000", code == "42501", code == "53300":
+			// A wrong password is not sent again in another transport, and a server that is
+			// full is not asked again for a second backend (pgx stops on the first three too).
 			return verdict{final: true}
-		case code == "28000" && !authOK:
+		case code == "28000":
 			v := verdict{next: true, stale: true}
 			if m == MethodGSS {
 				v.gss = gssNo
 			}
 			return v
 		}
-		return verdict{leave: true}
+		return verdict{next: true}
 	}
 	switch st {
 	case stepDial, stepStartup:
