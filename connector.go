@@ -128,11 +128,11 @@ func WithCacheTTL(d time.Duration) Option {
 // New parses dsn and returns a Connector. It opens no connection.
 //
 // Every error is a [*ParseError]: it names the bad key (and the allowed values) and never holds
-// the password or another secret. Keys and values are those of pgx.ParseConfig, plus:
-//   - gssencmode: disable, prefer (default) or require; PGGSSENCMODE when absent;
-//   - gssdelegation: 0 (default) or 1.
-//
-// Neither is sent to the server as a run-time parameter.
+// the password or another secret. Keys and values are libpq's: [Keywords] lists each with what
+// the connector does with it (pgx parses most; gssencmode, hostaddr, keepalives, requirepeer,
+// target_session_attrs, load_balance_hosts and the other keys pgx does not know are the
+// connector's). No libpq key is sent to the server as a run-time parameter unless libpq sends it
+// too; a key libpq does not know is, as pgx does (search_path=... sets search_path).
 func New(dsn string, opts ...Option) (*Connector, error) {
 	o := options{cacheTTL: DefaultCacheTTL, statementSpans: true, queryText: true}
 	for _, opt := range opts {
@@ -158,6 +158,10 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		Service:      s.Config.KerberosSrvName,
 		SPN:          s.Config.KerberosSpn,
 	})
+	dial := s.Config.DialFunc
+	if s.Keepalives != nil {
+		dial = s.Keepalives.dialer().DialContext
+	}
 	metrics := tracing.NewMetrics(o.meterProvider, tracing.Pool{Host: s.Hosts[0].Host, Port: s.Hosts[0].Port, Database: s.Config.Database})
 	neg, err := negotiation.NewNegotiator(negotiation.Config{
 		Hosts:      s.Hosts,
@@ -168,10 +172,13 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		// The metric hooks first: the span hooks' Done hooks end the span that is current.
 		Trace:      tracing.Compose(metrics.Trace(), tracing.NewTrace(o.tracerProvider)),
 		LookupFunc: s.Config.LookupFunc,
-		DialFunc:   s.Config.DialFunc,
+		DialFunc:   dial,
 		GSS:        krb,
 
-		ConnectTimeout: s.Config.ConnectTimeout,
+		ConnectTimeout:     s.Config.ConnectTimeout,
+		TargetSessionAttrs: s.TargetSessionAttrs,
+		LoadBalanceHosts:   s.LoadBalanceHosts,
+		RequirePeer:        s.RequirePeer,
 	})
 	if err != nil {
 		return nil, err

@@ -2,8 +2,15 @@ package pgconnector
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
+	"io/fs"
 	"maps"
+	"net/netip"
+	"net/url"
 	"os"
+	"reflect"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,26 +20,41 @@ import (
 
 // Settings is a parsed connection string.
 type Settings struct {
-	// Config is what pgx parsed, without the keys below in RuntimeParams.
+	// Config is what pgx parsed, without the libpq keys (see [Keywords]) in RuntimeParams.
 	Config *pgx.ConnConfig
-	// Hosts are the hosts of the connection string in order, each with its sslmode.
+	// Hosts are the hosts of the connection string in order, each with its sslmode and hostaddr.
 	Hosts []negotiation.Host
 	// GSSEncMode is gssencmode (libpq-connect.html#LIBPQ-CONNECT-GSSENCMODE), or PGGSSENCMODE.
 	GSSEncMode negotiation.GSSEncMode
 	// GSSDelegation is gssdelegation=1: forward the client's credentials to the server.
 	GSSDelegation bool
+	// TargetSessionAttrs is target_session_attrs, or PGTARGETSESSIONATTRS.
+	TargetSessionAttrs negotiation.TargetSessionAttrs
+	// LoadBalanceHosts is load_balance_hosts=random (libpq 16), or PGLOADBALANCEHOSTS.
+	LoadBalanceHosts bool
+	// RequirePeer is requirepeer, or PGREQUIREPEER: the server's operating-system user over a
+	// Unix-domain socket.
+	RequirePeer string
+	// Keepalives are the TCP options of keepalives, keepalives_idle, keepalives_interval,
+	// keepalives_count and tcp_user_timeout; nil when none is given (pgx's dialer is kept).
+	Keepalives *Keepalives
 }
-
-// libpq keys that pgx does not know and would otherwise send to the server as run-time
-// parameters (the server rejects them: unrecognized configuration parameter).
-var libpqOnlyKeys = []string{"gssencmode", "gssdelegation"}
 
 // ParseSettings parses a connection string as New does. Every error is a [*ParseError]: it names
 // the bad key (and the allowed values) and never holds the password or another secret.
 func ParseSettings(dsn string) (*Settings, error) {
-	cfg, err := pgx.ParseConfig(dsn)
+	dsn1 := libpqHosts(withoutMissingCert(dsn))
+	cfg, err := pgx.ParseConfig(dsn1)
 	if err != nil {
 		return nil, fromPgx(err, dsn)
+	}
+	// Keys that change what pgx must parse: requiressl (an sslmode), and hostaddr without host
+	// (the addresses then name the hosts, as libpq's PQhost does).
+	if extra := reparse(dsn, cfg); len(extra) > 0 {
+		dsn2 := appendKeys(dsn1, extra)
+		if cfg, err = pgx.ParseConfig(dsn2); err != nil {
+			return nil, fromPgx(err, dsn2)
+		}
 	}
 	switch cfg.SSLNegotiation {
 	case "", "postgres", "direct":
@@ -42,29 +64,274 @@ func ParseSettings(dsn string) (*Settings, error) {
 		return nil, invalid("sslnegotiation", source{value: cfg.SSLNegotiation, env: src.env, known: true}, "one of postgres, direct")
 	}
 	s := &Settings{Config: cfg}
+	kv := &keyValues{params: maps.Clone(cfg.RuntimeParams)}
 
-	params := maps.Clone(cfg.RuntimeParams)
-	gssenc, ok := params["gssencmode"]
-	env := ""
-	if !ok {
-		gssenc, env = os.Getenv("PGGSSENCMODE"), "PGGSSENCMODE"
-	}
+	gssenc, src, _ := kv.get("gssencmode", "PGGSSENCMODE")
 	if s.GSSEncMode, err = negotiation.ParseGSSEncMode(gssenc); err != nil {
-		return nil, invalid("gssencmode", source{value: gssenc, env: env, known: true}, "one of disable, prefer, require")
+		return nil, invalid("gssencmode", src, "one of disable, prefer, require")
 	}
-	if s.GSSDelegation, err = negotiation.ParseGSSDelegation(params["gssdelegation"]); err != nil {
-		return nil, invalid("gssdelegation", source{value: params["gssdelegation"], known: true}, "0 or 1")
+	deleg, src, _ := kv.get("gssdelegation", "PGGSSDELEGATION")
+	if s.GSSDelegation, err = negotiation.ParseGSSDelegation(deleg); err != nil {
+		return nil, invalid("gssdelegation", src, "0 or 1")
 	}
-	for _, k := range libpqOnlyKeys {
-		delete(params, k)
+	if err := s.libpqKeys(kv); err != nil {
+		return nil, err
 	}
-	cfg.RuntimeParams = params
+	s.TargetSessionAttrs = targetOf(cfg.ValidateConnect)
 
 	s.Hosts = hostsOf(&cfg.Config)
 	if len(s.Hosts) == 0 {
 		return nil, &ParseError{Key: "host", msg: "connection string has no host"}
 	}
+	if err := s.hostaddrs(kv); err != nil {
+		return nil, err
+	}
+	// Whatever libpq knows is not a run-time parameter, unless libpq sends it too.
+	for _, k := range keywords {
+		if !sentToServer[k.Name] {
+			delete(kv.params, k.Name)
+		}
+	}
+	cfg.RuntimeParams = kv.params
 	return s, nil
+}
+
+// keyValues reads the libpq keys that pgx leaves in RuntimeParams (from the connection string or
+// a service file) and, when absent there, their environment variables.
+type keyValues struct {
+	params map[string]string
+}
+
+// get returns key's value and where it came from; ok is false when neither the connection string
+// nor env (when not "") has it. An environment variable set to "" counts as absent.
+func (kv *keyValues) get(key, env string) (value string, src source, ok bool) {
+	if v, ok := kv.params[key]; ok {
+		return v, source{value: v, known: true}, true
+	}
+	if env != "" {
+		if v := os.Getenv(env); v != "" {
+			return v, source{value: v, env: env, known: true}, true
+		}
+	}
+	return "", source{}, false
+}
+
+// libpqKeys applies the libpq keys pgx does not know, other than hostaddr.
+func (s *Settings) libpqKeys(kv *keyValues) error {
+	for _, k := range keywords {
+		if k.Status != Rejected {
+			continue
+		}
+		if _, _, ok := kv.get(k.Name, k.Env); ok {
+			return &ParseError{Key: k.Name, msg: k.Name + " is not supported: " + k.Note}
+		}
+	}
+	if v, src, ok := kv.get("gsslib", "PGGSSLIB"); ok {
+		switch v {
+		case "gssapi":
+		case "sspi":
+			return &ParseError{Key: "gsslib", Env: src.env, msg: "gsslib=sspi is only available on Windows: use gssapi"}
+		default:
+			return invalid("gsslib", src, "gssapi")
+		}
+	}
+	if v, src, ok := kv.get("load_balance_hosts", "PGLOADBALANCEHOSTS"); ok {
+		switch v {
+		case "disable":
+		case "random":
+			s.LoadBalanceHosts = true
+		default:
+			return invalid("load_balance_hosts", src, "one of disable, random")
+		}
+	}
+	if v, _, ok := kv.get("requirepeer", "PGREQUIREPEER"); ok {
+		s.RequirePeer = v
+	}
+	if v, ok := kv.params["client_encoding"]; ok && strings.EqualFold(v, "auto") {
+		// libpq picks the encoding of the client's locale; pgx reads and writes UTF-8 only.
+		kv.params["client_encoding"] = "UTF8"
+	}
+	if v, ok := kv.params["fallback_application_name"]; ok {
+		if _, set := kv.params["application_name"]; !set {
+			kv.params["application_name"] = v
+		}
+	}
+	ka, err := parseKeepalives(kv)
+	if err != nil {
+		return err
+	}
+	s.Keepalives = ka
+	return nil
+}
+
+// targetOf tells which target_session_attrs pgx parsed from the validation function it chose
+// (pgconn/config.go: one exported function per value).
+func targetOf(f pgconn.ValidateConnectFunc) negotiation.TargetSessionAttrs {
+	if f == nil {
+		return negotiation.TargetAny
+	}
+	p := reflect.ValueOf(f).Pointer()
+	for t, g := range map[negotiation.TargetSessionAttrs]pgconn.ValidateConnectFunc{
+		negotiation.TargetReadWrite:     pgconn.ValidateConnectTargetSessionAttrsReadWrite,
+		negotiation.TargetReadOnly:      pgconn.ValidateConnectTargetSessionAttrsReadOnly,
+		negotiation.TargetPrimary:       pgconn.ValidateConnectTargetSessionAttrsPrimary,
+		negotiation.TargetStandby:       pgconn.ValidateConnectTargetSessionAttrsStandby,
+		negotiation.TargetPreferStandby: pgconn.ValidateConnectTargetSessionAttrsPreferStandby,
+	} {
+		if reflect.ValueOf(g).Pointer() == p {
+			return t
+		}
+	}
+	return negotiation.TargetAny
+}
+
+// hostaddrs pairs hostaddr's entries with the hosts (fe-connect.c, pqConnectOptions2: as many
+// entries as hosts; an empty one resolves its host).
+func (s *Settings) hostaddrs(kv *keyValues) error {
+	v, src, ok := kv.get("hostaddr", "PGHOSTADDR")
+	if !ok {
+		return nil
+	}
+	addrs := strings.Split(v, ",")
+	if len(addrs) != len(s.Hosts) {
+		return &ParseError{Key: "hostaddr", Env: src.env, msg: fmt.Sprintf("could not match %s to %s: give one hostaddr per host",
+			plural(len(s.Hosts), "host name"), plural(len(addrs), "hostaddr value"))}
+	}
+	for i, a := range addrs {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return invalid("hostaddr", source{value: a, env: src.env, known: true}, "a numeric IPv4 or IPv6 address (or a comma-separated list of them, one per host)")
+		}
+		s.Hosts[i].HostAddr = ip.String()
+	}
+	return nil
+}
+
+// reparse returns the keys to add to dsn so that pgx parses what libpq would: sslmode for
+// requiressl (fe-connect.c, conninfo_storeval: "1..." is require, anything else prefer; a later
+// sslmode wins; PGREQUIRESSL only when sslmode has no value from anywhere else).
+func reparse(dsn string, cfg *pgx.ConnConfig) [][2]string {
+	var extra [][2]string
+	if v, ok := cfg.RuntimeParams["requiressl"]; ok {
+		if !sslmodeAfter(dsn, "requiressl") {
+			mode := "prefer"
+			if strings.HasPrefix(v, "1") {
+				mode = "require"
+			}
+			extra = append(extra, [2]string{"sslmode", mode})
+		}
+	} else if strings.HasPrefix(os.Getenv("PGREQUIRESSL"), "1") && !sourceOf(dsn, "sslmode").known && os.Getenv("PGSSLMODE") == "" {
+		extra = append(extra, [2]string{"sslmode", "require"})
+	}
+	return extra
+}
+
+// libpqHosts returns dsn with hostaddr's addresses as the hosts when no host is given (libpq's
+// PQhost: the address names the server then).
+func libpqHosts(dsn string) string {
+	addrs := sourceOf(dsn, "hostaddr")
+	if !addrs.known {
+		addrs.value = os.Getenv("PGHOSTADDR")
+	}
+	if addrs.value == "" || hostGiven(dsn) {
+		return dsn
+	}
+	return appendKeys(dsn, [][2]string{{"host", addrs.value}})
+}
+
+// withoutMissingCert returns dsn without a client certificate when its sslcert file does not
+// exist or only sslkey is given: libpq then sends no certificate and does not read sslkey
+// (fe-secure-openssl.c, initialize_SSL), where pgx fails on the missing file.
+func withoutMissingCert(dsn string) string {
+	cert, key := sourceOf(dsn, "sslcert"), sourceOf(dsn, "sslkey")
+	if cert.value == "" && key.value == "" {
+		return dsn
+	}
+	if cert.value != "" {
+		if _, err := os.Stat(cert.value); !errors.Is(err, fs.ErrNotExist) {
+			return dsn
+		}
+	}
+	return appendKeys(dsn, [][2]string{{"sslcert", ""}, {"sslkey", ""}})
+}
+
+// sslmodeAfter reports whether dsn sets sslmode after key (the later of the two wins).
+func sslmodeAfter(dsn, key string) bool {
+	var keys []string
+	if isURL(dsn) {
+		if _, query, ok := strings.Cut(dsn, "?"); ok {
+			for param := range strings.SplitSeq(query, "&") {
+				k, _, _ := strings.Cut(param, "=")
+				keys = append(keys, k)
+			}
+		}
+	} else {
+		pairs, _ := scanKeywordValue(dsn)
+		for _, p := range pairs {
+			keys = append(keys, p[0])
+		}
+	}
+	at, after := -1, false
+	for i, k := range keys {
+		switch k {
+		case key:
+			at, after = i, false
+		case "sslmode":
+			after = at >= 0
+		}
+	}
+	return after
+}
+
+// hostGiven reports whether a host comes from dsn, a service or PGHOST.
+func hostGiven(dsn string) bool {
+	if os.Getenv("PGHOST") != "" || os.Getenv("PGSERVICE") != "" || sourceOf(dsn, "service").known {
+		return true
+	}
+	if !isURL(dsn) {
+		return sourceOf(dsn, "host").known
+	}
+	rest := dsn[strings.Index(dsn, "://")+3:]
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = rest[i+1:]
+	}
+	for h := range strings.SplitSeq(rest, ",") {
+		if h != "" && !strings.HasPrefix(h, ":") {
+			return true
+		}
+	}
+	q := sourceOf(dsn, "host")
+	return q.known && q.env == ""
+}
+
+func isURL(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// appendKeys returns dsn with the pairs added at its end, where they win over earlier ones.
+func appendKeys(dsn string, pairs [][2]string) string {
+	var b strings.Builder
+	b.WriteString(dsn)
+	for _, p := range pairs {
+		if isURL(dsn) {
+			if strings.Contains(b.String(), "?") {
+				b.WriteString("&")
+			} else {
+				b.WriteString("?")
+			}
+			b.WriteString(url.QueryEscape(p[0]) + "=" + url.QueryEscape(p[1]))
+			continue
+		}
+		b.WriteString(" " + p[0] + "='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(p[1]) + "'")
+	}
+	return b.String()
 }
 
 // hostsOf groups pgx's attempts (Host, Port, TLSConfig and the Fallbacks) by host: pgx expands

@@ -1,0 +1,97 @@
+package pgconnector
+
+// Status says what the connector does with a libpq connection keyword.
+type Status uint8
+
+const (
+	// Honoured: the key has libpq's meaning.
+	Honoured Status = iota + 1
+	// NoEffect: the key is accepted and does nothing, for the reason its note gives.
+	NoEffect
+	// Rejected: a connection string with the key is an error of New.
+	Rejected
+)
+
+func (s Status) String() string {
+	switch s {
+	case Honoured:
+		return "honoured"
+	case NoEffect:
+		return "accepted, no effect"
+	case Rejected:
+		return "rejected"
+	}
+	return "unknown"
+}
+
+// Keyword is one libpq connection keyword (libpq-connect.html, "Parameter Key Words"; the
+// PQconninfoOptions table of fe-connect.c) and what the connector does with it.
+type Keyword struct {
+	Name   string // the key, as in a connection string or a URL query
+	Env    string // the environment variable libpq reads for it, or ""
+	Since  string // the libpq major version that added it: "15" for every key of 15 and before
+	Status Status
+	Note   string // how, or why not
+}
+
+// Keywords lists every keyword of libpq 15 to 18. None of them is ever sent to the server as a
+// run-time parameter unless libpq sends it too (application_name, client_encoding, options and
+// replication go in the StartupMessage in both).
+func Keywords() []Keyword { return append([]Keyword(nil), keywords...) }
+
+var keywords = []Keyword{
+	{"host", "PGHOST", "15", Honoured, "names, IP addresses or Unix-socket directories, comma-separated; with hostaddr, names the server for Kerberos, TLS and .pgpass"},
+	{"hostaddr", "PGHOSTADDR", "15", Honoured, "numeric addresses, one per host, used without DNS; an empty entry resolves its host"},
+	{"port", "PGPORT", "15", Honoured, "one for all hosts or one per host"},
+	{"dbname", "PGDATABASE", "15", Honoured, "a connection string in dbname is not expanded (libpq expands it only for PQconnectdbParams' expand_dbname)"},
+	{"user", "PGUSER", "15", Honoured, ""},
+	{"password", "PGPASSWORD", "15", Honoured, "never shown in errors or spans"},
+	{"passfile", "PGPASSFILE", "15", Honoured, "looked up for the first host, as pgx does"},
+	{"require_auth", "PGREQUIREAUTH", "16", Honoured, "a GSS-encrypted channel satisfies gss; a refusal fails the connect"},
+	{"channel_binding", "PGCHANNELBINDING", "15", Honoured, "a refusal fails the connect"},
+	{"connect_timeout", "PGCONNECT_TIMEOUT", "15", Honoured, "per host and address, as libpq 17"},
+	{"client_encoding", "PGCLIENTENCODING", "15", Honoured, "sent to the server; auto means UTF8, the only encoding pgx reads"},
+	{"options", "PGOPTIONS", "15", Honoured, "sent to the server"},
+	{"application_name", "PGAPPNAME", "15", Honoured, "sent to the server"},
+	{"fallback_application_name", "", "15", Honoured, "sent as application_name when none is given"},
+	{"keepalives", "", "15", Honoured, "0 turns TCP keepalives off"},
+	{"keepalives_idle", "", "15", Honoured, "seconds (TCP_KEEPIDLE)"},
+	{"keepalives_interval", "", "15", Honoured, "seconds (TCP_KEEPINTVL)"},
+	{"keepalives_count", "", "15", Honoured, "probes (TCP_KEEPCNT)"},
+	{"tcp_user_timeout", "", "15", Honoured, "milliseconds (TCP_USER_TIMEOUT, Linux)"},
+	{"replication", "", "15", Honoured, "sent to the server; database/sql cannot speak the replication protocol"},
+	{"gssencmode", "PGGSSENCMODE", "15", Honoured, "disable, prefer (default), require"},
+	{"sslmode", "PGSSLMODE", "15", Honoured, ""},
+	{"requiressl", "PGREQUIRESSL", "15", Honoured, "deprecated: 1 means sslmode=require, else prefer; a later sslmode wins"},
+	{"sslnegotiation", "PGSSLNEGOTIATION", "17", Honoured, "direct requires sslmode require, verify-ca or verify-full"},
+	{"sslcompression", "PGSSLCOMPRESSION", "15", NoEffect, "servers since PostgreSQL 14 refuse TLS compression, and libpq ignores it too"},
+	{"sslcert", "PGSSLCERT", "15", Honoured, ""},
+	{"sslkey", "PGSSLKEY", "15", Honoured, "files only (no OpenSSL engine)"},
+	{"sslkeylogfile", "", "18", Honoured, "TLS key log in NSS format, appended"},
+	{"sslpassword", "", "15", Honoured, "never shown"},
+	{"sslcertmode", "PGSSLCERTMODE", "16", Honoured, "require fails the connect when no certificate was sent"},
+	{"sslrootcert", "PGSSLROOTCERT", "15", Honoured, "system requires sslmode=verify-full"},
+	{"sslcrl", "PGSSLCRL", "15", Honoured, "checked on every certificate of a verified chain, as OpenSSL's CRL_CHECK_ALL"},
+	{"sslcrldir", "PGSSLCRLDIR", "15", Honoured, "every CRL file of the directory"},
+	{"sslsni", "PGSSLSNI", "15", Honoured, ""},
+	{"requirepeer", "PGREQUIREPEER", "15", Honoured, "Unix sockets, SO_PEERCRED (Linux); a mismatch fails the connect"},
+	{"ssl_min_protocol_version", "PGSSLMINPROTOCOLVERSION", "15", Honoured, "TLSv1 to TLSv1.3; default TLSv1.2"},
+	{"ssl_max_protocol_version", "PGSSLMAXPROTOCOLVERSION", "15", Honoured, ""},
+	{"min_protocol_version", "PGMINPROTOCOLVERSION", "18", Honoured, "as pgx"},
+	{"max_protocol_version", "PGMAXPROTOCOLVERSION", "18", Honoured, "as pgx"},
+	{"krbsrvname", "PGKRBSRVNAME", "15", Honoured, ""},
+	{"gsslib", "PGGSSLIB", "15", Honoured, "gssapi (the only library off Windows); sspi is an error"},
+	{"gssdelegation", "PGGSSDELEGATION", "16", NoEffect, "0 or 1; credentials are not forwarded yet"},
+	{"scram_client_key", "", "18", Rejected, "SCRAM pass-through keys are not supported"},
+	{"scram_server_key", "", "18", Rejected, "SCRAM pass-through keys are not supported"},
+	{"service", "PGSERVICE", "15", Honoured, "pg_service.conf, as pgx reads it"},
+	{"target_session_attrs", "PGTARGETSESSIONATTRS", "15", Honoured, "any, read-write, read-only, primary, standby, prefer-standby; from the server's reported state, without a query on PostgreSQL 14+"},
+	{"load_balance_hosts", "PGLOADBALANCEHOSTS", "16", Honoured, "disable, random"},
+	{"oauth_issuer", "", "18", Rejected, "libpq's OAuth device flow is not supported"},
+	{"oauth_client_id", "", "18", Rejected, "libpq's OAuth device flow is not supported"},
+	{"oauth_client_secret", "", "18", Rejected, "libpq's OAuth device flow is not supported"},
+	{"oauth_scope", "", "18", Rejected, "libpq's OAuth device flow is not supported"},
+}
+
+// sentToServer are the libpq keys that libpq itself puts in the StartupMessage.
+var sentToServer = map[string]bool{"application_name": true, "client_encoding": true, "options": true, "replication": true}
