@@ -721,7 +721,9 @@ func (p *Postgres) adminIn(ctx context.Context, dbname string, fn func(*pgx.Conn
 }
 
 // adminConfig is the superuser configuration for the unix socket in dir,
-// independent of PG* environment variables.
+// independent of PG* environment variables. Its sessions may write on a
+// server whose Settings make default_transaction_read_only on (a read-only
+// primary); on a standby they can only read.
 func adminConfig(dir string, port int) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=30",
 		dsnQuote(dir), port, superUser))
@@ -731,7 +733,10 @@ func adminConfig(dir string, port int) (*pgx.ConnConfig, error) {
 	cfg.Password = ""
 	cfg.Fallbacks = nil
 	cfg.ValidateConnect = nil
-	cfg.RuntimeParams = map[string]string{"application_name": "pgconnector-harness"}
+	cfg.RuntimeParams = map[string]string{
+		"application_name":              "pgconnector-harness",
+		"default_transaction_read_only": "off",
+	}
 	return cfg, nil
 }
 
@@ -951,9 +956,9 @@ func FreePort(t testing.TB) int {
 
 // ExecAdmin runs sql (one or more statements, simple query protocol) in the
 // application database (Database) as the superuser over the unix socket,
-// whatever pg_hba.conf says about TCP: for setting up tables and grants that
-// a test's own roles then use. The connection is left out of
-// ConnectionsSince.
+// whatever pg_hba.conf says about TCP and default_transaction_read_only: for
+// setting up tables and grants that a test's own roles then use. The
+// connection is left out of ConnectionsSince.
 func (p *Postgres) ExecAdmin(ctx context.Context, sql string) error {
 	return p.adminIn(ctx, p.Database, func(conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, sql); err != nil {
