@@ -152,14 +152,16 @@ func (p *Postgres) CreateRole(name string) error {
 // the connection string conninfo and one query, and returns what it printed,
 // unaligned and without headers (psql -X -w -A -t), without the final
 // newline. The environment is ours without PG*, KRB5* and locale variables,
-// with PGCONNECT_TIMEOUT=20, LC_ALL=C and no Kerberos credentials (an empty
-// MEMORY: ccache, no client keytab, KRB5_CONFIG=/dev/null, so that the
-// machine's tickets never make libpq try GSSAPI), then env (for example
-// KDC.Env, whose entries replace those).
+// with PGCONNECT_TIMEOUT=20, PGAPPNAME=pgconnector-harness, LC_ALL=C and no
+// Kerberos credentials (an empty MEMORY: ccache, no client keytab,
+// KRB5_CONFIG=/dev/null, so that the machine's tickets never make libpq try
+// GSSAPI), then env (for example KDC.Env, whose entries replace those).
 // psql never prompts for a password (-w) and is killed when ctx ends or after
 // a minute. On failure the error holds psql's standard error and wraps its
 // *exec.ExitError (exit status 2: no connection; 1 or 3: the query failed);
-// the conninfo is left out, as it may hold a password.
+// the conninfo is left out, and the passwords of conninfo and of PGPASSWORD
+// in env are replaced by "[password]" in psql's message (libpq quotes a
+// connection string it cannot parse).
 func Psql(ctx context.Context, env []string, conninfo, query string) (string, error) {
 	psql, err := psqlPath(ctx)
 	if err != nil {
@@ -169,13 +171,14 @@ func Psql(ctx context.Context, env []string, conninfo, query string) (string, er
 	defer cancel()
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, psql, "-X", "-w", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", query)
-	cmd.Env = append(append(CleanEnv(), "PGCONNECT_TIMEOUT=20",
+	cmd.Env = append(append(CleanEnv(), "PGCONNECT_TIMEOUT=20", "PGAPPNAME=pgconnector-harness",
 		"KRB5_CONFIG=/dev/null", "KRB5CCNAME=MEMORY:pgconnector-harness-none", "KRB5_CLIENT_KTNAME="), env...)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		return strings.TrimSuffix(out.String(), "\n"), fmt.Errorf("harness: psql: %w: %s", err, strings.TrimSpace(errb.String()))
+		msg := redactPasswords(strings.TrimSpace(errb.String()), conninfo, env)
+		return strings.TrimSuffix(out.String(), "\n"), fmt.Errorf("harness: psql: %w: %s", err, msg)
 	}
 	return strings.TrimSuffix(out.String(), "\n"), nil
 }

@@ -13,6 +13,11 @@
 // socket without a password, which is how the harness itself administers the
 // server.
 //
+// For clients that must tell servers apart (target_session_attrs), a server
+// can get a hot standby made with pg_basebackup (StartStandby), which Promote
+// makes a primary; Settings with default_transaction_read_only on make a
+// read-only primary.
+//
 // PostgreSQL refuses to run as root; a harness running as root starts the
 // server programs as the "postgres" account (or "nobody"). Everything the
 // harness makes in a process (the template, clusters, KDCs, Jaeger's files)
@@ -81,7 +86,8 @@ type Options struct {
 	// role's password is stored as an MD5 hash, otherwise as SCRAM-SHA-256.
 	Auth string
 	// HBA, when non-nil, replaces the generated "host" lines of pg_hba.conf.
-	// The line "local all all trust" is always kept first.
+	// The lines "local all all trust" and "local replication all trust" (for
+	// StartStandby) are always kept first.
 	HBA []string
 	// Settings are extra postgresql.conf settings, applied after (and so
 	// overriding) the harness's own. Changing log_line_prefix or lc_messages
@@ -206,17 +212,26 @@ func interrupted(ctx context.Context, what string, err error) error {
 	return err
 }
 
-func (p *Postgres) start(ctx context.Context, auth string, opts Options) error {
-	e := p.env
+// prepareDir makes the cluster directory reachable by the server account and
+// checks that the unix socket's path in it is short enough.
+func (p *Postgres) prepareDir() error {
 	if err := os.Chmod(p.dir, 0o755); err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
-	if err := e.acct.chown(p.dir); err != nil {
+	if err := p.env.acct.chown(p.dir); err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
 	// A unix socket path is limited to 107 bytes.
 	if n := len(filepath.Join(p.dir, ".s.PGSQL.65535.lock")); n > 107 {
 		return fmt.Errorf("harness: unix socket path in %s would be %d bytes, over the limit of 107; set TMPDIR to a shorter directory", p.dir, n)
+	}
+	return nil
+}
+
+func (p *Postgres) start(ctx context.Context, auth string, opts Options) error {
+	e := p.env
+	if err := p.prepareDir(); err != nil {
+		return err
 	}
 	if err := e.copyTree(p.DataDir); err != nil {
 		return fmt.Errorf("harness: copying the template cluster: %w", err)
@@ -244,27 +259,8 @@ func (p *Postgres) start(ctx context.Context, auth string, opts Options) error {
 	if err := p.writeHBA(hba); err != nil {
 		return err
 	}
-
-	const attempts = 5
-	for i := 1; ; i++ {
-		port, err := pickPort()
-		if err != nil {
-			return err
-		}
-		p.Port = port
-		if err := p.writeConf(); err != nil {
-			return err
-		}
-		mark := p.LogMark()
-		err = p.pgCtlStart(ctx)
-		if err == nil {
-			break
-		}
-		tail := p.logSince(mark)
-		if i < attempts && strings.Contains(tail, "already in use") && ctx.Err() == nil {
-			continue // someone took the port between freePort and the bind
-		}
-		return fmt.Errorf("harness: starting PostgreSQL: %w\nserver log:\n%s", err, lastLines(tail, 30))
+	if err := p.startOnFreePort(ctx); err != nil {
+		return err
 	}
 
 	encryption := "scram-sha-256"
@@ -291,6 +287,32 @@ func (p *Postgres) start(ctx context.Context, auth string, opts Options) error {
 		}
 		return nil
 	})
+}
+
+// startOnFreePort chooses a free port, writes harness.conf and starts the
+// server, choosing again when someone took the port before the server bound it.
+func (p *Postgres) startOnFreePort(ctx context.Context) error {
+	const attempts = 5
+	for i := 1; ; i++ {
+		port, err := pickPort()
+		if err != nil {
+			return err
+		}
+		p.Port = port
+		if err := p.writeConf(); err != nil {
+			return err
+		}
+		mark := p.LogMark()
+		err = p.pgCtlStart(ctx)
+		if err == nil {
+			return nil
+		}
+		tail := p.logSince(mark)
+		if i < attempts && strings.Contains(tail, "already in use") && ctx.Err() == nil {
+			continue // someone took the port between freePort and the bind
+		}
+		return fmt.Errorf("harness: starting PostgreSQL: %w\nserver log:\n%s", err, lastLines(tail, 30))
+	}
 }
 
 // StartT starts a new server for a test, fails the test if that does not
@@ -514,8 +536,8 @@ func (p *Postgres) URL() string {
 	return u.String()
 }
 
-// SetHBA replaces the "host" lines of pg_hba.conf (the "local all all trust"
-// line stays) and reloads the server. It returns once new connections are
+// SetHBA replaces the "host" lines of pg_hba.conf (the lines "local all all
+// trust" and "local replication all trust" stay) and reloads the server. It returns once new connections are
 // checked against the new rules, or with an error (and the old file back in
 // place) if the server rejects the new lines.
 func (p *Postgres) SetHBA(lines ...string) error {
@@ -721,7 +743,9 @@ func (p *Postgres) adminIn(ctx context.Context, dbname string, fn func(*pgx.Conn
 }
 
 // adminConfig is the superuser configuration for the unix socket in dir,
-// independent of PG* environment variables.
+// independent of PG* environment variables. Its sessions may write on a
+// server whose Settings make default_transaction_read_only on (a read-only
+// primary); on a standby they can only read.
 func adminConfig(dir string, port int) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=30",
 		dsnQuote(dir), port, superUser))
@@ -731,7 +755,10 @@ func adminConfig(dir string, port int) (*pgx.ConnConfig, error) {
 	cfg.Password = ""
 	cfg.Fallbacks = nil
 	cfg.ValidateConnect = nil
-	cfg.RuntimeParams = map[string]string{"application_name": "pgconnector-harness"}
+	cfg.RuntimeParams = map[string]string{
+		"application_name":              "pgconnector-harness",
+		"default_transaction_read_only": "off",
+	}
 	return cfg, nil
 }
 
@@ -810,12 +837,16 @@ func (p *Postgres) installCerts() error {
 	return nil
 }
 
-// writeHBA writes pg_hba.conf: the local trust line, then lines.
+// writeHBA writes pg_hba.conf: the local trust lines, then lines. The
+// replication line lets pg_basebackup and a standby's WAL receiver in as the
+// superuser over the unix socket ("all" does not match replication
+// connections).
 func (p *Postgres) writeHBA(lines []string) error {
 	var b bytes.Buffer
 	b.WriteString("# Written by the pgconnector test harness.\n")
 	b.WriteString("# TYPE  DATABASE  USER  ADDRESS  METHOD\n")
 	b.WriteString("local all all trust\n")
+	b.WriteString("local replication all trust\n")
 	for _, l := range lines {
 		b.WriteString(l)
 		b.WriteByte('\n')
@@ -851,6 +882,11 @@ func (p *Postgres) writeConf() error {
 		"log_line_prefix = '%m [%p] '",
 		"lc_messages = 'C'",
 		"ssl = " + ssl,
+		// Every server can be the primary of StartStandby, and a standby
+		// serves queries while it replays (PostgreSQL's defaults, spelled out).
+		"wal_level = replica",
+		"max_wal_senders = 10",
+		"hot_standby = on",
 	}
 	if p.certs {
 		lines = append(lines,
@@ -951,9 +987,9 @@ func FreePort(t testing.TB) int {
 
 // ExecAdmin runs sql (one or more statements, simple query protocol) in the
 // application database (Database) as the superuser over the unix socket,
-// whatever pg_hba.conf says about TCP: for setting up tables and grants that
-// a test's own roles then use. The connection is left out of
-// ConnectionsSince.
+// whatever pg_hba.conf says about TCP and default_transaction_read_only: for
+// setting up tables and grants that a test's own roles then use. The
+// connection is left out of ConnectionsSince.
 func (p *Postgres) ExecAdmin(ctx context.Context, sql string) error {
 	return p.adminIn(ctx, p.Database, func(conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, sql); err != nil {
