@@ -46,7 +46,8 @@ func psqlOutcome(t *testing.T, names map[int]string, env []string, conninfo stri
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := harness.Psql(ctx, env, conninfo, conformanceQuery)
+	// PGAPPNAME set but empty: psql's fallback_application_name, as without the harness's.
+	out, err := harness.Psql(ctx, append([]string{"PGAPPNAME="}, env...), conninfo, conformanceQuery)
 	if err != nil {
 		return "error", err.Error()
 	}
@@ -250,5 +251,122 @@ func TestKeywordsMatchPsql(t *testing.T) {
 		if !covered[k.Name] {
 			t.Errorf("keyword %s has no case", k.Name)
 		}
+	}
+}
+
+// TestMultiHostMatchesPsql connects with psql and with the connector to lists of servers: a
+// primary, its hot standby made with pg_basebackup, a primary with default_transaction_read_only
+// on, a server whose pg_hba rejects the user (28000) and a port where nothing listens, in several
+// orders and with every target_session_attrs, and asserts that both reach the same server or
+// both fail (libpq-connect.html, "Specifying Multiple Hosts"; fe-connect.c, PQconnectPoll).
+func TestMultiHostMatchesPsql(t *testing.T) {
+	primary := harness.StartT(t, harness.Options{})
+	standby := harness.StartStandbyT(t, primary)
+	readOnly := harness.StartT(t, harness.Options{Settings: map[string]string{"default_transaction_read_only": "on"}})
+	reject := harness.StartT(t, harness.Options{Auth: "reject"})
+	down := harness.FreePort(t)
+	names := map[int]string{primary.Port: "primary", standby.Port: "standby", readOnly.Port: "read-only", reject.Port: "reject", 0: "socket"}
+	servers := map[string]int{"primary": primary.Port, "standby": standby.Port, "read-only": readOnly.Port, "reject": reject.Port, "down": down}
+
+	dsn := func(order []string, extra string) string {
+		hosts, ports := make([]string, len(order)), make([]string, len(order))
+		for i, n := range order {
+			hosts[i], ports[i] = "127.0.0.1", strconv.Itoa(servers[n])
+			if n == "socket" {
+				hosts[i], ports[i] = primary.SocketDir, strconv.Itoa(primary.Port)
+			}
+		}
+		return fmt.Sprintf("host=%s port=%s user=app dbname=app connect_timeout=5 %s", strings.Join(hosts, ","), strings.Join(ports, ","), extra)
+	}
+	type result struct{ name, psql, connector string }
+	var results []result
+	check := func(t *testing.T, order []string, extra string) {
+		t.Helper()
+		conninfo := dsn(order, extra)
+		want, psqlMsg := psqlOutcome(t, names, nil, conninfo)
+		got, msg := connectorOutcome(t, names, conninfo)
+		want, got = strings.Fields(want + " x")[0], strings.Fields(got + " x")[0] // the server, or "error"
+		results = append(results, result{strings.Join(order, ",") + " " + extra, want, got})
+		if got != want {
+			t.Errorf("%v %s: connector %s (%s), psql %s (%s)", order, extra, got, msg, want, psqlMsg)
+		}
+	}
+	orders := [][]string{
+		{"primary", "standby"}, {"standby", "primary"}, {"primary"}, {"standby"},
+		{"read-only", "standby"}, {"standby", "read-only"}, {"read-only", "primary"},
+		{"down", "standby", "primary"},
+	}
+	for _, tsa := range []string{"any", "read-write", "read-only", "primary", "standby", "prefer-standby"} {
+		for _, order := range orders {
+			t.Run(tsa+"/"+strings.Join(order, ","), func(t *testing.T) {
+				check(t, order, "target_session_attrs="+tsa)
+			})
+		}
+	}
+	for _, c := range []struct {
+		order []string
+		extra string
+	}{
+		{[]string{"reject", "primary"}, ""},                             // authentication failed: stop
+		{[]string{"reject", "primary"}, "sslmode=disable"},              // the same without an SSLRequest
+		{[]string{"down", "primary"}, ""},                               // not reached: next host
+		{[]string{"socket", "primary"}, "gssencmode=require"},           // GSS encryption is impossible on the socket: stop
+		{[]string{"socket", "primary"}, "gssencmode=prefer"},            // the socket, in plaintext
+		{[]string{"primary", "reject"}, "target_session_attrs=standby"}, // primary left, reject stops
+	} {
+		t.Run(strings.Join(c.order, ",")+"/"+c.extra, func(t *testing.T) { check(t, c.order, c.extra) })
+	}
+	for _, r := range results {
+		t.Logf("%-60s psql %-10s connector %s", r.name, r.psql, r.connector)
+	}
+}
+
+// TestTargetSessionAttrsSockets counts the connections that the primary and the standby see for
+// target_session_attrs=prefer-standby with the primary listed first: the connector, warm, opens
+// no more than psql does, and none more than one per server it tries.
+func TestTargetSessionAttrsSockets(t *testing.T) {
+	primary := harness.StartT(t, harness.Options{})
+	standby := harness.StartStandbyT(t, primary)
+	conninfo := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=app dbname=app target_session_attrs=prefer-standby", primary.Port, standby.Port)
+	count := func(connect func()) (p, s int) {
+		mp, ms := primary.LogMark(), standby.LogMark()
+		const n = 5
+		for range n {
+			connect()
+		}
+		cp, err := primary.ConnectionsSince(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := standby.ConnectionsSince(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cp, cs
+	}
+	names := map[int]string{standby.Port: "standby"}
+	pp, ps := count(func() {
+		if got, msg := psqlOutcome(t, names, nil, conninfo); !strings.HasPrefix(got, "standby") {
+			t.Fatalf("psql: %s %s", got, msg)
+		}
+	})
+	c, err := pgconnector.New(conninfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	connect := func() {
+		dc, err := c.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc.Close()
+	}
+	connect() // cold
+	cp, cs := count(connect)
+	t.Logf("5 connects: psql %d+%d connections, connector (warm) %d+%d", pp, ps, cp, cs)
+	if cp+cs > pp+ps || cp > 5 || cs > 5 {
+		t.Errorf("connector (warm) opened %d+%d connections for 5 connects, psql %d+%d", cp, cs, pp, ps)
 	}
 }
