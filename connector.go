@@ -9,9 +9,10 @@
 //	db := c.OpenDB() // sql.OpenDB(c), plus the pool metrics
 //	defer db.Close()
 //
-// Connection strings are those of pgx (URL or keyword/value, PG* environment variables), plus the
-// libpq keys pgx lacks: gssencmode (PGGSSENCMODE) and gssdelegation. See the README for what the
-// connector does differently from pgx and libpq.
+// Connection strings are libpq's (URL or keyword/value, PG* environment variables, service files),
+// parsed by pgx and completed by the connector: [Keywords] says what it does with each libpq
+// keyword, and several hosts are tried by libpq's rules. See the README for what the connector
+// does differently from pgx and libpq.
 package pgconnector
 
 import (
