@@ -1,0 +1,70 @@
+//go:build linux
+
+package pgconnector_test
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pgconnector/pgconnector"
+	"github.com/pgconnector/pgconnector/internal/harness"
+)
+
+// TestKeepaliveSocketOptions reads back the TCP options of a connection made with libpq's
+// keepalive keys.
+func TestKeepaliveSocketOptions(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{})
+	for _, tc := range []struct {
+		extra                         string
+		keepalive                     bool
+		idle, interval, count, userTO int
+	}{
+		{"keepalives_idle=37 keepalives_interval=7 keepalives_count=3 tcp_user_timeout=4321", true, 37, 7, 3, 4321},
+		{"keepalives=0", false, -1, -1, -1, 0},
+	} {
+		c := newConnector(t, srv.DSN("sslmode=disable "+tc.extra))
+		dc, err := c.Connect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tcp, ok := pgconnector.PgxConnOf(dc).PgConn().Conn().(*net.TCPConn)
+		if !ok {
+			t.Fatalf("%s: the connection is a %T", tc.extra, pgconnector.PgxConnOf(dc).PgConn().Conn())
+		}
+		raw, err := tcp.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(level, opt int) int {
+			var v int
+			var gerr error
+			if err := raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), level, opt) }); err != nil || gerr != nil {
+				t.Fatalf("getsockopt: %v %v", err, gerr)
+			}
+			return v
+		}
+		if ka := get(unix.SOL_SOCKET, unix.SO_KEEPALIVE) != 0; ka != tc.keepalive {
+			t.Errorf("%s: SO_KEEPALIVE %v", tc.extra, ka)
+		}
+		for _, o := range []struct {
+			name      string
+			opt, want int
+		}{
+			{"TCP_KEEPIDLE", unix.TCP_KEEPIDLE, tc.idle},
+			{"TCP_KEEPINTVL", unix.TCP_KEEPINTVL, tc.interval},
+			{"TCP_KEEPCNT", unix.TCP_KEEPCNT, tc.count},
+			{"TCP_USER_TIMEOUT", unix.TCP_USER_TIMEOUT, tc.userTO},
+		} {
+			if o.want < 0 {
+				continue
+			}
+			if got := get(unix.IPPROTO_TCP, o.opt); got != o.want {
+				t.Errorf("%s: %s = %d, want %d", tc.extra, o.name, got, o.want)
+			}
+		}
+		dc.Close()
+	}
+}
