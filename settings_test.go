@@ -275,6 +275,22 @@ func FuzzParseSettings(f *testing.F) {
 		"host=a servicefile=/nonexistent service=",
 		"host=a gssencmode=\\",
 		"a/db?gssencmode=",
+		"host=a hostaddr=",
+		"hostaddr=",
+		"host=a,b hostaddr=1.2.3.4,",
+		"postgres:///db?hostaddr=1.2.3.4&requiressl=1",
+		"host=a requiressl=1 sslmode=disable",
+		"host=a keepalives=",
+		"host=a keepalives_idle=",
+		"host=a tcp_user_timeout=",
+		"host=a gsslib=",
+		"host=a load_balance_hosts=",
+		"host=a requirepeer= client_encoding=auto fallback_application_name=x",
+		"host=a scram_client_key=",
+		"host=a oauth_client_secret=",
+		"host=a ssl_min_protocol_version=",
+		"host=a ssl_max_protocol_version=",
+		"host=a sslcert=/nonexistent sslkey=",
 	} {
 		f.Add(s, "s3cr3t")
 	}
