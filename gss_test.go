@@ -448,3 +448,45 @@ func TestGSSAuthProviderChaining(t *testing.T) {
 		t.Errorf("the server authenticated the connection with the forged token:\n%s", log)
 	}
 }
+
+// TestGSSKeywordsMatchPsql: the libpq keywords and multi-host rules that touch GSS encryption,
+// with a ticket, side by side with psql (libpq 15); require_auth (libpq 16) against
+// libpq-connect.html: a GSS-encrypted channel satisfies require_auth=gss and nothing else.
+func TestGSSKeywordsMatchPsql(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, true, lab.gssHBA())
+	socket := srv.SocketDir + "," + "localhost"
+	port := strconv.Itoa(srv.Port)
+	for _, tc := range []struct {
+		conninfo, want string // want: for keys psql 15 does not know; "" means as psql
+	}{
+		{aliceDSN(srv, "localhost", "hostaddr=127.0.0.1"), ""},
+		{aliceDSN(srv, "localhost", "hostaddr=127.0.0.1 krbsrvname=postgres gsslib=gssapi"), ""},
+		{"host=" + socket + " port=" + port + "," + port + " dbname=app user=alice gssencmode=require", ""},
+		{"host=" + socket + " port=" + port + "," + port + " dbname=app user=alice gssencmode=prefer", ""},
+		{aliceDSN(srv, "localhost", "gssencmode=require require_auth=gss"), outcomeGSS},
+		{aliceDSN(srv, "localhost", "gssencmode=require require_auth=!password,!none"), outcomeGSS},
+		{aliceDSN(srv, "localhost", "require_auth=scram-sha-256"), outcomeError},
+		// A negated list requires no exchange (fe-auth.c, check_expected_areq: auth_required is
+		// false), so the AuthenticationOk of GSS encryption passes it, as in libpq.
+		{aliceDSN(srv, "localhost", "require_auth=!gss"), outcomeGSS},
+		{aliceDSN(srv, "localhost", "require_auth=!gss,!none"), outcomeError},
+	} {
+		t.Run(tc.conninfo, func(t *testing.T) {
+			want, psqlErr := psqlMatrixOutcome(t, lab.kdc, lab.ccache, tc.conninfo)
+			if tc.want != "" {
+				if !strings.Contains(psqlErr, "invalid connection option") {
+					t.Fatalf("psql knows the key (%s %s): compare with it", want, psqlErr)
+				}
+				want = tc.want
+			}
+			c := lab.connector(t, tc.conninfo)
+			for _, phase := range []string{"cold", "warm"} {
+				got, msg := connectorMatrixOutcome(t, c)
+				if got != want {
+					t.Errorf("%s cache: connector %s (%s), want %s (psql: %s)", phase, got, msg, want, psqlErr)
+				}
+			}
+		})
+	}
+}
