@@ -125,7 +125,8 @@ type Postgres struct {
 
 	mu    sync.Mutex // serialises configuration changes
 	ssl   bool
-	certs bool // server.crt and server.key are in DataDir
+	certs bool     // server.crt and server.key are in DataDir
+	ca    *certSet // the CA that signed server.crt; nil until certs
 	set   map[string]string
 
 	krbKeyfile string   // krb_server_keyfile; "" without GSS
@@ -833,6 +834,7 @@ func (p *Postgres) installCerts() error {
 		return fmt.Errorf("harness: %w", err)
 	}
 	p.certs = true
+	p.ca = cs
 	p.CAFile = ca
 	return nil
 }

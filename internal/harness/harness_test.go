@@ -794,3 +794,65 @@ func TestDSNQuoting(t *testing.T) {
 		t.Error("URL does not round-trip")
 	}
 }
+
+func TestWriteCRL(t *testing.T) {
+	t.Parallel()
+	p := StartT(t, Options{})
+	if _, err := p.WriteCRL(t.TempDir(), true); !errors.Is(err, errNoCA) {
+		t.Fatalf("WriteCRL without TLS: %v, want errNoCA", err)
+	}
+	if err := p.SetSSL(true); err != nil {
+		t.Fatal(err)
+	}
+	read := func(path string) *pem.Block {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			t.Fatalf("%s: no PEM", path)
+		}
+		return blk
+	}
+	ca, err := x509.ParseCertificate(read(p.CAFile).Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := x509.ParseCertificate(read(filepath.Join(p.DataDir, "server.crt")).Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.KeyUsage&x509.KeyUsageCRLSign == 0 || len(ca.SubjectKeyId) == 0 {
+		t.Errorf("CA key usage %v, subject key id %x: OpenSSL needs both to check a CRL", ca.KeyUsage, ca.SubjectKeyId)
+	}
+	dir := t.TempDir()
+	for _, revoke := range []bool{true, false} {
+		path, err := p.WriteCRL(dir, revoke)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Dir(path) != dir {
+			t.Errorf("%s is not in %s", path, dir)
+		}
+		blk := read(path)
+		if blk.Type != "X509 CRL" {
+			t.Errorf("PEM type %q", blk.Type)
+		}
+		crl, err := x509.ParseRevocationList(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := crl.CheckSignatureFrom(ca); err != nil {
+			t.Errorf("not signed by the CA: %v", err)
+		}
+		if now := time.Now(); crl.ThisUpdate.After(now) || crl.NextUpdate.Before(now) {
+			t.Errorf("valid from %v to %v", crl.ThisUpdate, crl.NextUpdate)
+		}
+		revoked := len(crl.RevokedCertificateEntries) == 1 && crl.RevokedCertificateEntries[0].SerialNumber.Cmp(srv.SerialNumber) == 0
+		if revoked != revoke || !revoke && len(crl.RevokedCertificateEntries) != 0 {
+			t.Errorf("revokeServer=%v: entries %+v, server serial %v", revoke, crl.RevokedCertificateEntries, srv.SerialNumber)
+		}
+	}
+}

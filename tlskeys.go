@@ -1,0 +1,770 @@
+package pgconnector
+
+import (
+	"bytes"
+	"crypto/sha1"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/asn1"
+	"encoding/binary"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// tlsKeys are the libpq TLS keys pgx does not apply (it passes them to the server as run-time
+// parameters, which fails the connection): ssl_min_protocol_version, ssl_max_protocol_version,
+// sslcrl, sslcrldir and sslkeylogfile (libpq-connect.html, "Parameter Key Words").
+//
+// What differs from libpq (15 to 18, with OpenSSL 3):
+//   - TLS 1.0 and 1.1: crypto/tls offers them when ssl_min_protocol_version allows them (its
+//     client minimum is TLS 1.2 otherwise); OpenSSL may still refuse them at its security level,
+//     crypto/tls does not. An empty ssl_min_protocol_version means no bound: libpq then has
+//     OpenSSL's own minimum, here crypto/tls's, TLS 1.2.
+//   - sslcrl and the files of sslcrldir may be DER as well as PEM; libpq (OpenSSL's
+//     X509_STORE_load_locations) reads PEM only and, given a DER sslcrl, checks no revocation
+//     at all. A file that exists but cannot be read or holds a CRL that does not parse fails
+//     the connection; libpq then silently checks nothing. Certificates in sslcrl count as
+//     loaded (they turn the check on, as in libpq) but, unlike in libpq, are not trusted.
+//   - A CRL's scope (issuingDistributionPoint against the certificate's distribution points) is
+//     compared on URIs only; indirect CRLs and CRLs for some reasons only are never used, as by
+//     OpenSSL without X509_V_FLAG_EXTENDED_CRL_SUPPORT. Delta CRLs are never used either, as by
+//     current OpenSSL; OpenSSL 3.0 takes a delta CRL for a complete one.
+//   - CRLs are only used where pgx verifies the chain: sslmode verify-ca, verify-full, or require
+//     with sslrootcert. libpq also verifies (and checks CRLs) in prefer and allow when it has a
+//     root certificate; pgx does not verify there.
+//   - sslkeylogfile: a line that cannot be written is dropped; libpq adds a message to the
+//     connection's error text (only seen if the connection fails) and goes on too.
+type tlsKeys struct {
+	minVersion, maxVersion uint16 // 0: not given, or given empty (no bound)
+
+	// CRLs, read at each handshake (as libpq reads them for each connection).
+	crlFile     string   // sslcrl, else ~/.postgresql/root.crl when sslcrldir is not given either
+	crlDirs     []string // sslcrldir, split at os.PathListSeparator as OpenSSL splits it
+	crlDirGiven bool     // sslcrldir is not empty (then checks are on even when crlDirs is empty)
+	systemRoots bool     // sslrootcert=system: libpq loads no CRL
+
+	keyLogFile string // sslkeylogfile
+}
+
+// tlsVersions are the values of ssl_min_protocol_version and ssl_max_protocol_version, in order.
+var tlsVersions = []string{"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}
+
+var tlsVersionIDs = []uint16{tls.VersionTLS10, tls.VersionTLS11, tls.VersionTLS12, tls.VersionTLS13}
+
+// defaultMinTLSVersion is libpq's default ssl_min_protocol_version (since PostgreSQL 13).
+const defaultMinTLSVersion = "TLSv1.2"
+
+// parseTLSKeys reads ssl_min_protocol_version (env PGSSLMINPROTOCOLVERSION),
+// ssl_max_protocol_version (PGSSLMAXPROTOCOLVERSION), sslcrl (PGSSLCRL), sslcrldir (PGSSLCRLDIR)
+// and sslkeylogfile (libpq 18, no env), and sslrootcert (PGSSLROOTCERT) to know whether it is
+// "system". get returns a key's value from the connection string (or service file) and, when
+// absent there, from the environment variable; ok=false when neither has it. An empty value is
+// a value: no bound for the versions, "not given" for the files, as in libpq.
+//
+// As libpq (connectOptions2), the versions are checked whatever the sslmode, even disable.
+func parseTLSKeys(get func(key, env string) (value string, src source, ok bool)) (tlsKeys, error) {
+	var k tlsKeys
+	type version struct {
+		name  string // as tlsVersions spells it; "" for no bound
+		id    uint16
+		given bool
+		env   string // the environment variable it came from, or ""
+	}
+	parse := func(key, env string) (version, error) {
+		v, src, ok := get(key, env)
+		if !ok || v == "" {
+			return version{given: ok, env: src.env}, nil
+		}
+		for i, name := range tlsVersions {
+			if strings.EqualFold(v, name) {
+				return version{name: name, id: tlsVersionIDs[i], given: true, env: src.env}, nil
+			}
+		}
+		return version{}, invalid(key, src, oneOf(tlsVersions)+" (in any letter case), or empty for no bound")
+	}
+	minV, err := parse("ssl_min_protocol_version", "PGSSLMINPROTOCOLVERSION")
+	if err != nil {
+		return tlsKeys{}, err
+	}
+	maxV, err := parse("ssl_max_protocol_version", "PGSSLMAXPROTOCOLVERSION")
+	if err != nil {
+		return tlsKeys{}, err
+	}
+	k.minVersion, k.maxVersion = minV.id, maxV.id
+	// libpq's check (sslVerifyProtocolRange), with its default minimum when none is given.
+	minShown, key, env := minV.name, "ssl_min_protocol_version", minV.env
+	if !minV.given {
+		minV.name, minShown = defaultMinTLSVersion, defaultMinTLSVersion+" (the default)"
+		key, env = "ssl_max_protocol_version", maxV.env
+	}
+	from := func(v version) string {
+		if v.env != "" {
+			return " (from " + v.env + ")"
+		}
+		return ""
+	}
+	if minV.name != "" && maxV.name != "" && slices.Index(tlsVersions, minV.name) > slices.Index(tlsVersions, maxV.name) {
+		return tlsKeys{}, &ParseError{Key: key, Env: env, msg: fmt.Sprintf(
+			"invalid SSL protocol version range: ssl_min_protocol_version %s%s is above ssl_max_protocol_version %s%s",
+			minShown, from(minV), maxV.name, from(maxV))}
+	}
+
+	if v, _, ok := get("sslrootcert", "PGSSLROOTCERT"); ok && v == "system" {
+		k.systemRoots = true
+	}
+	if v, _, ok := get("sslcrl", "PGSSLCRL"); ok {
+		k.crlFile = v
+	}
+	if v, _, ok := get("sslcrldir", "PGSSLCRLDIR"); ok && v != "" {
+		k.crlDirGiven = true
+		for d := range strings.SplitSeq(v, string(os.PathListSeparator)) {
+			if d != "" {
+				k.crlDirs = append(k.crlDirs, d)
+			}
+		}
+	}
+	if k.crlFile == "" && !k.crlDirGiven {
+		k.crlFile = defaultCRLFile()
+	}
+	if v, _, ok := get("sslkeylogfile", ""); ok {
+		k.keyLogFile = v
+	}
+	return k, nil
+}
+
+// defaultCRLFile is libpq's default sslcrl: ~/.postgresql/root.crl (%APPDATA%\postgresql\root.crl
+// on Windows), the home directory from $HOME, else the user database; "" when there is none.
+func defaultCRLFile() string {
+	if runtime.GOOS == "windows" {
+		if d := os.Getenv("APPDATA"); d != "" {
+			return filepath.Join(d, "postgresql", "root.crl")
+		}
+		return ""
+	}
+	home := os.Getenv("HOME")
+	if home == "" {
+		if u, err := user.Current(); err == nil {
+			home = u.HomeDir
+		}
+	}
+	if home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".postgresql", "root.crl")
+}
+
+// apply applies the keys to c, a TLS configuration pgx built (pgconn.Config.TLSConfig or a
+// fallback's), and returns c; nil (no TLS) gives nil.
+//
+// c is changed in place, not cloned: pgx finds the client certificate of sslcert and sslkey by
+// the *tls.Config pointer it built (pgconn.Config.clientCertificateLoaders), so a clone would
+// connect without it. Call apply once per configuration, before it is used, as ParseConfig
+// returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones).
+//
+// When c verifies the server's chain (sslmode verify-ca or verify-full, or require with
+// sslrootcert) and sslrootcert is not "system", the CRLs are checked at each handshake, after
+// pgx's own verification, as OpenSSL does with libpq's flags X509_V_FLAG_CRL_CHECK and
+// X509_V_FLAG_CRL_CHECK_ALL:
+//   - sslcrl (else ~/.postgresql/root.crl, when sslcrldir is not given either) is read; when
+//     it does not exist, or holds neither CRL nor certificate, nothing is checked (libpq goes on
+//     silently too);
+//   - otherwise every certificate of the verified chain, the root included, needs a CRL from its
+//     issuer (the next certificate, or itself for the self-signed root), from sslcrl or from
+//     sslcrldir, whose files are looked up as OpenSSL does (<issuer name hash>.r0, .r1, ... as
+//     "openssl rehash" names them; other names are not read; a directory that does not exist
+//     has none). The CRL chosen is, as OpenSSL chooses, the one in time (thisUpdate <= now <=
+//     nextUpdate), in scope, without an unhandled critical extension, and the newest; it must
+//     be signed by the issuer's key, the issuer's key usage (if any) must allow CRL signing, it
+//     must be in time (an expired CRL fails), and must not list the certificate. A certificate
+//     without a CRL fails ("unable to get certificate CRL").
+func (k tlsKeys) apply(c *tls.Config) *tls.Config {
+	if c == nil {
+		return nil
+	}
+	if k.minVersion != 0 {
+		c.MinVersion = k.minVersion
+	}
+	if k.maxVersion != 0 {
+		c.MaxVersion = k.maxVersion
+	}
+	if k.keyLogFile != "" {
+		c.KeyLogWriter = keyLogFile(k.keyLogFile)
+	}
+	verifies := !c.InsecureSkipVerify || c.VerifyPeerCertificate != nil
+	if verifies && !k.systemRoots && (k.crlFile != "" || k.crlDirGiven) {
+		chk := &crlCheck{file: k.crlFile, dirs: k.crlDirs, dirGiven: k.crlDirGiven, roots: c.RootCAs}
+		prev := c.VerifyConnection
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if prev != nil {
+				if err := prev(cs); err != nil {
+					return err
+				}
+			}
+			return chk.verify(cs, time.Now())
+		}
+	}
+	return c
+}
+
+// checkWeakSSLMode refuses what libpq 16 to 18 refuse (connectOptions2): sslnegotiation=direct
+// with an sslmode that allows plaintext (libpq 17), and sslrootcert=system with an sslmode
+// weaker than verify-full (libpq 16). sslmodeGiven tells whether sslmode was set (in the
+// connection string, a service file or PGSSLMODE): when it was not, libpq's default applies,
+// verify-full with sslrootcert=system and prefer otherwise. pgx upgrades the first combination to
+// require and the second to verify-full without a word.
+func checkWeakSSLMode(sslmode string, sslmodeGiven bool, sslnegotiation, sslrootcert string) error {
+	if !sslmodeGiven || sslmode == "" {
+		sslmode = "prefer"
+		if sslrootcert == "system" {
+			sslmode = "verify-full"
+		}
+	}
+	weak := sslmode == "disable" || sslmode == "allow" || sslmode == "prefer"
+	switch {
+	case sslnegotiation == "direct" && weak:
+		return &ParseError{Key: "sslmode", msg: fmt.Sprintf(
+			`weak sslmode %s may not be used with sslnegotiation=direct (use "require", "verify-ca", or "verify-full")`,
+			shown(sslmode))}
+	case sslrootcert == "system" && sslmode != "verify-full":
+		return &ParseError{Key: "sslmode", msg: fmt.Sprintf(
+			`weak sslmode %s may not be used with sslrootcert=system (use "verify-full")`, shown(sslmode))}
+	}
+	return nil
+}
+
+// keyLogFile is sslkeylogfile: each line crypto/tls writes (NSS key log format) is appended to
+// the file, opened for that line (O_APPEND|O_CREATE|O_WRONLY, mode 0600 when created) as libpq 18
+// does. Errors are not returned: the handshake goes on without the line.
+type keyLogFile string
+
+func (f keyLogFile) Write(p []byte) (int, error) {
+	fd, err := os.OpenFile(string(f), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err == nil {
+		_, _ = fd.Write(p)
+		_ = fd.Close()
+	}
+	return len(p), nil
+}
+
+// crlCheck checks the server's chain against CRLs (see tlsKeys.apply).
+type crlCheck struct {
+	file     string
+	dirs     []string
+	dirGiven bool
+	roots    *x509.CertPool // the roots pgx verifies with, to build the chains again for verify-ca
+}
+
+// verify checks the chains pgx verified against the CRLs.
+func (k *crlCheck) verify(cs tls.ConnectionState, now time.Time) error {
+	store, err := k.load()
+	if err != nil || store == nil {
+		return err
+	}
+	chains := cs.VerifiedChains
+	if len(chains) == 0 && len(cs.PeerCertificates) > 0 {
+		// verify-ca: pgx verifies in VerifyPeerCertificate and keeps no chain.
+		opts := x509.VerifyOptions{Roots: k.roots, Intermediates: x509.NewCertPool()}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		chains, err = cs.PeerCertificates[0].Verify(opts)
+		if err != nil {
+			return err
+		}
+	}
+	if len(chains) == 0 {
+		return errors.New("pgconnector: server certificate verify failed: no verified chain to check against the CRLs")
+	}
+	// Go may find several chains (cross-signed CAs); OpenSSL builds one. One that passes is enough.
+	var first error
+	for _, chain := range chains {
+		err := store.checkChain(chain, now)
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// crlStore is what OpenSSL's X509_STORE holds for libpq: the CRLs of the file, and the
+// directories where more are looked up by issuer.
+type crlStore struct {
+	file []*crl
+	dirs []string
+}
+
+// load reads the CRL file. It returns nil when libpq would check no CRL: no file and no
+// directory, or a file that does not exist or holds neither CRL nor certificate.
+func (k *crlCheck) load() (*crlStore, error) {
+	s := &crlStore{dirs: k.dirs}
+	if k.file != "" {
+		data, err := os.ReadFile(k.file)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pgconnector: cannot read sslcrl%s", fileProblem(err))
+		}
+		crls, objects, err := parseCRLFile(data)
+		if err != nil {
+			return nil, fmt.Errorf("pgconnector: sslcrl %s: %w", shownPath(k.file), err)
+		}
+		if objects == 0 {
+			return nil, nil
+		}
+		s.file = crls
+	} else if !k.dirGiven {
+		return nil, nil
+	}
+	return s, nil
+}
+
+func shownPath(p string) string {
+	if s := shown(p); s != "(value not shown)" {
+		return s
+	}
+	return "(path not shown)"
+}
+
+// parseCRLFile reads the CRLs of an sslcrl file, PEM ("X509 CRL" blocks) or one DER CRL, and
+// counts them with the PEM certificates of the file, which OpenSSL loads too.
+func parseCRLFile(data []byte) (crls []*crl, objects int, err error) {
+	rest, sawPEM := data, false
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		sawPEM = true
+		switch b.Type {
+		case "X509 CRL":
+			c, err := parseCRL(b.Bytes)
+			if err != nil {
+				return nil, 0, err
+			}
+			crls = append(crls, c)
+			objects++
+		case "CERTIFICATE", "X509 CERTIFICATE", "TRUSTED CERTIFICATE":
+			objects++
+		}
+	}
+	if !sawPEM && len(bytes.TrimSpace(data)) > 0 {
+		c, err := parseCRL(data)
+		if err != nil {
+			return nil, 0, errors.New("holds neither a PEM nor a DER certificate revocation list")
+		}
+		return []*crl{c}, 1, nil
+	}
+	return crls, objects, nil
+}
+
+// lookup returns the CRLs issued by the name (canonical form): those of the file, then those of
+// the directories (X509_STORE_CTX_get1_crls always looks in the directories too).
+func (s *crlStore) lookup(issuer []byte) []*crl {
+	var out []*crl
+	for _, c := range s.file {
+		if bytes.Equal(c.issuer, issuer) {
+			out = append(out, c)
+		}
+	}
+	hash := nameHash(issuer)
+	for _, dir := range s.dirs {
+		// by_dir.c: <hash>.r0, .r1, ... up to the first that is missing or does not load.
+		for n := 0; ; n++ {
+			data, err := os.ReadFile(filepath.Join(dir, hash+".r"+strconv.Itoa(n)))
+			if err != nil {
+				break
+			}
+			crls, _, err := parseCRLFile(data)
+			if err != nil || len(crls) == 0 {
+				break
+			}
+			for _, c := range crls {
+				if bytes.Equal(c.issuer, issuer) {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// crl is a parsed CRL with what OpenSSL's CRL scoring looks at.
+type crl struct {
+	rl     *x509.RevocationList
+	issuer []byte // canonical issuer name
+	// critical: an extension OpenSSL does not handle is critical (EXFLAG_CRITICAL).
+	critical bool
+	// unusable: a delta CRL, an indirect CRL, a CRL for some reasons only, or an invalid
+	// issuingDistributionPoint: OpenSSL never uses it with libpq's flags.
+	unusable bool
+	idp      *issuingDP
+}
+
+// issuingDP is what OpenSSL takes from a CRL's issuingDistributionPoint.
+type issuingDP struct {
+	dpURIs                     []string
+	hasDP                      bool
+	onlyUser, onlyCA, onlyAttr bool
+}
+
+var (
+	oidAKID       = asn1.ObjectIdentifier{2, 5, 29, 35}
+	oidIDP        = asn1.ObjectIdentifier{2, 5, 29, 28}
+	oidDeltaCRL   = asn1.ObjectIdentifier{2, 5, 29, 27}
+	oidCertIssuer = asn1.ObjectIdentifier{2, 5, 29, 29}
+)
+
+// reasonRemoveFromCRL is the CRL reason removeFromCRL: the entry does not revoke (cert_crl).
+const reasonRemoveFromCRL = 8
+
+func parseCRL(der []byte) (*crl, error) {
+	rl, err := x509.ParseRevocationList(der)
+	if err != nil {
+		return nil, fmt.Errorf("a certificate revocation list does not parse: %w", err)
+	}
+	issuer, err := canonicalName(rl.RawIssuer)
+	if err != nil {
+		return nil, fmt.Errorf("a certificate revocation list does not parse: issuer: %w", err)
+	}
+	c := &crl{rl: rl, issuer: issuer}
+	for _, e := range rl.Extensions {
+		switch {
+		case e.Id.Equal(oidDeltaCRL):
+			c.unusable = true
+		case e.Id.Equal(oidIDP):
+			idp, ok := parseIDP(e.Value)
+			if !ok {
+				c.unusable = true
+			}
+			c.idp = idp
+		case e.Critical && !e.Id.Equal(oidAKID):
+			c.critical = true
+		}
+	}
+	for _, entry := range rl.RevokedCertificateEntries {
+		for _, e := range entry.Extensions {
+			if e.Critical && !e.Id.Equal(oidCertIssuer) {
+				c.critical = true
+			}
+		}
+	}
+	return c, nil
+}
+
+// parseIDP reads an issuingDistributionPoint (RFC 5280, 5.2.5); ok is false when OpenSSL does
+// not use the CRL with libpq's flags (indirect, some reasons only, invalid).
+func parseIDP(der []byte) (*issuingDP, bool) {
+	var seq asn1.RawValue
+	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
+		return nil, false
+	}
+	idp := &issuingDP{}
+	only := 0
+	for b := seq.Bytes; len(b) > 0; {
+		var f asn1.RawValue
+		var err error
+		if b, err = asn1.Unmarshal(b, &f); err != nil || f.Class != asn1.ClassContextSpecific {
+			return nil, false
+		}
+		flag := len(f.Bytes) == 1 && f.Bytes[0] != 0
+		switch f.Tag {
+		case 0: // distributionPoint: [0] fullName GeneralNames | [1] nameRelativeToCRLIssuer
+			idp.hasDP = true
+			var name asn1.RawValue
+			if _, err := asn1.Unmarshal(f.Bytes, &name); err == nil && name.Tag == 0 {
+				for g := name.Bytes; len(g) > 0; {
+					var gn asn1.RawValue
+					if g, err = asn1.Unmarshal(g, &gn); err != nil {
+						return nil, false
+					}
+					if gn.Class == asn1.ClassContextSpecific && gn.Tag == 6 { // uniformResourceIdentifier
+						idp.dpURIs = append(idp.dpURIs, string(gn.Bytes))
+					}
+				}
+			}
+		case 1:
+			idp.onlyUser = flag
+		case 2:
+			idp.onlyCA = flag
+		case 3: // onlySomeReasons
+			return idp, false
+		case 4: // indirectCRL
+			if flag {
+				return idp, false
+			}
+		case 5:
+			idp.onlyAttr = flag
+		}
+		if flag && (f.Tag == 1 || f.Tag == 2 || f.Tag == 5) {
+			only++
+		}
+	}
+	return idp, only <= 1
+}
+
+// OpenSSL's CRL scores (x509_vfy.c).
+const (
+	scoreNoCritical = 0x100
+	scoreScope      = 0x080
+	scoreTime       = 0x040
+	scoreIssuerName = 0x020
+	scoreIssuerCert = 0x018
+	scoreAKID       = 0x004
+)
+
+// checkChain checks every certificate of chain (leaf first, root last) as OpenSSL's
+// check_revocation does with X509_V_FLAG_CRL_CHECK_ALL.
+func (s *crlStore) checkChain(chain []*x509.Certificate, now time.Time) error {
+	for i, cert := range chain {
+		if err := s.checkCert(chain, i, now); err != nil {
+			return fmt.Errorf("pgconnector: server certificate verify failed: %w (certificate at depth %d, %s)",
+				err, i, cert.Subject)
+		}
+	}
+	return nil
+}
+
+// checkCert is OpenSSL's check_cert for chain[i]: get_crl_delta (without deltas), check_crl and
+// cert_crl.
+func (s *crlStore) checkCert(chain []*x509.Certificate, i int, now time.Time) error {
+	cert := chain[i]
+	certIssuer, err := canonicalName(cert.RawIssuer)
+	if err != nil {
+		return err
+	}
+	// The issuer is the next certificate, or the last certificate itself when it is self-issued
+	// (crl_akid_check, check_crl).
+	var issuer *x509.Certificate
+	if i+1 < len(chain) {
+		issuer = chain[i+1]
+	} else if subj, err := canonicalName(cert.RawSubject); err == nil && bytes.Equal(subj, certIssuer) {
+		issuer = cert
+	}
+	var issuerSubject []byte
+	if issuer != nil {
+		if issuerSubject, err = canonicalName(issuer.RawSubject); err != nil {
+			return err
+		}
+	}
+
+	var best *crl
+	bestScore := 0
+	for _, c := range s.lookup(certIssuer) {
+		score := crlScore(c, cert, issuer, issuerSubject, now)
+		if score == 0 || score < bestScore {
+			continue
+		}
+		if score == bestScore && best != nil && !c.rl.ThisUpdate.After(best.rl.ThisUpdate) {
+			continue
+		}
+		best, bestScore = c, score
+	}
+	if best == nil {
+		return errors.New("unable to get certificate CRL")
+	}
+
+	// check_crl
+	if issuer.KeyUsage != 0 && issuer.KeyUsage&x509.KeyUsageCRLSign == 0 {
+		return errors.New("key usage does not include CRL signing")
+	}
+	if bestScore&scoreScope == 0 {
+		return errors.New("different CRL scope")
+	}
+	if bestScore&scoreTime == 0 {
+		if best.rl.ThisUpdate.After(now) {
+			return errors.New("CRL is not yet valid")
+		}
+		return errors.New("CRL has expired")
+	}
+	if err := issuer.CheckSignature(best.rl.SignatureAlgorithm, best.rl.RawTBSRevocationList, best.rl.Signature); err != nil {
+		return errors.New("CRL signature failure")
+	}
+
+	// cert_crl
+	if best.critical {
+		return errors.New("unhandled critical CRL extension")
+	}
+	for _, e := range best.rl.RevokedCertificateEntries {
+		if e.SerialNumber != nil && e.SerialNumber.Cmp(cert.SerialNumber) == 0 && e.ReasonCode != reasonRemoveFromCRL {
+			return errors.New("certificate revoked")
+		}
+	}
+	return nil
+}
+
+// crlScore is OpenSSL's get_crl_score for CRL c (issued by the certificate's issuer name) and
+// certificate cert, whose issuer in the chain is issuer (nil when it has none there).
+func crlScore(c *crl, cert, issuer *x509.Certificate, issuerSubject []byte, now time.Time) int {
+	if c.unusable {
+		return 0
+	}
+	score := scoreIssuerName
+	if !c.critical {
+		score |= scoreNoCritical
+	}
+	if !c.rl.ThisUpdate.After(now) && (c.rl.NextUpdate.IsZero() || !now.After(c.rl.NextUpdate)) {
+		score |= scoreTime
+	}
+	// crl_akid_check: the issuer in the chain has the CRL's issuer name and its key identifier
+	// matches the CRL's authority key identifier (X509_check_akid).
+	if issuer == nil || !bytes.Equal(issuerSubject, c.issuer) ||
+		len(c.rl.AuthorityKeyId) > 0 && len(issuer.SubjectKeyId) > 0 && !bytes.Equal(c.rl.AuthorityKeyId, issuer.SubjectKeyId) {
+		return 0
+	}
+	score |= scoreAKID | scoreIssuerCert
+	if inScope(c, cert) {
+		score |= scoreScope
+	}
+	return score
+}
+
+// inScope is OpenSSL's crl_crldp_check, with distribution points compared on URIs.
+func inScope(c *crl, cert *x509.Certificate) bool {
+	if idp := c.idp; idp != nil {
+		if idp.onlyAttr || cert.IsCA && idp.onlyUser || !cert.IsCA && idp.onlyCA {
+			return false
+		}
+	}
+	if len(cert.CRLDistributionPoints) > 0 {
+		if c.idp == nil || !c.idp.hasDP {
+			return true
+		}
+		for _, u := range cert.CRLDistributionPoints {
+			if slices.Contains(c.idp.dpURIs, u) {
+				return true
+			}
+		}
+	}
+	return c.idp == nil || !c.idp.hasDP
+}
+
+// canonicalName is OpenSSL's canonical form of a DER Name (x509_name_canon), which X509_NAME_cmp
+// compares and X509_NAME_hash_ex hashes: each RDN re-encoded as a SET of its attributes, string
+// values converted to UTF8String, trimmed, inner white space collapsed to one space and ASCII
+// lower-cased; the RDNs concatenated without the outer SEQUENCE.
+func canonicalName(der []byte) ([]byte, error) {
+	var seq asn1.RawValue
+	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
+		return nil, errors.New("malformed name")
+	}
+	var out []byte
+	for rdns := seq.Bytes; len(rdns) > 0; {
+		var set asn1.RawValue
+		var err error
+		if rdns, err = asn1.Unmarshal(rdns, &set); err != nil || set.Tag != asn1.TagSet {
+			return nil, errors.New("malformed name")
+		}
+		var attrs [][]byte
+		for b := set.Bytes; len(b) > 0; {
+			var atv struct {
+				Type  asn1.ObjectIdentifier
+				Value asn1.RawValue
+			}
+			if b, err = asn1.Unmarshal(b, &atv); err != nil {
+				return nil, errors.New("malformed name")
+			}
+			v := atv.Value
+			if s, ok := canonString(v); ok {
+				v = asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagUTF8String, Bytes: s}
+			} else {
+				v = asn1.RawValue{FullBytes: v.FullBytes}
+			}
+			enc, err := asn1.Marshal(struct {
+				Type  asn1.ObjectIdentifier
+				Value asn1.RawValue
+			}{atv.Type, v})
+			if err != nil {
+				return nil, err
+			}
+			attrs = append(attrs, enc)
+		}
+		slices.SortFunc(attrs, bytes.Compare) // DER SET OF order
+		enc, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSet, IsCompound: true,
+			Bytes: bytes.Join(attrs, nil)})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, enc...)
+	}
+	return out, nil
+}
+
+// canonString is OpenSSL's asn1_string_canon for the string types it canonicalises; ok is false
+// for the other types (kept as they are). UniversalString, which OpenSSL canonicalises too, is
+// left out: crypto/x509 does not parse a name that has one.
+func canonString(v asn1.RawValue) (s []byte, ok bool) {
+	if v.Class != asn1.ClassUniversal {
+		return nil, false
+	}
+	var u []byte
+	switch v.Tag {
+	case asn1.TagUTF8String, asn1.TagPrintableString, asn1.TagIA5String, 26 /* VisibleString */ :
+		u = v.Bytes
+	case asn1.TagT61String: // read as Latin-1, as OpenSSL does
+		for _, c := range v.Bytes {
+			u = utf8.AppendRune(u, rune(c))
+		}
+	case asn1.TagBMPString:
+		units := make([]uint16, len(v.Bytes)/2)
+		for i := range units {
+			units[i] = binary.BigEndian.Uint16(v.Bytes[2*i:])
+		}
+		for _, r := range utf16.Decode(units) {
+			u = utf8.AppendRune(u, r)
+		}
+	default:
+		return nil, false
+	}
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' }
+	for len(u) > 0 && isSpace(u[0]) {
+		u = u[1:]
+	}
+	for len(u) > 0 && isSpace(u[len(u)-1]) {
+		u = u[:len(u)-1]
+	}
+	out := make([]byte, 0, len(u))
+	for i := 0; i < len(u); {
+		c := u[i]
+		switch {
+		case c >= 0x80:
+			out = append(out, c)
+			i++
+		case isSpace(c):
+			out = append(out, ' ')
+			for i < len(u) && isSpace(u[i]) {
+				i++
+			}
+		default:
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			out = append(out, c)
+			i++
+		}
+	}
+	return out, true
+}
+
+// nameHash is OpenSSL's X509_NAME_hash_ex of a canonical name, as "openssl rehash" and
+// "openssl x509 -hash" print it: the first four bytes of its SHA-1, little-endian, in hex.
+func nameHash(canon []byte) string {
+	sum := sha1.Sum(canon)
+	return fmt.Sprintf("%08x", binary.LittleEndian.Uint32(sum[:4]))
+}
