@@ -86,6 +86,9 @@ func ParseSettings(dsn string) (*Settings, error) {
 	if err := s.hostaddrs(kv); err != nil {
 		return nil, err
 	}
+	if err := s.tlsKeys(kv, dsn, cfg); err != nil {
+		return nil, err
+	}
 	// Whatever libpq knows is not a run-time parameter, unless libpq sends it too.
 	for _, k := range keywords {
 		if !sentToServer[k.Name] {
@@ -162,6 +165,40 @@ func (s *Settings) libpqKeys(kv *keyValues) error {
 	}
 	s.Keepalives = ka
 	return nil
+}
+
+// tlsKeys applies the libpq TLS keys pgx does not know (tlskeys.go) to every TLS configuration
+// pgx built, which the hosts share, and refuses the weak sslmode combinations libpq refuses.
+func (s *Settings) tlsKeys(kv *keyValues, dsn string, cfg *pgx.ConnConfig) error {
+	// An environment variable set to "" is a value here ("no bound"), as in libpq.
+	get := func(key, env string) (string, source, bool) {
+		if v, ok := kv.params[key]; ok {
+			return v, source{value: v, known: true}, true
+		}
+		if src := sourceOf(dsn, key); src.known && src.env == "" {
+			return src.value, src, true // a key pgx consumed (sslrootcert)
+		}
+		if env != "" {
+			if v, ok := os.LookupEnv(env); ok {
+				return v, source{value: v, env: env, known: true}, true
+			}
+		}
+		return "", source{}, false
+	}
+	k, err := parseTLSKeys(get)
+	if err != nil {
+		return err
+	}
+	k.apply(cfg.TLSConfig)
+	for _, fb := range cfg.Fallbacks {
+		k.apply(fb.TLSConfig)
+	}
+	mode, _, given := get("sslmode", "PGSSLMODE")
+	if _, requiressl := kv.params["requiressl"]; requiressl || strings.HasPrefix(os.Getenv("PGREQUIRESSL"), "1") {
+		mode, given = s.Hosts[0].SSLMode.String(), true
+	}
+	rootcert, _, _ := get("sslrootcert", "PGSSLROOTCERT")
+	return checkWeakSSLMode(mode, given && mode != "", cfg.SSLNegotiation, rootcert)
 }
 
 // targetOf tells which target_session_attrs pgx parsed from the validation function it chose
