@@ -142,8 +142,11 @@ type TLSHandshakeDoneInfo struct {
 
 // StartupDoneInfo is the outcome of startup and authentication.
 type StartupDoneInfo struct {
-	// AuthMethod is the authentication the server asked for: "trust" (AuthenticationOk at once),
-	// "password", "md5", "scram-sha-256", "gss", "sspi", or "" when unknown.
+	// AuthMethod is the authentication the server asked for: "password", "md5",
+	// "scram-sha-256", "gss", "sspi"; for an AuthenticationOk at once, "trust" on a plaintext or
+	// TLS connection and "gss-or-trust" on a GSS-encrypted one (pg_hba gss needs no exchange
+	// there, the encrypted channel having authenticated the client, and the server sends the same
+	// bytes for trust); "" when unknown.
 	AuthMethod string
 	// SQLState is the SQLSTATE of a server error, if any.
 	SQLState string

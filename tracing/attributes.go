@@ -84,8 +84,10 @@ const (
 	// TLSDirectKey is true for a direct TLS handshake (sslnegotiation=direct).
 	// Span: tls_handshake.
 	TLSDirectKey = attribute.Key("pgconnector.tls.direct")
-	// AuthMethodKey is the authentication the server asked for: "trust", "password", "md5",
-	// "scram-sha-256", "gss", "sspi". Span: startup.
+	// AuthMethodKey is the authentication the server asked for: "password", "md5",
+	// "scram-sha-256", "gss", "sspi"; for an AuthenticationOk with no exchange before it, "trust"
+	// on a plaintext or TLS connection and "gss-or-trust" on a GSS-encrypted one, where pg_hba gss
+	// (the encrypted channel authenticated the client) and trust send the same bytes. Span: startup.
 	AuthMethodKey = attribute.Key("pgconnector.auth.method")
 	// FallbackFromKey is the method given up. Span: fallback.
 	FallbackFromKey = attribute.Key("pgconnector.fallback.from")

@@ -398,7 +398,7 @@ func scenarios(t testing.TB) []scenario {
 				x := tr.GSSContextStart(ctx, dial(negotiation.MethodGSS))
 				tr.GSSContextDone(x, negotiation.GSSContextDoneInfo{Enctype: testEnctype})
 				u := tr.StartupStart(ctx, dial(negotiation.MethodGSS))
-				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "gss"})
+				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "gss-or-trust"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
 					Method: negotiation.MethodGSS, Attempts: 1})
 			},
@@ -416,7 +416,7 @@ func scenarios(t testing.TB) []scenario {
 				{name: SpanGSSContext, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					GSSEnctypeKey.String(testEnctype)}},
 				{name: SpanStartup, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					semconv.DBNamespace(testDB), MethodKey.String("gss"), AuthMethodKey.String("gss")}},
+					semconv.DBNamespace(testDB), MethodKey.String("gss"), AuthMethodKey.String("gss-or-trust")}},
 			},
 		})
 	}
