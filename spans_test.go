@@ -73,7 +73,7 @@ func TestSpanTree(t *testing.T) {
 		{
 			name: "plain",
 			dsn:  plain.DSN("sslmode=disable"),
-			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=disable pgconnector.plan=plain pgconnector.cache.hit=false pgconnector.transport=plain]
+			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=disable pgconnector.plan=plain pgconnector.transport=plain]
   postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
   postgresql.tcp_connect
   postgresql.startup[db.namespace=app pgconnector.auth.method=trust]

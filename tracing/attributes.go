@@ -37,9 +37,13 @@ const (
 	// TransportKey is the protection of the established connection: "plain", "tls" or "gss".
 	// Span: connect, on success.
 	TransportKey = attribute.Key("pgconnector.transport")
-	// CacheHitKey is true when a remembered server answer shaped the plan (connect span, event
-	// decision) or was already known when the request was sent (ssl_request, gssenc_request
-	// spans).
+	// CacheHitKey, on the decision event, is true when a remembered server answer changed the
+	// host's plan (a method left out) or confirmed it (the server is remembered to accept the
+	// request the plan sends first), false when the plan sends GSSENCRequest or SSLRequest first
+	// otherwise, and absent when no remembered answer could matter ([negotiation.Plan.CacheUse];
+	// the decision cache metrics count the same). On the connect span it is that of the decision
+	// of the host connected to (absent on failure). On the ssl_request and gssenc_request spans it
+	// is true when that request's answer was already remembered.
 	CacheHitKey = attribute.Key("pgconnector.cache.hit")
 	// AttemptsKey is the number of sockets the connect opened. Span: connect.
 	AttemptsKey = attribute.Key("pgconnector.attempts")

@@ -216,7 +216,10 @@ func (t *tracer) connectDone(ctx context.Context, info negotiation.ConnectDoneIn
 	if tr := info.Method.Transport(); tr != "" {
 		kv = append(kv, TransportKey.String(tr))
 	}
-	kv = append(kv, CacheHitKey.Bool(info.CacheHit), AttemptsKey.Int(info.Attempts))
+	if info.Cache != negotiation.CacheUseNone {
+		kv = append(kv, CacheHitKey.Bool(info.Cache == negotiation.CacheUseHit))
+	}
+	kv = append(kv, AttemptsKey.Int(info.Attempts))
 	span.SetAttributes(kv...)
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeConnectFailed)
@@ -235,7 +238,10 @@ func (t *tracer) decision(ctx context.Context, info negotiation.DecisionInfo) {
 	if skipped := info.Plan.Skipped(); len(skipped) > 0 {
 		kv = append(kv, PlanSkippedKey.String(joinMethods(skipped)))
 	}
-	kv = append(kv, CacheHitKey.Bool(info.Plan.CacheHit()), ProbeWaitedKey.Bool(info.Waited))
+	if use := info.Plan.CacheUse(); use != negotiation.CacheUseNone {
+		kv = append(kv, CacheHitKey.Bool(use == negotiation.CacheUseHit))
+	}
+	kv = append(kv, ProbeWaitedKey.Bool(info.Waited))
 	if info.Input.GSSEncMode != negotiation.GSSEncModeDisable && !info.Input.UnixSocket {
 		// Only where the credentials count, as in Decide: GSS is allowed unless
 		// gssencmode=disable, and never over a Unix socket (where they are not even checked).

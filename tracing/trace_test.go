@@ -154,20 +154,24 @@ func scenarios(t testing.TB) []scenario {
 			semconv.ServerAddress(testHost), semconv.NetworkTransportTCP, semconv.NetworkPeerAddress(testIPv4),
 			semconv.NetworkPeerPort(testPort), MethodKey.String(m)}}
 	}
-	decision := func(plan string, cacheHit bool, skipped string) ([]attribute.KeyValue, event) {
+	// decision is the attributes of a decision; hit is its cache.hit, "" when absent.
+	decision := func(plan string, hit string, skipped string) ([]attribute.KeyValue, event) {
 		attrs := []attribute.KeyValue{PlanKey.String(plan)}
 		if skipped != "" {
 			attrs = append(attrs, PlanSkippedKey.String(skipped))
 		}
-		attrs = append(attrs, CacheHitKey.Bool(cacheHit), ProbeWaitedKey.Bool(false))
+		if hit != "" {
+			attrs = append(attrs, CacheHitKey.Bool(hit == "true"))
+		}
+		attrs = append(attrs, ProbeWaitedKey.Bool(false))
 		ev := event{name: EventDecision, attrs: append([]attribute.KeyValue{
 			semconv.ServerAddress(testHost), semconv.ServerPort(testPort)}, attrs...)}
 		return attrs, ev
 	}
 	// gssDecision is a decision with gssencmode other than disable: it adds whether the client
 	// holds credentials.
-	gssDecision := func(plan string, cacheHit bool, skipped string, creds bool) ([]attribute.KeyValue, event) {
-		attrs, ev := decision(plan, cacheHit, skipped)
+	gssDecision := func(plan string, hit string, skipped string, creds bool) ([]attribute.KeyValue, event) {
+		attrs, ev := decision(plan, hit, skipped)
 		attrs = append(attrs, GSSCredentialsKey.Bool(creds))
 		ev.attrs = append(ev.attrs, GSSCredentialsKey.Bool(creds))
 		return attrs, ev
@@ -184,8 +188,8 @@ func scenarios(t testing.TB) []scenario {
 		d := tr.DNSStart(ctx, host)
 		tr.DNSDone(d, negotiation.DNSDoneInfo{Addrs: testAddrs})
 	}
-	connected := func(attrs []attribute.KeyValue, transport string, cacheHit bool) []attribute.KeyValue {
-		return append(attrs, TransportKey.String(transport), CacheHitKey.Bool(cacheHit), AttemptsKey.Int(1))
+	connected := func(attrs []attribute.KeyValue, transport string, hit bool) []attribute.KeyValue {
+		return append(attrs, TransportKey.String(transport), CacheHitKey.Bool(hit), AttemptsKey.Int(1))
 	}
 
 	preferIn := negotiation.Input{SSLMode: negotiation.SSLModePrefer, GSSEncMode: negotiation.GSSEncModeDisable}
@@ -205,7 +209,7 @@ func scenarios(t testing.TB) []scenario {
 	var out []scenario
 
 	{ // (a) sslmode=prefer, the server answers 'N': plaintext on the same socket.
-		dAttrs, dEvent := decision("ssl,plain", false, "")
+		dAttrs, dEvent := decision("ssl,plain", "false", "")
 		out = append(out, scenario{
 			name: "prefer/server refuses SSLRequest/plaintext on same socket",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -221,7 +225,7 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodPlain))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "trust"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodPlain, Attempts: 1, Duration: time.Millisecond})
+					Method: negotiation.MethodPlain, Cache: negotiation.CacheUseMiss, Attempts: 1, Duration: time.Millisecond})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
@@ -241,7 +245,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (b) sslmode=require, the server answers 'S': TLS 1.3, SCRAM.
-		dAttrs, dEvent := decision("ssl", false, "")
+		dAttrs, dEvent := decision("ssl", "false", "")
 		out = append(out, scenario{
 			name: "require/server accepts SSLRequest/TLS 1.3 and scram-sha-256",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -258,7 +262,7 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodSSL))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodSSL, Attempts: 1})
+					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 1})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
@@ -278,7 +282,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (c) the socket cannot be opened.
-		dAttrs, dEvent := decision("ssl,plain", false, "")
+		dAttrs, dEvent := decision("ssl,plain", "false", "")
 		out = append(out, scenario{
 			name: "prefer/connection refused/dial_error",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -292,7 +296,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs: append(append(startAttrs("prefer"), dAttrs...), CacheHitKey.Bool(false),
+					attrs: append(append(startAttrs("prefer"), dAttrs...),
 						AttemptsKey.Int(1), semconv.ErrorTypeKey.String(ErrorTypeDial)),
 					status: codes.Error, desc: errDial.Error(), exception: errDial.Error(),
 					events: []event{dEvent}},
@@ -308,7 +312,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (d) the cache remembers 'N': no SSLRequest, the password is wrong.
-		dAttrs, dEvent := decision("plain", true, "ssl")
+		dAttrs, dEvent := decision("plain", "true", "ssl")
 		out = append(out, scenario{
 			name: "prefer/cached N skips SSLRequest/bad password 28P01",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -320,7 +324,7 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodPlain))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256", SQLState: "28P01", Err: errBadPassword})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					CacheHit: true, Attempts: 1, Err: errAuth})
+					Attempts: 1, Err: errAuth})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
@@ -365,10 +369,10 @@ func scenarios(t testing.TB) []scenario {
 					semconv.DBSystemNamePostgreSQL, semconv.ServerAddress("/var/run/postgresql"),
 					semconv.ServerPort(testPort), semconv.DBNamespace(testDB), SSLModeKey.String("prefer"),
 					GSSEncModeKey.String("prefer"), PlanKey.String("plain"), ProbeWaitedKey.Bool(true),
-					TransportKey.String("plain"), CacheHitKey.Bool(false), AttemptsKey.Int(1)},
+					TransportKey.String("plain"), AttemptsKey.Int(1)},
 					events: []event{{name: EventDecision, attrs: []attribute.KeyValue{
 						semconv.ServerAddress("/var/run/postgresql"), semconv.ServerPort(testPort),
-						PlanKey.String("plain"), CacheHitKey.Bool(false), ProbeWaitedKey.Bool(true)}}}},
+						PlanKey.String("plain"), ProbeWaitedKey.Bool(true)}}}},
 				{name: SpanProbeWait, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					semconv.ServerAddress("/var/run/postgresql"), semconv.ServerPort(testPort)}},
 				{name: SpanTCPConnect, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
@@ -381,7 +385,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 	{ // (f) gssencmode=prefer, GSS remembered as working: the server answers 'G', the service
 		// ticket is in the credential cache, the context is established, GSS authentication.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", false, "", true)
+		dAttrs, dEvent := gssDecision("gss,ssl,plain", "true", "", true)
 		out = append(out, scenario{
 			name: scenarioGSSEncrypted,
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -400,11 +404,11 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodGSS))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "gss-or-trust"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodGSS, Attempts: 1})
+					Method: negotiation.MethodGSS, Cache: negotiation.CacheUseHit, Attempts: 1})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(modeAttrs("prefer", "prefer"), dAttrs...), "gss", false),
+					attrs:  connected(append(modeAttrs("prefer", "prefer"), dAttrs...), "gss", true),
 					events: []event{dEvent}},
 				credentialsSpan(true),
 				dnsSpan,
@@ -423,7 +427,7 @@ func scenarios(t testing.TB) []scenario {
 
 	{ // (g) gssencmode=prefer, the server answers 'N' to GSSENCRequest, then 'N' to SSLRequest on
 		// the same socket: plaintext, still on that socket.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", false, "", true)
+		dAttrs, dEvent := gssDecision("gss,ssl,plain", "false", "", true)
 		out = append(out, scenario{
 			name: "gssencmode=prefer/server refuses GSSENCRequest then SSLRequest/plaintext on same socket",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -444,7 +448,7 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodPlain))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "trust"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodPlain, Attempts: 1})
+					Method: negotiation.MethodPlain, Cache: negotiation.CacheUseMiss, Attempts: 1})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
@@ -471,7 +475,7 @@ func scenarios(t testing.TB) []scenario {
 
 	{ // (h) gssencmode=prefer, 'G', a ticket from the KDC, then the context fails: SSL on a new
 		// connection.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", false, "", true)
+		dAttrs, dEvent := gssDecision("gss,ssl,plain", "false", "", true)
 		out = append(out, scenario{
 			name: "gssencmode=prefer/GSS context fails/TLS on a new connection",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -499,7 +503,7 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodSSL))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodSSL, Attempts: 2})
+					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 2})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
