@@ -125,6 +125,7 @@ func TestCacheHitAgreement(t *testing.T) {
 		dsn       string
 		kerberos  bool
 		prime     int    // connects before the one checked
+		kinit     bool   // new credentials after them
 		hit       string // cache.hit of the connect span; "" absent
 		server    string // the host connected to
 		transport string
@@ -141,6 +142,9 @@ func TestCacheHitAgreement(t *testing.T) {
 		{name: "warm GSS", dsn: aliceDSN(gssEnc, "localhost"), kerberos: true, prime: 1, hit: "true",
 			server: addr("localhost", gssEnc.Port), transport: "gss",
 			decisions: []string{addr("localhost", gssEnc.Port) + " true"}, request: "true"},
+		{name: "warm GSS, then a new ticket: learned with other credentials", dsn: aliceDSN(gssEnc, "localhost"), kerberos: true,
+			prime: 1, kinit: true, hit: "false", server: addr("localhost", gssEnc.Port), transport: "gss",
+			decisions: []string{addr("localhost", gssEnc.Port) + " false"}, request: "false"},
 		{name: "warm plain ('N' remembered)", dsn: plain.DSN(), prime: 1, hit: "true", server: plainAddr,
 			transport: "plain", decisions: []string{plainAddr + " true"}},
 		// target_session_attrs=prefer-standby and no standby. The first host, a primary, is
@@ -178,6 +182,11 @@ func TestCacheHitAgreement(t *testing.T) {
 					t.Fatal(err)
 				}
 				conn.Close()
+			}
+			if tt.kinit {
+				if err := lab.kdc.Kinit(lab.ccache, "alice", 0); err != nil {
+					t.Fatal(err)
+				}
 			}
 			hits0 := counts(t, reader, tracing.MetricCacheHits)
 			misses0 := counts(t, reader, tracing.MetricCacheMisses)
