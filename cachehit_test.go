@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -252,5 +253,78 @@ func TestCacheHitAgreement(t *testing.T) {
 				t.Errorf("metrics: hits %v misses %v; the decisions say hits %v misses %v", h, m, wantHits, wantMisses)
 			}
 		})
+	}
+}
+
+// With two hosts, each decision's attributes are on the decision event of the host it was made
+// for, and the connect span says only what is about the connect as a whole: the host connected
+// to, its transport, the cache.hit of its plan, the sockets opened. The first host is remembered
+// to refuse SSLRequest (its plan leaves SSL out) and is down; the second is cold and connects
+// over TLS.
+func TestPlanAttributesPerHost(t *testing.T) {
+	_, tlsSrv := servers(t)
+	gone := harness.StartT(t, harness.Options{})
+	dsn := tlsSrv.DSN("host=127.0.0.1,127.0.0.1", fmt.Sprintf("port=%d,%d", gone.Port, tlsSrv.Port))
+	rec, tp := newRecorder()
+	c := newConnector(t, dsn, pgconnector.WithTracerProvider(tp))
+	defer c.Close()
+	conn, err := c.Connect(context.Background()) // the first host: 'N' remembered
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if err := gone.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	conn, err = c.Connect(ctx)
+	parent.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+
+	emit := func(kvs []attribute.KeyValue) map[string]string {
+		m := map[string]string{}
+		for _, kv := range kvs {
+			m[string(kv.Key)] = kv.Value.Emit()
+		}
+		return m
+	}
+	var connect sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == tracing.SpanConnect && s.Parent().SpanID() == parent.SpanContext().SpanID() {
+			connect = s
+		}
+	}
+	if connect == nil {
+		t.Fatal("no connect span")
+	}
+	port := func(p int) string { return strconv.Itoa(p) }
+	want := map[string]string{
+		"db.system.name": "postgresql", "db.namespace": tlsSrv.Database,
+		"server.address": "127.0.0.1", "server.port": port(tlsSrv.Port),
+		"pgconnector.sslmode": "prefer", "pgconnector.gssencmode": "prefer",
+		"pgconnector.transport": "tls", "pgconnector.cache.hit": "false", "pgconnector.attempts": "1",
+	}
+	if got := emit(connect.Attributes()); !maps.Equal(got, want) {
+		t.Errorf("connect span attributes\n %v\nwant\n %v", got, want)
+	}
+	var events []map[string]string
+	for _, ev := range connect.Events() {
+		if ev.Name == tracing.EventDecision {
+			events = append(events, emit(ev.Attributes))
+		}
+	}
+	wantEvents := []map[string]string{
+		{"server.address": "127.0.0.1", "server.port": port(gone.Port), "pgconnector.plan": "plain",
+			"pgconnector.plan.skipped": "ssl", "pgconnector.cache.hit": "true", "pgconnector.probe.waited": "false",
+			"pgconnector.gss.credentials": "false"},
+		{"server.address": "127.0.0.1", "server.port": port(tlsSrv.Port), "pgconnector.plan": "ssl,plain",
+			"pgconnector.cache.hit": "false", "pgconnector.probe.waited": "false", "pgconnector.gss.credentials": "false"},
+	}
+	if !slices.EqualFunc(events, wantEvents, maps.Equal) {
+		t.Errorf("decision events\n %v\nwant\n %v", events, wantEvents)
 	}
 }

@@ -24,7 +24,11 @@ const (
 	SpanFallback       = "postgresql.fallback"
 )
 
-// EventDecision is the name of the event added to the connect span for each host's plan.
+// EventDecision is the name of the event added to the connect span for each host's plan, with
+// the host (server.address, server.port) and the plan's attributes: pgconnector.plan,
+// pgconnector.plan.skipped, pgconnector.cache.hit, pgconnector.probe.waited,
+// pgconnector.gss.credentials. A host decided twice (a remembered answer that proved wrong) has
+// two.
 const EventDecision = "decision"
 
 // Attribute keys of this project. The keys of the OpenTelemetry semantic conventions
@@ -48,18 +52,18 @@ const (
 	// AttemptsKey is the number of sockets the connect opened. Span: connect.
 	AttemptsKey = attribute.Key("pgconnector.attempts")
 	// PlanKey is the ordered methods decided for a host, for example "ssl,plain".
-	// Span: connect (last host); event decision.
+	// Event: decision (of that host).
 	PlanKey = attribute.Key("pgconnector.plan")
 	// PlanSkippedKey is the methods the cache let the plan leave out, for example "ssl"; set only
-	// when there are some. Span: connect (last host); event decision.
+	// when there are some. Event: decision (of that host).
 	PlanSkippedKey = attribute.Key("pgconnector.plan.skipped")
 	// ProbeWaitedKey is true when the plan was made after waiting for another connect's probe.
-	// Span: connect (last host); event decision.
+	// Event: decision (of that host).
 	ProbeWaitedKey = attribute.Key("pgconnector.probe.waited")
 	// GSSCredentialsKey is true when the client holds Kerberos credentials usable for GSSAPI
 	// encryption, as the plan saw them; set only when gssencmode is not disable and the host is
 	// not a Unix socket (the cases where GSS is allowed and the credentials are checked).
-	// Span: connect (last host); event decision.
+	// Event: decision (of that host).
 	GSSCredentialsKey = attribute.Key("pgconnector.gss.credentials")
 	// GSSCredentialsValidKey is true when the credentials check found usable credentials (a
 	// ticket-granting ticket or a client keytab). The principal is never recorded.

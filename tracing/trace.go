@@ -232,9 +232,12 @@ func (t *tracer) decision(ctx context.Context, info negotiation.DecisionInfo) {
 	if st == nil {
 		return
 	}
-	plan := info.Plan.String()
-	var a [6]attribute.KeyValue
-	kv := append(a[:0], PlanKey.String(plan))
+	// Each host's decision is an event of its own, with the host: none of it goes on the connect
+	// span, whose attributes are about the connect as a whole (ConnectDone: the host connected
+	// to, its transport, the cache.hit of its plan, the sockets opened).
+	var a [7]attribute.KeyValue
+	kv := appendServer(a[:0], info.Host, info.Port)
+	kv = append(kv, PlanKey.String(info.Plan.String()))
 	if skipped := info.Plan.Skipped(); len(skipped) > 0 {
 		kv = append(kv, PlanSkippedKey.String(joinMethods(skipped)))
 	}
@@ -247,12 +250,7 @@ func (t *tracer) decision(ctx context.Context, info negotiation.DecisionInfo) {
 		// gssencmode=disable, and never over a Unix socket (where they are not even checked).
 		kv = append(kv, GSSCredentialsKey.Bool(info.Input.GSSCredentials))
 	}
-	st.span.SetAttributes(kv...)
-	// The event keeps each host's decision; the span attributes keep the last one.
-	event := make([]attribute.KeyValue, 0, len(kv)+2)
-	event = appendServer(event, info.Host, info.Port)
-	event = append(event, kv...)
-	st.span.AddEvent(EventDecision, trace.WithAttributes(event...))
+	st.span.AddEvent(EventDecision, trace.WithAttributes(kv...))
 }
 
 func (t *tracer) probeWaitStart(ctx context.Context, info negotiation.HostInfo) context.Context {

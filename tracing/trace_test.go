@@ -154,8 +154,8 @@ func scenarios(t testing.TB) []scenario {
 			semconv.ServerAddress(testHost), semconv.NetworkTransportTCP, semconv.NetworkPeerAddress(testIPv4),
 			semconv.NetworkPeerPort(testPort), MethodKey.String(m)}}
 	}
-	// decision is the attributes of a decision; hit is its cache.hit, "" when absent.
-	decision := func(plan string, hit string, skipped string) ([]attribute.KeyValue, event) {
+	// decision is the event of a decision; hit is its cache.hit, "" when absent.
+	decision := func(plan string, hit string, skipped string) event {
 		attrs := []attribute.KeyValue{PlanKey.String(plan)}
 		if skipped != "" {
 			attrs = append(attrs, PlanSkippedKey.String(skipped))
@@ -164,17 +164,15 @@ func scenarios(t testing.TB) []scenario {
 			attrs = append(attrs, CacheHitKey.Bool(hit == "true"))
 		}
 		attrs = append(attrs, ProbeWaitedKey.Bool(false))
-		ev := event{name: EventDecision, attrs: append([]attribute.KeyValue{
+		return event{name: EventDecision, attrs: append([]attribute.KeyValue{
 			semconv.ServerAddress(testHost), semconv.ServerPort(testPort)}, attrs...)}
-		return attrs, ev
 	}
 	// gssDecision is a decision with gssencmode other than disable: it adds whether the client
 	// holds credentials.
-	gssDecision := func(plan string, hit string, skipped string, creds bool) ([]attribute.KeyValue, event) {
-		attrs, ev := decision(plan, hit, skipped)
-		attrs = append(attrs, GSSCredentialsKey.Bool(creds))
+	gssDecision := func(plan string, hit string, skipped string, creds bool) event {
+		ev := decision(plan, hit, skipped)
 		ev.attrs = append(ev.attrs, GSSCredentialsKey.Bool(creds))
-		return attrs, ev
+		return ev
 	}
 	credentialsSpan := func(reused bool) span {
 		return span{name: SpanGSSCredentials, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
@@ -209,7 +207,7 @@ func scenarios(t testing.TB) []scenario {
 	var out []scenario
 
 	{ // (a) sslmode=prefer, the server answers 'N': plaintext on the same socket.
-		dAttrs, dEvent := decision("ssl,plain", "false", "")
+		dEvent := decision("ssl,plain", "false", "")
 		out = append(out, scenario{
 			name: "prefer/server refuses SSLRequest/plaintext on same socket",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -229,7 +227,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(startAttrs("prefer"), dAttrs...), "plain", false),
+					attrs:  connected(startAttrs("prefer"), "plain", false),
 					events: []event{dEvent}},
 				dnsSpan,
 				tcpSpan("ssl"),
@@ -245,7 +243,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (b) sslmode=require, the server answers 'S': TLS 1.3, SCRAM.
-		dAttrs, dEvent := decision("ssl", "false", "")
+		dEvent := decision("ssl", "false", "")
 		out = append(out, scenario{
 			name: "require/server accepts SSLRequest/TLS 1.3 and scram-sha-256",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -266,7 +264,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(startAttrs("require"), dAttrs...), "tls", false),
+					attrs:  connected(startAttrs("require"), "tls", false),
 					events: []event{dEvent}},
 				dnsSpan,
 				tcpSpan("ssl"),
@@ -282,7 +280,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (c) the socket cannot be opened.
-		dAttrs, dEvent := decision("ssl,plain", "false", "")
+		dEvent := decision("ssl,plain", "false", "")
 		out = append(out, scenario{
 			name: "prefer/connection refused/dial_error",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -296,7 +294,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs: append(append(startAttrs("prefer"), dAttrs...),
+					attrs: append(startAttrs("prefer"),
 						AttemptsKey.Int(1), semconv.ErrorTypeKey.String(ErrorTypeDial)),
 					status: codes.Error, desc: errDial.Error(), exception: errDial.Error(),
 					events: []event{dEvent}},
@@ -312,7 +310,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (d) the cache remembers 'N': no SSLRequest, the password is wrong.
-		dAttrs, dEvent := decision("plain", "true", "ssl")
+		dEvent := decision("plain", "true", "ssl")
 		out = append(out, scenario{
 			name: "prefer/cached N skips SSLRequest/bad password 28P01",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -328,7 +326,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs: append(append(startAttrs("prefer"), dAttrs...), AttemptsKey.Int(1),
+					attrs: append(startAttrs("prefer"), AttemptsKey.Int(1),
 						semconv.ErrorTypeKey.String("28P01"), semconv.DBResponseStatusCode("28P01")),
 					status: codes.Error, desc: errAuth.Error(), exception: errAuth.Error(),
 					events: []event{dEvent}},
@@ -368,8 +366,7 @@ func scenarios(t testing.TB) []scenario {
 				{name: SpanConnect, kind: trace.SpanKindClient, attrs: []attribute.KeyValue{
 					semconv.DBSystemNamePostgreSQL, semconv.ServerAddress("/var/run/postgresql"),
 					semconv.ServerPort(testPort), semconv.DBNamespace(testDB), SSLModeKey.String("prefer"),
-					GSSEncModeKey.String("prefer"), PlanKey.String("plain"), ProbeWaitedKey.Bool(true),
-					TransportKey.String("plain"), AttemptsKey.Int(1)},
+					GSSEncModeKey.String("prefer"), TransportKey.String("plain"), AttemptsKey.Int(1)},
 					events: []event{{name: EventDecision, attrs: []attribute.KeyValue{
 						semconv.ServerAddress("/var/run/postgresql"), semconv.ServerPort(testPort),
 						PlanKey.String("plain"), ProbeWaitedKey.Bool(true)}}}},
@@ -385,7 +382,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 	{ // (f) gssencmode=prefer, GSS remembered as working: the server answers 'G', the service
 		// ticket is in the credential cache, the context is established, GSS authentication.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", "true", "", true)
+		dEvent := gssDecision("gss,ssl,plain", "true", "", true)
 		out = append(out, scenario{
 			name: scenarioGSSEncrypted,
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -408,7 +405,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(modeAttrs("prefer", "prefer"), dAttrs...), "gss", true),
+					attrs:  connected(modeAttrs("prefer", "prefer"), "gss", true),
 					events: []event{dEvent}},
 				credentialsSpan(true),
 				dnsSpan,
@@ -427,7 +424,7 @@ func scenarios(t testing.TB) []scenario {
 
 	{ // (g) gssencmode=prefer, the server answers 'N' to GSSENCRequest, then 'N' to SSLRequest on
 		// the same socket: plaintext, still on that socket.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", "false", "", true)
+		dEvent := gssDecision("gss,ssl,plain", "false", "", true)
 		out = append(out, scenario{
 			name: "gssencmode=prefer/server refuses GSSENCRequest then SSLRequest/plaintext on same socket",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -452,7 +449,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(modeAttrs("prefer", "prefer"), dAttrs...), "plain", false),
+					attrs:  connected(modeAttrs("prefer", "prefer"), "plain", false),
 					events: []event{dEvent}},
 				credentialsSpan(false),
 				dnsSpan,
@@ -475,7 +472,7 @@ func scenarios(t testing.TB) []scenario {
 
 	{ // (h) gssencmode=prefer, 'G', a ticket from the KDC, then the context fails: SSL on a new
 		// connection.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", "false", "", true)
+		dEvent := gssDecision("gss,ssl,plain", "false", "", true)
 		out = append(out, scenario{
 			name: "gssencmode=prefer/GSS context fails/TLS on a new connection",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -507,7 +504,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs: append(append(modeAttrs("prefer", "prefer"), dAttrs...), TransportKey.String("tls"),
+					attrs: append(modeAttrs("prefer", "prefer"), TransportKey.String("tls"),
 						CacheHitKey.Bool(false), AttemptsKey.Int(2)),
 					events: []event{dEvent}},
 				credentialsSpan(false),
