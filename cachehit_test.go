@@ -120,6 +120,11 @@ func TestCacheHitAgreement(t *testing.T) {
 		return plain.DSN("host=127.0.0.1,127.0.0.1", fmt.Sprintf("port=%d,%d", first, second),
 			"target_session_attrs=prefer-standby")
 	}
+	primary := harness.StartT(t, harness.Options{TLS: true, Auth: "scram-sha-256"})
+	standby := harness.StartStandbyT(t, primary)
+	standbyAddr := addr(standby.Host, standby.Port)
+	standbyDSN := standby.DSN("host=127.0.0.1,127.0.0.1", fmt.Sprintf("port=%d,%d", plain.Port, standby.Port),
+		"target_session_attrs=prefer-standby")
 
 	for _, tt := range []struct {
 		name      string
@@ -148,16 +153,21 @@ func TestCacheHitAgreement(t *testing.T) {
 			decisions: []string{addr("localhost", gssEnc.Port) + " false"}, request: "false"},
 		{name: "warm plain ('N' remembered)", dsn: plain.DSN(), prime: 1, hit: "true", server: plainAddr,
 			transport: "plain", decisions: []string{plainAddr + " true"}},
-		// target_session_attrs=prefer-standby and no standby. The first host, a primary, is
-		// connected to: at once today (pgx retries a server that is not preferred itself,
-		// pgconn.connectPreferred), or as libpq does, in a second pass after the second host
-		// (down, never learned: a miss) was decided and tried. Which decisions are made is not
-		// checked; that the connect span says what the first host's decision says is.
-		{name: "prefer-standby, the first host", dsn: preferStandby(plain.Port, dead),
-			prime: 1, hit: "true", server: plainAddr, transport: "plain"},
-		{name: "prefer-standby, the second host", dsn: preferStandby(dead, plain.Port),
+		// target_session_attrs=prefer-standby: the standby, listed second, after the primary.
+		{name: "prefer-standby, the standby second", dsn: standbyDSN, prime: 1, hit: "true",
+			server: standbyAddr, transport: "tls", request: "true",
+			decisions: []string{plainAddr + " true", standbyAddr + " true"}},
+		{name: "prefer-standby, the standby second, cold", dsn: standbyDSN, hit: "false",
+			server: standbyAddr, transport: "tls", request: "false",
+			decisions: []string{plainAddr + " false", standbyAddr + " false"}},
+		// No standby: libpq's second pass over every host takes any server. The host down is
+		// decided from nothing each time (a miss), the primary from its remembered 'N'.
+		{name: "prefer-standby, no standby: the first host, in the second pass", dsn: preferStandby(plain.Port, dead),
 			prime: 1, hit: "true", server: plainAddr, transport: "plain",
-			decisions: []string{deadAddr + " false", plainAddr + " true"}},
+			decisions: []string{plainAddr + " true", deadAddr + " false", plainAddr + " true"}},
+		{name: "prefer-standby, no standby: the second host, in the second pass", dsn: preferStandby(dead, plain.Port),
+			prime: 1, hit: "true", server: plainAddr, transport: "plain",
+			decisions: []string{deadAddr + " false", plainAddr + " true", deadAddr + " false", plainAddr + " true"}},
 		{name: "gssencmode=disable, 'N' remembered", dsn: aliceDSN(gssAuth, "localhost", "gssencmode=disable"),
 			kerberos: true, prime: 1, hit: "true", server: addr("localhost", gssAuth.Port), transport: "plain",
 			decisions: []string{addr("localhost", gssAuth.Port) + " true"}},
@@ -208,9 +218,6 @@ func TestCacheHitAgreement(t *testing.T) {
 			}, decisions: v.decisions, request: v.request}
 			want := connectView{attrs: map[string]string{"hit": tt.hit, "server": tt.server, "transport": tt.transport},
 				decisions: tt.decisions, request: tt.request}
-			if tt.decisions == nil {
-				want.decisions = got.decisions
-			}
 			if !maps.Equal(got.attrs, want.attrs) || !slices.Equal(got.decisions, want.decisions) || got.request != want.request {
 				t.Errorf("connect span %v, decisions %q, first request span cache.hit %q;\nwant %v, %q, %q",
 					got.attrs, got.decisions, got.request, want.attrs, want.decisions, want.request)
