@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,9 +16,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/tracing"
 )
 
 // kerberosLab is a KDC with the user alice, her ticket in a credential cache, and the service
@@ -283,6 +286,51 @@ func TestGSSAuthentication(t *testing.T) {
 			t.Fatalf("error = %v, want one saying there are no Kerberos credentials", err)
 		}
 	})
+}
+
+// Over GSS encryption the server sends AuthenticationOk at once both for pg_hba "hostgssenc ...
+// gss" (the encrypted channel already authenticated the client: auth.c, ClientAuthentication)
+// and for "hostgssenc ... trust"; the startup span says what the wire proves, gss-or-trust, for
+// both, and never trust. The server's own view (pg_stat_gssapi.gss_authenticated) shows that the
+// two lines differ.
+func TestGSSEncryptionAuthMethod(t *testing.T) {
+	lab := newKerberosLab(t)
+	for _, tt := range []struct {
+		hba           string
+		authenticated bool // pg_stat_gssapi.gss_authenticated
+	}{
+		{"gss include_realm=0 krb_realm=" + lab.kdc.Realm, true},
+		{"trust", false},
+	} {
+		t.Run("hostgssenc "+strings.Fields(tt.hba)[0], func(t *testing.T) {
+			srv := lab.server(t, true, "hostgssenc all all 127.0.0.1/32 "+tt.hba)
+			rec, tp := newRecorder()
+			db := sql.OpenDB(lab.connector(t, aliceDSN(srv, "localhost"), pgconnector.WithTracerProvider(tp)))
+			defer db.Close()
+			var encrypted, authenticated bool
+			err := db.QueryRow("select encrypted, gss_authenticated from pg_stat_gssapi where pid = pg_backend_pid()").Scan(&encrypted, &authenticated)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !encrypted || authenticated != tt.authenticated {
+				t.Fatalf("encrypted=%v gss_authenticated=%v, want true %v", encrypted, authenticated, tt.authenticated)
+			}
+			var got []string
+			for _, s := range rec.Ended() {
+				if s.Name() != tracing.SpanStartup {
+					continue
+				}
+				attrs := map[attribute.Key]string{}
+				for _, kv := range s.Attributes() {
+					attrs[kv.Key] = kv.Value.Emit()
+				}
+				got = append(got, attrs[tracing.MethodKey]+" "+attrs[tracing.AuthMethodKey])
+			}
+			if want := []string{"gss gss-or-trust"}; !slices.Equal(got, want) {
+				t.Errorf("startup spans (method auth.method): %q, want %q", got, want)
+			}
+		})
+	}
 }
 
 // 64 goroutines connecting at once on a cold cache, with a ticket, to a server where GSS

@@ -17,36 +17,59 @@ import (
 )
 
 // spanTree renders the spans under the caller's span as "name[attr=value ...]" lines, children
-// indented under their parent, in start order, with only the attributes named in keys.
+// indented under their parent, in start order, with only the attributes named in keys; a span's
+// decision events are among its children, in time order, as "event decision[attr=value ...]".
 func spanTree(t *testing.T, spans []sdktrace.ReadOnlySpan, root trace.SpanID, keys ...attribute.Key) string {
 	t.Helper()
 	children := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 	for _, s := range spans {
 		children[s.Parent().SpanID()] = append(children[s.Parent().SpanID()], s)
+		byID[s.SpanContext().SpanID()] = s
 	}
 	var b strings.Builder
+	line := func(depth int, name string, kvs []attribute.KeyValue) {
+		fmt.Fprintf(&b, "%s%s", strings.Repeat("  ", depth), name)
+		var attrs []string
+		for _, kv := range kvs {
+			for _, k := range keys {
+				if kv.Key == k {
+					attrs = append(attrs, fmt.Sprintf("%s=%s", k, kv.Value.Emit()))
+				}
+			}
+		}
+		if len(attrs) > 0 {
+			fmt.Fprintf(&b, "[%s]", strings.Join(attrs, " "))
+		}
+	}
 	var walk func(id trace.SpanID, depth int)
 	walk = func(id trace.SpanID, depth int) {
 		kids := children[id]
 		sort.SliceStable(kids, func(i, j int) bool { return kids[i].StartTime().Before(kids[j].StartTime()) })
-		for _, s := range kids {
-			fmt.Fprintf(&b, "%s%s", strings.Repeat("  ", depth), s.Name())
-			var attrs []string
-			for _, kv := range s.Attributes() {
-				for _, k := range keys {
-					if kv.Key == k {
-						attrs = append(attrs, fmt.Sprintf("%s=%s", k, kv.Value.Emit()))
-					}
+		var events []sdktrace.Event
+		if parent, ok := byID[id]; ok {
+			for _, ev := range parent.Events() {
+				if ev.Name == "decision" {
+					events = append(events, ev)
 				}
 			}
-			if len(attrs) > 0 {
-				fmt.Fprintf(&b, "[%s]", strings.Join(attrs, " "))
+		}
+		for _, s := range kids {
+			for len(events) > 0 && events[0].Time.Before(s.StartTime()) {
+				line(depth, "event decision", events[0].Attributes)
+				b.WriteString("\n")
+				events = events[1:]
 			}
+			line(depth, s.Name(), s.Attributes())
 			if s.Status().Code == codes.Error {
 				b.WriteString(" ERROR")
 			}
 			b.WriteString("\n")
 			walk(s.SpanContext().SpanID(), depth+1)
+		}
+		for _, ev := range events {
+			line(depth, "event decision", ev.Attributes)
+			b.WriteString("\n")
 		}
 	}
 	walk(root, 0)
@@ -55,7 +78,7 @@ func spanTree(t *testing.T, spans []sdktrace.ReadOnlySpan, root trace.SpanID, ke
 
 var treeKeys = []attribute.Key{
 	"db.system.name", "db.namespace", "pgconnector.sslmode", "pgconnector.transport", "pgconnector.cache.hit",
-	"pgconnector.plan", "pgconnector.ssl.answer", "pgconnector.auth.method", "pgconnector.fallback.reason",
+	"pgconnector.plan", "pgconnector.plan.skipped", "pgconnector.ssl.answer", "pgconnector.auth.method", "pgconnector.fallback.reason",
 	"pgconnector.fallback.new_connection", "tls.protocol.version", "error.type",
 	"pgconnector.gss.credentials.valid", "pgconnector.gss.credentials.reused",
 }
@@ -73,8 +96,9 @@ func TestSpanTree(t *testing.T) {
 		{
 			name: "plain",
 			dsn:  plain.DSN("sslmode=disable"),
-			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=disable pgconnector.plan=plain pgconnector.cache.hit=false pgconnector.transport=plain]
+			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=disable pgconnector.transport=plain]
   postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
+  event decision[pgconnector.plan=plain]
   postgresql.tcp_connect
   postgresql.startup[db.namespace=app pgconnector.auth.method=trust]
 `,
@@ -82,8 +106,9 @@ func TestSpanTree(t *testing.T) {
 		{
 			name: "TLS",
 			dsn:  tlsSrv.DSN(),
-			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=ssl,plain pgconnector.cache.hit=false pgconnector.transport=tls]
+			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.transport=tls pgconnector.cache.hit=false]
   postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
+  event decision[pgconnector.plan=ssl,plain pgconnector.cache.hit=false]
   postgresql.tcp_connect
   postgresql.ssl_request[pgconnector.ssl.answer=S pgconnector.cache.hit=false]
   postgresql.tls_handshake[tls.protocol.version=1.3]
@@ -93,8 +118,9 @@ func TestSpanTree(t *testing.T) {
 		{
 			name: "TLS, warm",
 			dsn:  tlsSrv.DSN(), connect: 1,
-			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=ssl,plain pgconnector.cache.hit=true pgconnector.transport=tls]
+			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.transport=tls pgconnector.cache.hit=true]
   postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=true]
+  event decision[pgconnector.plan=ssl,plain pgconnector.cache.hit=true]
   postgresql.tcp_connect
   postgresql.ssl_request[pgconnector.ssl.answer=S pgconnector.cache.hit=true]
   postgresql.tls_handshake[tls.protocol.version=1.3]
@@ -104,8 +130,9 @@ func TestSpanTree(t *testing.T) {
 		{
 			name: "fallback after a refused TLS",
 			dsn:  plain.DSN(),
-			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=ssl,plain pgconnector.cache.hit=false pgconnector.transport=plain]
+			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.transport=plain pgconnector.cache.hit=false]
   postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
+  event decision[pgconnector.plan=ssl,plain pgconnector.cache.hit=false]
   postgresql.tcp_connect
   postgresql.ssl_request[pgconnector.ssl.answer=N pgconnector.cache.hit=false]
   postgresql.fallback[pgconnector.fallback.reason=server refused SSLRequest pgconnector.fallback.new_connection=false]
@@ -115,8 +142,9 @@ func TestSpanTree(t *testing.T) {
 		{
 			name: "refused TLS remembered",
 			dsn:  plain.DSN(), connect: 1,
-			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=plain pgconnector.cache.hit=true pgconnector.transport=plain]
+			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.transport=plain pgconnector.cache.hit=true]
   postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=true]
+  event decision[pgconnector.plan=plain pgconnector.plan.skipped=ssl pgconnector.cache.hit=true]
   postgresql.tcp_connect
   postgresql.startup[db.namespace=app pgconnector.auth.method=trust]
 `,
@@ -125,8 +153,9 @@ func TestSpanTree(t *testing.T) {
 			name:  "failed connect",
 			dsn:   fmt.Sprintf("host=127.0.0.1 port=%d user=app dbname=app sslmode=prefer connect_timeout=5", dead),
 			fails: true,
-			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer pgconnector.plan=ssl,plain pgconnector.cache.hit=false error.type=dial_error] ERROR
+			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=prefer error.type=dial_error] ERROR
   postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
+  event decision[pgconnector.plan=ssl,plain pgconnector.cache.hit=false]
   postgresql.tcp_connect[error.type=dial_error] ERROR
   postgresql.fallback[pgconnector.fallback.reason=could not connect pgconnector.fallback.new_connection=false]
 `,
@@ -135,8 +164,9 @@ func TestSpanTree(t *testing.T) {
 			name:  "wrong password",
 			dsn:   tlsSrv.DSN("password=wrong", "sslmode=require"),
 			fails: true,
-			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=require pgconnector.plan=ssl pgconnector.cache.hit=false error.type=28P01] ERROR
+			want: `postgresql.connect[db.system.name=postgresql db.namespace=app pgconnector.sslmode=require error.type=28P01] ERROR
   postgresql.gss_credentials[pgconnector.gss.credentials.valid=false pgconnector.gss.credentials.reused=false]
+  event decision[pgconnector.plan=ssl pgconnector.cache.hit=false]
   postgresql.tcp_connect
   postgresql.ssl_request[pgconnector.ssl.answer=S pgconnector.cache.hit=false]
   postgresql.tls_handshake[tls.protocol.version=1.3]

@@ -100,6 +100,38 @@ type Plan struct {
 	// Learns is true when the first request of the plan asks a question whose answer is
 	// unknown and would change later plans: concurrent connects should wait for one probe.
 	Learns bool
+	// use is what the cache did for the plan (CacheUse).
+	use CacheUse
+}
+
+// CacheUse is what a plan owes to the answers the cache remembers. It is the one definition of
+// pgconnector.cache.hit (the connect span, for the host connected to; the decision event of each
+// host) and of the decision cache hit and miss metrics.
+type CacheUse uint8
+
+const (
+	// CacheUseNone: no remembered answer could have changed or confirmed the plan, so none was
+	// looked for: the plan sends neither SSLRequest nor GSSENCRequest first and leaves nothing
+	// out (sslmode=disable with GSS impossible or disabled, a Unix socket, sslnegotiation=direct
+	// without GSS, sslmode=allow with nothing remembered).
+	CacheUseNone CacheUse = iota
+	// CacheUseMiss: the plan's first request is GSSENCRequest or SSLRequest, the server is not
+	// remembered to accept it, and the cache left nothing out: the connect asks.
+	CacheUseMiss
+	// CacheUseHit: a remembered answer changed the plan (a method left out: [Plan.Skipped]) or
+	// confirmed it (the server is remembered to accept the request the plan sends first: 'G' to
+	// GSSENCRequest with the same credentials, 'S' to SSLRequest).
+	CacheUseHit
+)
+
+func (u CacheUse) String() string {
+	switch u {
+	case CacheUseMiss:
+		return "miss"
+	case CacheUseHit:
+		return "hit"
+	}
+	return "none"
 }
 
 // Methods returns the methods in order. It does not allocate.
@@ -108,8 +140,14 @@ func (p *Plan) Methods() []Method { return p.methods[:p.n] }
 // Skipped returns the methods left out because of the cache.
 func (p *Plan) Skipped() []Method { return p.skipped[:p.nskip] }
 
-// CacheHit reports whether the plan differs from libpq's because of a remembered answer.
+// CacheHit reports whether the plan differs from libpq's because of a remembered answer (a
+// method left out): a plan that fails may then be made again without it. It is not
+// pgconnector.cache.hit, which also counts a plan a remembered answer confirmed: see
+// [Plan.CacheUse].
 func (p *Plan) CacheHit() bool { return p.nskip > 0 }
+
+// CacheUse returns what the plan owes to the cache.
+func (p *Plan) CacheUse() CacheUse { return p.use }
 
 func (p Plan) String() string {
 	var b strings.Builder
@@ -213,6 +251,20 @@ func Decide(in Input) (Plan, error) {
 	}
 	if p.n == 0 {
 		return p, ErrNoMethod
+	}
+	switch first := p.methods[0]; {
+	case p.nskip > 0:
+		p.use = CacheUseHit
+	case first == MethodGSS:
+		p.use = CacheUseMiss
+		if gssKnown == AnswerYes {
+			p.use = CacheUseHit
+		}
+	case first == MethodSSL:
+		p.use = CacheUseMiss
+		if in.Known.SSL == AnswerYes {
+			p.use = CacheUseHit
+		}
 	}
 	return p, nil
 }

@@ -92,6 +92,54 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// CacheUse, the one definition of pgconnector.cache.hit: a hit when a remembered answer changed
+// the plan (a method left out) or confirmed it (the server is remembered to accept the plan's
+// first request); a miss when the plan asks first what is not remembered; none when no
+// remembered answer could matter.
+func TestPlanCacheUse(t *testing.T) {
+	prefer := Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer}
+	creds := prefer
+	creds.GSSCredentials, creds.GSSGeneration = true, 7
+	with := func(in Input, k Known) Input { in.Known = k; return in }
+	mode := func(in Input, ssl SSLMode, gss GSSEncMode) Input { in.SSLMode, in.GSSEncMode = ssl, gss; return in }
+	for _, tt := range []struct {
+		name string
+		in   Input
+		want CacheUse
+	}{
+		{"cold", prefer, CacheUseMiss},
+		{"'S' remembered", with(prefer, Known{SSL: AnswerYes}), CacheUseHit},
+		{"'N' remembered: SSL left out", with(prefer, Known{SSL: AnswerNo}), CacheUseHit},
+		{"'N' remembered, sslmode=require: asked anyway", with(mode(prefer, SSLModeRequire, GSSEncModePrefer), Known{SSL: AnswerNo}), CacheUseMiss},
+		{"'S' remembered, sslmode=require", with(mode(prefer, SSLModeRequire, GSSEncModeDisable), Known{SSL: AnswerYes}), CacheUseHit},
+		{"GSS cold", creds, CacheUseMiss},
+		{"GSS cold, 'S' remembered: GSS asked first", with(creds, Known{SSL: AnswerYes}), CacheUseMiss},
+		{"GSS cold, 'N' remembered: SSL left out", with(creds, Known{SSL: AnswerNo}), CacheUseHit},
+		{"GSS success remembered", with(creds, Known{GSS: AnswerYes, GSSGeneration: 7}), CacheUseHit},
+		{"GSS success remembered with other credentials", with(creds, Known{GSS: AnswerYes, GSSGeneration: 6}), CacheUseMiss},
+		{"GSS failure remembered: GSS left out", with(creds, Known{GSS: AnswerNo, GSSGeneration: 7}), CacheUseHit},
+		{"GSS failure remembered, gssencmode=require", with(mode(creds, SSLModePrefer, GSSEncModeRequire), Known{GSS: AnswerNo, GSSGeneration: 7}), CacheUseMiss},
+		{"GSS success remembered, gssencmode=require", with(mode(creds, SSLModePrefer, GSSEncModeRequire), Known{GSS: AnswerYes, GSSGeneration: 7}), CacheUseHit},
+		{"gssencmode=disable, 'N' remembered", with(mode(creds, SSLModePrefer, GSSEncModeDisable), Known{SSL: AnswerNo, GSS: AnswerYes, GSSGeneration: 7}), CacheUseHit},
+		{"gssencmode=disable, sslmode=disable", with(mode(creds, SSLModeDisable, GSSEncModeDisable), Known{SSL: AnswerNo}), CacheUseNone},
+		{"sslmode=disable, no credentials", mode(prefer, SSLModeDisable, GSSEncModePrefer), CacheUseNone},
+		{"sslmode=allow: plaintext first", with(mode(prefer, SSLModeAllow, GSSEncModePrefer), Known{SSL: AnswerYes}), CacheUseNone},
+		{"sslmode=allow, 'N' remembered: SSL left out", with(mode(prefer, SSLModeAllow, GSSEncModePrefer), Known{SSL: AnswerNo}), CacheUseHit},
+		{"Unix socket", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, UnixSocket: true, Known: Known{SSL: AnswerNo}}, CacheUseNone},
+		{"sslnegotiation=direct", Input{SSLMode: SSLModeRequire, DirectSSL: true, Known: Known{SSL: AnswerYes}}, CacheUseNone},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Decide(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.CacheUse(); got != tt.want {
+				t.Errorf("CacheUse = %v, want %v (plan %v, skipped %v)", got, tt.want, p.String(), p.Skipped())
+			}
+		})
+	}
+}
+
 // Every combination of modes and knowledge gives a plan or one of the documented errors, and a
 // mode that requires TLS never gets a plaintext method.
 func TestDecideAllCombinations(t *testing.T) {

@@ -115,6 +115,12 @@ func (e *GSSRequiredError) Error() string {
 
 func (e *GSSRequiredError) Unwrap() []error { return []error{ErrGSSRequired, e.Err} }
 
+// gssKnown reports whether the answer to GSSENCRequest was remembered when the attempt was
+// planned, learned with the attempt's credentials (Decide ignores one learned with others).
+func (at *attempt) gssKnown() bool {
+	return at.known.GSS != AnswerUnknown && at.known.GSSGeneration == at.gssGeneration
+}
+
 // startGSS sends GSSENCRequest on conn and, on 'G', establishes the encrypted channel. After 'N'
 // the socket is kept for the next method. Every failure is recorded with its step (fail).
 func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (net.Conn, error) {
@@ -140,7 +146,7 @@ func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (
 		answer, err = readAnswer(conn, gssencRequest)
 	}
 	if tr.GSSEncRequestDone != nil {
-		tr.GSSEncRequestDone(rctx, RequestDoneInfo{Answer: answer, CacheHit: at.known.GSS != AnswerUnknown, Err: err})
+		tr.GSSEncRequestDone(rctx, RequestDoneInfo{Answer: answer, CacheHit: at.gssKnown(), Err: err})
 	}
 	switch {
 	case err != nil:

@@ -126,7 +126,7 @@ func (n *Negotiator) Connect(ctx context.Context, open func(ctx context.Context)
 	err := n.connect(ctx, open, &res)
 	if n.trace.ConnectDone != nil {
 		n.trace.ConnectDone(ctx, ConnectDoneInfo{
-			Host: res.host.Host, Port: res.host.Port, Method: res.method, CacheHit: res.cacheHit,
+			Host: res.host.Host, Port: res.host.Port, Method: res.method, Cache: res.cache,
 			Attempts: res.sockets, Err: err, Duration: time.Since(start),
 		})
 	}
@@ -134,10 +134,10 @@ func (n *Negotiator) Connect(ctx context.Context, open func(ctx context.Context)
 }
 
 type connectResult struct {
-	host     *Host
-	method   Method
-	cacheHit bool
-	sockets  int
+	host    *Host
+	method  Method
+	cache   CacheUse // of the plan that connected
+	sockets int
 }
 
 func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context) error, res *connectResult) error {
@@ -349,7 +349,6 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 	open func(context.Context) error, res *connectResult, ps *pass,
 ) (final, stale bool, herr *HostError) {
 	defer probe.End()
-	res.cacheHit = plan.CacheHit() || (in.Known.SSL != AnswerUnknown && slices.Contains(plan.Methods(), MethodSSL))
 	lctx, cancel := b.context(ctx, "")
 	addrs, err := n.lookup(lctx, h)
 	cancel()
@@ -394,7 +393,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	defer func() { closeConn(reuse) }()
 	methods := plan.Methods()
 	for i, m := range methods {
-		at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer}
+		at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse()}
 		// The probe of a plan that starts with SSL ends with the answer to SSLRequest; one
 		// that starts with GSS ends when the first address is done (GSS can still fail
 		// after 'G', during authentication).
@@ -413,7 +412,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			if m == MethodGSS {
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
 			}
-			res.method = m
+			res.method, res.cache = m, at.cache
 			return addrResult{done: true}
 		}
 		// A server that target_session_attrs does not accept: the next host, and nothing
@@ -632,6 +631,7 @@ type attempt struct {
 	addr   string
 	method Method
 	known  Known
+	cache  CacheUse // what the cache did for the plan of this attempt's host
 
 	gssGeneration uint64
 	// probe is this host's probe while this attempt's answer to SSLRequest ends it.

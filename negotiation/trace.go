@@ -85,9 +85,9 @@ type ConnectStartInfo struct {
 type ConnectDoneInfo struct {
 	Host     string // host connected to (or last tried), as written in the connection string
 	Port     uint16
-	Method   Method // method of the established connection; 0 on failure
-	CacheHit bool   // a remembered answer shaped the plan of the host connected to
-	Attempts int    // sockets opened
+	Method   Method   // method of the established connection; 0 on failure
+	Cache    CacheUse // what the cache did for the plan of the host connected to; CacheUseNone on failure
+	Attempts int      // sockets opened
 	Err      error
 	Duration time.Duration
 }
@@ -122,8 +122,11 @@ type DialInfo struct {
 
 // RequestDoneInfo is the outcome of an SSLRequest or GSSENCRequest.
 type RequestDoneInfo struct {
-	Answer   Answer // AnswerYes ('S'/'G'), AnswerNo ('N'), or AnswerUnknown on error
-	CacheHit bool   // the answer was already known (the request was needed for the method itself)
+	Answer Answer // AnswerYes ('S'/'G'), AnswerNo ('N'), or AnswerUnknown on error
+	// CacheHit: the answer was remembered when the request was sent, for GSSENCRequest with the
+	// same credentials (the request was sent anyway: the method needs it, or sslmode or
+	// gssencmode require it).
+	CacheHit bool
 	Err      error
 }
 
@@ -142,8 +145,11 @@ type TLSHandshakeDoneInfo struct {
 
 // StartupDoneInfo is the outcome of startup and authentication.
 type StartupDoneInfo struct {
-	// AuthMethod is the authentication the server asked for: "trust" (AuthenticationOk at once),
-	// "password", "md5", "scram-sha-256", "gss", "sspi", or "" when unknown.
+	// AuthMethod is the authentication the server asked for: "password", "md5",
+	// "scram-sha-256", "gss", "sspi"; for an AuthenticationOk at once, "trust" on a plaintext or
+	// TLS connection and "gss-or-trust" on a GSS-encrypted one (pg_hba gss needs no exchange
+	// there, the encrypted channel having authenticated the client, and the server sends the same
+	// bytes for trust); "" when unknown.
 	AuthMethod string
 	// SQLState is the SQLSTATE of a server error, if any.
 	SQLState string

@@ -222,8 +222,8 @@ func (c *sslRequestConn) Close() error {
 }
 
 // authObserver reads the backend's messages up to ReadyForQuery, as pgx receives them, to
-// learn which authentication the server asked for (AuthenticationOk at once is trust, or gss
-// under GSS encryption), and holds them to libpq's rules for that phase. Until
+// learn which authentication the server asked for (AuthenticationOk at once is trust, or
+// authGSSOrTrust under GSS encryption), and holds them to libpq's rules for that phase. Until
 // AuthenticationOk (fe-connect.c, PQconnectPoll, CONNECTION_AWAITING_RESPONSE) only an
 // authentication request ('R') or NegotiateProtocolVersion ('v'), of 8 to 2000 bytes, or an
 // ErrorResponse ('E') of at most 30000 may come: anything else means it is not PostgreSQL at
@@ -315,6 +315,9 @@ func (o *authObserver) observe(p []byte) error {
 				code := uint32(o.hdr[5])<<24 | uint32(o.hdr[6])<<16 | uint32(o.hdr[7])<<8 | uint32(o.hdr[8])
 				if o.at.authMethod == "" {
 					o.at.authMethod = authMethodName(code)
+					if code == 0 && o.at.method == MethodGSS {
+						o.at.authMethod = authGSSOrTrust
+					}
 				}
 				o.auth = code == 0
 				if o.auth {
@@ -337,6 +340,13 @@ func (o *authObserver) observe(p []byte) error {
 	}
 	return nil
 }
+
+// authGSSOrTrust is the authentication of an AuthenticationOk sent at once over GSS encryption.
+// pg_hba's method was gss, which needs no exchange there because establishing the encrypted
+// channel authenticated the client (auth.c, ClientAuthentication: with GSS encryption in use it
+// only checks the principal against the role), or trust, which checks nothing: the server sends
+// the same bytes for both, and neither libpq nor this package can tell them apart.
+const authGSSOrTrust = "gss-or-trust"
 
 // authMethodName names an AuthenticationRequest code (protocol-message-formats.html).
 func authMethodName(code uint32) string {

@@ -36,16 +36,22 @@ func TestAuthObserver(t *testing.T) {
 	ok := backendMsg('R', authBody(0))
 	for _, tt := range []struct {
 		name   string
+		method Method // of the attempt; 0: plaintext
 		stream []byte
 		want   string
 	}{
-		{"trust", ok, "trust"},
-		{"cleartext", append(backendMsg('R', authBody(3)), ok...), "password"},
-		{"md5", append(backendMsg('R', authBody(5, 1, 2, 3, 4)), ok...), "md5"},
-		{"scram", append(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), ok...), "scram-sha-256"},
-		{"gss", append(backendMsg('R', authBody(7)), ok...), "gss"},
-		{"after NegotiateProtocolVersion", append(negotiate, append(backendMsg('R', authBody(10)), ok...)...), "scram-sha-256"},
-		{"error first", backendMsg('E', []byte("SFATAL\x00\x00")), ""},
+		{"trust", 0, ok, "trust"},
+		{"cleartext", 0, append(backendMsg('R', authBody(3)), ok...), "password"},
+		{"md5", 0, append(backendMsg('R', authBody(5, 1, 2, 3, 4)), ok...), "md5"},
+		{"scram", 0, append(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), ok...), "scram-sha-256"},
+		{"gss", 0, append(backendMsg('R', authBody(7)), ok...), "gss"},
+		{"after NegotiateProtocolVersion", 0, append(negotiate, append(backendMsg('R', authBody(10)), ok...)...), "scram-sha-256"},
+		{"error first", 0, backendMsg('E', []byte("SFATAL\x00\x00")), ""},
+		{"trust over TLS", MethodSSL, ok, "trust"},
+		// Over GSS encryption, AuthenticationOk at once is pg_hba gss (the encrypted channel
+		// authenticated the client) or trust: nothing on the wire tells them apart.
+		{"AuthenticationOk at once over GSS encryption", MethodGSS, ok, "gss-or-trust"},
+		{"password over GSS encryption", MethodGSS, append(backendMsg('R', authBody(10)), ok...), "scram-sha-256"},
 	} {
 		for _, oneByte := range []bool{false, true} {
 			name := tt.name
@@ -53,7 +59,7 @@ func TestAuthObserver(t *testing.T) {
 				name += ", one byte at a time"
 			}
 			t.Run(name, func(t *testing.T) {
-				at := &attempt{}
+				at := &attempt{method: tt.method}
 				// After ReadyForQuery anything may follow, however large.
 				stream := append(append([]byte{}, tt.stream...), backendMsg('K', make([]byte, 8))...)
 				stream = append(stream, backendMsg('S', make([]byte, 5000))...)

@@ -24,7 +24,11 @@ const (
 	SpanFallback       = "postgresql.fallback"
 )
 
-// EventDecision is the name of the event added to the connect span for each host's plan.
+// EventDecision is the name of the event added to the connect span for each host's plan, with
+// the host (server.address, server.port) and the plan's attributes: pgconnector.plan,
+// pgconnector.plan.skipped, pgconnector.cache.hit, pgconnector.probe.waited,
+// pgconnector.gss.credentials. A host decided twice (a remembered answer that proved wrong) has
+// two.
 const EventDecision = "decision"
 
 // Attribute keys of this project. The keys of the OpenTelemetry semantic conventions
@@ -37,25 +41,29 @@ const (
 	// TransportKey is the protection of the established connection: "plain", "tls" or "gss".
 	// Span: connect, on success.
 	TransportKey = attribute.Key("pgconnector.transport")
-	// CacheHitKey is true when a remembered server answer shaped the plan (connect span, event
-	// decision) or was already known when the request was sent (ssl_request, gssenc_request
-	// spans).
+	// CacheHitKey, on the decision event, is true when a remembered server answer changed the
+	// host's plan (a method left out) or confirmed it (the server is remembered to accept the
+	// request the plan sends first), false when the plan sends GSSENCRequest or SSLRequest first
+	// otherwise, and absent when no remembered answer could matter ([negotiation.Plan.CacheUse];
+	// the decision cache metrics count the same). On the connect span it is that of the decision
+	// of the host connected to (absent on failure). On the ssl_request and gssenc_request spans it
+	// is true when that request's answer was already remembered.
 	CacheHitKey = attribute.Key("pgconnector.cache.hit")
 	// AttemptsKey is the number of sockets the connect opened. Span: connect.
 	AttemptsKey = attribute.Key("pgconnector.attempts")
 	// PlanKey is the ordered methods decided for a host, for example "ssl,plain".
-	// Span: connect (last host); event decision.
+	// Event: decision (of that host).
 	PlanKey = attribute.Key("pgconnector.plan")
 	// PlanSkippedKey is the methods the cache let the plan leave out, for example "ssl"; set only
-	// when there are some. Span: connect (last host); event decision.
+	// when there are some. Event: decision (of that host).
 	PlanSkippedKey = attribute.Key("pgconnector.plan.skipped")
 	// ProbeWaitedKey is true when the plan was made after waiting for another connect's probe.
-	// Span: connect (last host); event decision.
+	// Event: decision (of that host).
 	ProbeWaitedKey = attribute.Key("pgconnector.probe.waited")
 	// GSSCredentialsKey is true when the client holds Kerberos credentials usable for GSSAPI
 	// encryption, as the plan saw them; set only when gssencmode is not disable and the host is
 	// not a Unix socket (the cases where GSS is allowed and the credentials are checked).
-	// Span: connect (last host); event decision.
+	// Event: decision (of that host).
 	GSSCredentialsKey = attribute.Key("pgconnector.gss.credentials")
 	// GSSCredentialsValidKey is true when the credentials check found usable credentials (a
 	// ticket-granting ticket or a client keytab). The principal is never recorded.
@@ -84,8 +92,10 @@ const (
 	// TLSDirectKey is true for a direct TLS handshake (sslnegotiation=direct).
 	// Span: tls_handshake.
 	TLSDirectKey = attribute.Key("pgconnector.tls.direct")
-	// AuthMethodKey is the authentication the server asked for: "trust", "password", "md5",
-	// "scram-sha-256", "gss", "sspi". Span: startup.
+	// AuthMethodKey is the authentication the server asked for: "password", "md5",
+	// "scram-sha-256", "gss", "sspi"; for an AuthenticationOk with no exchange before it, "trust"
+	// on a plaintext or TLS connection and "gss-or-trust" on a GSS-encrypted one, where pg_hba gss
+	// (the encrypted channel authenticated the client) and trust send the same bytes. Span: startup.
 	AuthMethodKey = attribute.Key("pgconnector.auth.method")
 	// FallbackFromKey is the method given up. Span: fallback.
 	FallbackFromKey = attribute.Key("pgconnector.fallback.from")

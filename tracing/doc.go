@@ -37,8 +37,10 @@
 // that talks to the network.
 //
 // The per-host decision (which methods, in which order, what the cache saved, whether the client
-// holds Kerberos credentials) is not a span: it is set as attributes of the connect span (the last
-// host's values win) and recorded as a "decision" event that keeps each host's values.
+// holds Kerberos credentials) is not a span: it is a "decision" event of the connect span, one per
+// host decided, with that host's server.address and server.port. None of it is set on the connect
+// span, whose attributes are about the connect as a whole: at the end, the host connected to, its
+// transport, the pgconnector.cache.hit of that host's decision, and the sockets opened.
 //
 // # What is never recorded
 //

@@ -17,11 +17,14 @@ import (
 // Metric names of this project. The names of the semantic conventions
 // (db.client.operation.duration, db.client.connection.*) come from the semconv package.
 const (
-	// MetricCacheHits counts decisions made with every server answer they could use already
-	// remembered: no probe was needed. Attributes: server.address, server.port.
+	// MetricCacheHits counts decisions whose plan a remembered server answer changed (a method
+	// left out) or confirmed (the server is remembered to accept the plan's first request): those
+	// whose decision event says pgconnector.cache.hit=true. Attributes: server.address,
+	// server.port.
 	MetricCacheHits = "pgconnector.decision.cache.hits"
-	// MetricCacheMisses counts decisions made with some answer they could use unknown: the
-	// connect probes (or waits for another's probe). Attributes: server.address, server.port.
+	// MetricCacheMisses counts decisions whose plan sends GSSENCRequest or SSLRequest first
+	// without the server being remembered to accept it, and leaves nothing out: those whose
+	// decision event says pgconnector.cache.hit=false. Attributes: server.address, server.port.
 	MetricCacheMisses = "pgconnector.decision.cache.misses"
 	// MetricAttemptsAvoided counts what libpq would have spent on a successful connect and this
 	// one did not, by [AvoidedKindKey]. Attributes: server.address, server.port, the kind.
@@ -74,11 +77,14 @@ func (p Pool) Name() string {
 //     ConnectDone hook; attributes db.client.connection.pool.name, pgconnector.outcome (success,
 //     error), pgconnector.transport (plain, tls, gss) on success, error.type on failure (as on
 //     the postgresql.connect span).
-//   - pgconnector.decision.cache.hits and .misses (counters): one per decision that could use a
-//     remembered answer (a host where SSLRequest or GSSENCRequest is a candidate; not a Unix
-//     socket, not sslmode=disable with GSS impossible, not sslnegotiation=direct alone): a hit
-//     when every such answer was remembered, a miss otherwise. A connect that waits for another
-//     one's probe decides after the wait: a hit. With WithCacheTTL(0) every one is a miss.
+//   - pgconnector.decision.cache.hits and .misses (counters): one per decision, as
+//     [negotiation.Plan.CacheUse] says and the decision event's pgconnector.cache.hit: a hit when
+//     a remembered answer changed the plan (a method left out) or confirmed it (the server is
+//     remembered to accept the request the plan sends first), a miss when the plan sends
+//     GSSENCRequest or SSLRequest first otherwise; neither when no remembered answer could matter
+//     (a Unix socket, sslmode=disable with GSS impossible or disabled, sslnegotiation=direct
+//     without GSS). A connect that waits for another one's probe decides after the wait: a hit.
+//     With WithCacheTTL(0) every decision counted is a miss.
 //   - pgconnector.connection.attempts_avoided (counter) on a successful connect, from the plan
 //     of the host connected to and the method that succeeded: a skipped SSL method (the server
 //     is remembered to answer 'N') avoided one round trip, when libpq would have tried SSL before
@@ -121,9 +127,9 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 	var errs [8]error
 	m.createTime, errs[0] = dbconv.NewClientConnectionCreateTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.hits, errs[1] = m.meter.Int64Counter(MetricCacheHits, metric.WithUnit("{decision}"),
-		metric.WithDescription("Decisions made with every server answer they could use remembered."))
+		metric.WithDescription("Decisions whose plan a remembered server answer changed or confirmed."))
 	m.misses, errs[2] = m.meter.Int64Counter(MetricCacheMisses, metric.WithUnit("{decision}"),
-		metric.WithDescription("Decisions made with some server answer they could use unknown."))
+		metric.WithDescription("Decisions whose first request had no remembered acceptance, and that left nothing out."))
 	m.avoided, errs[3] = m.meter.Int64Counter(MetricAttemptsAvoided, metric.WithUnit("{attempt}"),
 		metric.WithDescription("Round trips and server backends libpq would have spent and a successful connect did not."))
 	m.count, errs[4] = dbconv.NewClientConnectionCountObservable(m.meter)
@@ -199,10 +205,10 @@ func (m *Metrics) connectStart(ctx context.Context, _ negotiation.ConnectStartIn
 }
 
 func (m *Metrics) decision(ctx context.Context, info negotiation.DecisionInfo) {
-	if hit, counted := cacheLookup(&info.Input); counted {
+	if use := info.Plan.CacheUse(); use != negotiation.CacheUseNone {
 		var a [2]attribute.KeyValue
 		attrs := metric.WithAttributes(appendServer(a[:0], info.Host, info.Port)...)
-		if hit {
+		if use == negotiation.CacheUseHit {
 			m.hits.Add(ctx, 1, attrs)
 		} else {
 			m.misses.Add(ctx, 1, attrs)
@@ -212,25 +218,6 @@ func (m *Metrics) decision(ctx context.Context, info negotiation.DecisionInfo) {
 		st.decided, st.host, st.port, st.sslMode = true, info.Host, info.Port, info.Input.SSLMode
 		st.nskip = copy(st.skipped[:], info.Plan.Skipped())
 	}
-}
-
-// cacheLookup reports whether a decision could use a remembered answer (counted) and whether
-// every answer it could use was remembered (hit). The candidates are those of Decide: SSLRequest
-// unless the host is a Unix socket, sslmode=disable, gssencmode=require or
-// sslnegotiation=direct; GSSENCRequest unless the host is a Unix socket, gssencmode=disable or
-// the client holds no credentials (a GSS answer learned with other credentials is unknown).
-func cacheLookup(in *negotiation.Input) (hit, counted bool) {
-	if in.UnixSocket {
-		return false, false
-	}
-	ssl := in.SSLMode != negotiation.SSLModeDisable && !in.DirectSSL && in.GSSEncMode != negotiation.GSSEncModeRequire
-	gss := in.GSSEncMode != negotiation.GSSEncModeDisable && in.GSSCredentials
-	if !ssl && !gss {
-		return false, false
-	}
-	hit = (!ssl || in.Known.SSL != negotiation.AnswerUnknown) &&
-		(!gss || (in.Known.GSS != negotiation.AnswerUnknown && in.Known.GSSGeneration == in.GSSGeneration))
-	return hit, true
 }
 
 func (m *Metrics) connectDone(ctx context.Context, info negotiation.ConnectDoneInfo) {

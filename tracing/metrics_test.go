@@ -113,8 +113,21 @@ func TestMetricsOfConnects(t *testing.T) {
 		{"GSS failure remembered", []negotiation.DecisionInfo{decide(known(gssCreds, gssFailed))}, plain, 1, 0, 1, 1},
 		{"GSS failure learned with other credentials", []negotiation.DecisionInfo{decide(known(gssCreds,
 			negotiation.Known{GSS: negotiation.AnswerNo, GSSGeneration: 6}))}, plain, 0, 1, 0, 0},
+		// The remembered 'N' changed the plan (no SSL after GSS): a hit, though GSS is asked.
 		{"GSS unknown, 'N' remembered", []negotiation.DecisionInfo{decide(known(negotiation.Input{SSLMode: negotiation.SSLModePrefer,
-			GSSEncMode: negotiation.GSSEncModePrefer, GSSCredentials: true}, refused))}, done(negotiation.MethodGSS), 0, 1, 0, 0},
+			GSSEncMode: negotiation.GSSEncModePrefer, GSSCredentials: true}, refused))}, done(negotiation.MethodGSS), 1, 0, 0, 0},
+		{"GSS success remembered, no credentials now: SSL asked", []negotiation.DecisionInfo{decide(known(prefer,
+			negotiation.Known{GSS: negotiation.AnswerYes, GSSGeneration: 7}))}, plain, 0, 1, 0, 0},
+		{"GSS success remembered, with credentials", []negotiation.DecisionInfo{decide(known(negotiation.Input{SSLMode: negotiation.SSLModePrefer,
+			GSSEncMode: negotiation.GSSEncModePrefer, GSSCredentials: true, GSSGeneration: 7},
+			negotiation.Known{GSS: negotiation.AnswerYes, GSSGeneration: 7}))}, done(negotiation.MethodGSS), 1, 0, 0, 0},
+		{"GSS success learned with other credentials", []negotiation.DecisionInfo{decide(known(negotiation.Input{SSLMode: negotiation.SSLModePrefer,
+			GSSEncMode: negotiation.GSSEncModePrefer, GSSCredentials: true, GSSGeneration: 7},
+			negotiation.Known{GSS: negotiation.AnswerYes, GSSGeneration: 6, SSL: negotiation.AnswerYes}))}, done(negotiation.MethodGSS), 0, 1, 0, 0},
+		{"'N' remembered, require: asked anyway", []negotiation.DecisionInfo{decide(negotiation.Input{SSLMode: negotiation.SSLModeRequire,
+			Known: refused})}, failed, 0, 1, 0, 0},
+		{"'S' remembered, allow: plaintext first, nothing to confirm", []negotiation.DecisionInfo{decide(negotiation.Input{SSLMode: negotiation.SSLModeAllow,
+			Known: negotiation.Known{SSL: negotiation.AnswerYes}})}, plain, 0, 0, 0, 0},
 		{"after a wait for the probe: counted once", []negotiation.DecisionInfo{waited}, plain, 1, 0, 1, 0},
 		{"stale answer negotiated again", []negotiation.DecisionInfo{decide(known(prefer, refused)), decide(prefer)}, tls, 1, 1, 0, 0},
 		{"connected to another host", []negotiation.DecisionInfo{decide(prefer), otherHost}, plain, 1, 1, 0, 0},
@@ -192,7 +205,8 @@ func TestMetricsOfPool(t *testing.T) {
 	in := negotiation.Input{SSLMode: negotiation.SSLModePrefer, Known: negotiation.Known{SSL: negotiation.AnswerNo}}
 	tr.Decision(ctx, negotiation.DecisionInfo{Host: testHost, Port: testPort, Input: in, Plan: mustDecide(t, in)})
 	tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort, Method: negotiation.MethodPlain})
-	tr.Decision(ctx, negotiation.DecisionInfo{Host: testHost, Port: testPort, Input: negotiation.Input{SSLMode: negotiation.SSLModePrefer}})
+	cold := negotiation.Input{SSLMode: negotiation.SSLModePrefer}
+	tr.Decision(ctx, negotiation.DecisionInfo{Host: testHost, Port: testPort, Input: cold, Plan: mustDecide(t, cold)})
 
 	pool := attribute.NewSet(semconv.DBClientConnectionPoolName(testHost + ":5432/" + testDB))
 	server := attribute.NewSet(semconv.ServerAddress(testHost), semconv.ServerPort(testPort))
@@ -210,9 +224,9 @@ func TestMetricsOfPool(t *testing.T) {
 		{Name: MetricConnectionWaitTime, Description: "Total time callers waited for a connection from the pool.", Unit: "s",
 			Data: metricdata.Sum[float64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true,
 				DataPoints: []metricdata.DataPoint[float64]{{Attributes: pool, Value: 1.5}}}},
-		sum(MetricCacheHits, "Decisions made with every server answer they could use remembered.", "{decision}", true,
+		sum(MetricCacheHits, "Decisions whose plan a remembered server answer changed or confirmed.", "{decision}", true,
 			metricdata.DataPoint[int64]{Attributes: server, Value: 1}),
-		sum(MetricCacheMisses, "Decisions made with some server answer they could use unknown.", "{decision}", true,
+		sum(MetricCacheMisses, "Decisions whose first request had no remembered acceptance, and that left nothing out.", "{decision}", true,
 			metricdata.DataPoint[int64]{Attributes: server, Value: 1}),
 		sum(MetricAttemptsAvoided, "Round trips and server backends libpq would have spent and a successful connect did not.", "{attempt}", true,
 			metricdata.DataPoint[int64]{Attributes: attribute.NewSet(append(server.ToSlice(), AvoidedKindKey.String(AvoidedRoundTrip))...), Value: 1}),

@@ -216,7 +216,10 @@ func (t *tracer) connectDone(ctx context.Context, info negotiation.ConnectDoneIn
 	if tr := info.Method.Transport(); tr != "" {
 		kv = append(kv, TransportKey.String(tr))
 	}
-	kv = append(kv, CacheHitKey.Bool(info.CacheHit), AttemptsKey.Int(info.Attempts))
+	if info.Cache != negotiation.CacheUseNone {
+		kv = append(kv, CacheHitKey.Bool(info.Cache == negotiation.CacheUseHit))
+	}
+	kv = append(kv, AttemptsKey.Int(info.Attempts))
 	span.SetAttributes(kv...)
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeConnectFailed)
@@ -229,24 +232,25 @@ func (t *tracer) decision(ctx context.Context, info negotiation.DecisionInfo) {
 	if st == nil {
 		return
 	}
-	plan := info.Plan.String()
-	var a [6]attribute.KeyValue
-	kv := append(a[:0], PlanKey.String(plan))
+	// Each host's decision is an event of its own, with the host: none of it goes on the connect
+	// span, whose attributes are about the connect as a whole (ConnectDone: the host connected
+	// to, its transport, the cache.hit of its plan, the sockets opened).
+	var a [7]attribute.KeyValue
+	kv := appendServer(a[:0], info.Host, info.Port)
+	kv = append(kv, PlanKey.String(info.Plan.String()))
 	if skipped := info.Plan.Skipped(); len(skipped) > 0 {
 		kv = append(kv, PlanSkippedKey.String(joinMethods(skipped)))
 	}
-	kv = append(kv, CacheHitKey.Bool(info.Plan.CacheHit()), ProbeWaitedKey.Bool(info.Waited))
+	if use := info.Plan.CacheUse(); use != negotiation.CacheUseNone {
+		kv = append(kv, CacheHitKey.Bool(use == negotiation.CacheUseHit))
+	}
+	kv = append(kv, ProbeWaitedKey.Bool(info.Waited))
 	if info.Input.GSSEncMode != negotiation.GSSEncModeDisable && !info.Input.UnixSocket {
 		// Only where the credentials count, as in Decide: GSS is allowed unless
 		// gssencmode=disable, and never over a Unix socket (where they are not even checked).
 		kv = append(kv, GSSCredentialsKey.Bool(info.Input.GSSCredentials))
 	}
-	st.span.SetAttributes(kv...)
-	// The event keeps each host's decision; the span attributes keep the last one.
-	event := make([]attribute.KeyValue, 0, len(kv)+2)
-	event = appendServer(event, info.Host, info.Port)
-	event = append(event, kv...)
-	st.span.AddEvent(EventDecision, trace.WithAttributes(event...))
+	st.span.AddEvent(EventDecision, trace.WithAttributes(kv...))
 }
 
 func (t *tracer) probeWaitStart(ctx context.Context, info negotiation.HostInfo) context.Context {

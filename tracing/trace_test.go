@@ -154,23 +154,25 @@ func scenarios(t testing.TB) []scenario {
 			semconv.ServerAddress(testHost), semconv.NetworkTransportTCP, semconv.NetworkPeerAddress(testIPv4),
 			semconv.NetworkPeerPort(testPort), MethodKey.String(m)}}
 	}
-	decision := func(plan string, cacheHit bool, skipped string) ([]attribute.KeyValue, event) {
+	// decision is the event of a decision; hit is its cache.hit, "" when absent.
+	decision := func(plan string, hit string, skipped string) event {
 		attrs := []attribute.KeyValue{PlanKey.String(plan)}
 		if skipped != "" {
 			attrs = append(attrs, PlanSkippedKey.String(skipped))
 		}
-		attrs = append(attrs, CacheHitKey.Bool(cacheHit), ProbeWaitedKey.Bool(false))
-		ev := event{name: EventDecision, attrs: append([]attribute.KeyValue{
+		if hit != "" {
+			attrs = append(attrs, CacheHitKey.Bool(hit == "true"))
+		}
+		attrs = append(attrs, ProbeWaitedKey.Bool(false))
+		return event{name: EventDecision, attrs: append([]attribute.KeyValue{
 			semconv.ServerAddress(testHost), semconv.ServerPort(testPort)}, attrs...)}
-		return attrs, ev
 	}
 	// gssDecision is a decision with gssencmode other than disable: it adds whether the client
 	// holds credentials.
-	gssDecision := func(plan string, cacheHit bool, skipped string, creds bool) ([]attribute.KeyValue, event) {
-		attrs, ev := decision(plan, cacheHit, skipped)
-		attrs = append(attrs, GSSCredentialsKey.Bool(creds))
+	gssDecision := func(plan string, hit string, skipped string, creds bool) event {
+		ev := decision(plan, hit, skipped)
 		ev.attrs = append(ev.attrs, GSSCredentialsKey.Bool(creds))
-		return attrs, ev
+		return ev
 	}
 	credentialsSpan := func(reused bool) span {
 		return span{name: SpanGSSCredentials, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
@@ -184,8 +186,8 @@ func scenarios(t testing.TB) []scenario {
 		d := tr.DNSStart(ctx, host)
 		tr.DNSDone(d, negotiation.DNSDoneInfo{Addrs: testAddrs})
 	}
-	connected := func(attrs []attribute.KeyValue, transport string, cacheHit bool) []attribute.KeyValue {
-		return append(attrs, TransportKey.String(transport), CacheHitKey.Bool(cacheHit), AttemptsKey.Int(1))
+	connected := func(attrs []attribute.KeyValue, transport string, hit bool) []attribute.KeyValue {
+		return append(attrs, TransportKey.String(transport), CacheHitKey.Bool(hit), AttemptsKey.Int(1))
 	}
 
 	preferIn := negotiation.Input{SSLMode: negotiation.SSLModePrefer, GSSEncMode: negotiation.GSSEncModeDisable}
@@ -205,7 +207,7 @@ func scenarios(t testing.TB) []scenario {
 	var out []scenario
 
 	{ // (a) sslmode=prefer, the server answers 'N': plaintext on the same socket.
-		dAttrs, dEvent := decision("ssl,plain", false, "")
+		dEvent := decision("ssl,plain", "false", "")
 		out = append(out, scenario{
 			name: "prefer/server refuses SSLRequest/plaintext on same socket",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -221,11 +223,11 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodPlain))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "trust"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodPlain, Attempts: 1, Duration: time.Millisecond})
+					Method: negotiation.MethodPlain, Cache: negotiation.CacheUseMiss, Attempts: 1, Duration: time.Millisecond})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(startAttrs("prefer"), dAttrs...), "plain", false),
+					attrs:  connected(startAttrs("prefer"), "plain", false),
 					events: []event{dEvent}},
 				dnsSpan,
 				tcpSpan("ssl"),
@@ -241,7 +243,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (b) sslmode=require, the server answers 'S': TLS 1.3, SCRAM.
-		dAttrs, dEvent := decision("ssl", false, "")
+		dEvent := decision("ssl", "false", "")
 		out = append(out, scenario{
 			name: "require/server accepts SSLRequest/TLS 1.3 and scram-sha-256",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -258,11 +260,11 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodSSL))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodSSL, Attempts: 1})
+					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 1})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(startAttrs("require"), dAttrs...), "tls", false),
+					attrs:  connected(startAttrs("require"), "tls", false),
 					events: []event{dEvent}},
 				dnsSpan,
 				tcpSpan("ssl"),
@@ -278,7 +280,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (c) the socket cannot be opened.
-		dAttrs, dEvent := decision("ssl,plain", false, "")
+		dEvent := decision("ssl,plain", "false", "")
 		out = append(out, scenario{
 			name: "prefer/connection refused/dial_error",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -292,7 +294,7 @@ func scenarios(t testing.TB) []scenario {
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs: append(append(startAttrs("prefer"), dAttrs...), CacheHitKey.Bool(false),
+					attrs: append(startAttrs("prefer"),
 						AttemptsKey.Int(1), semconv.ErrorTypeKey.String(ErrorTypeDial)),
 					status: codes.Error, desc: errDial.Error(), exception: errDial.Error(),
 					events: []event{dEvent}},
@@ -308,7 +310,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 
 	{ // (d) the cache remembers 'N': no SSLRequest, the password is wrong.
-		dAttrs, dEvent := decision("plain", true, "ssl")
+		dEvent := decision("plain", "true", "ssl")
 		out = append(out, scenario{
 			name: "prefer/cached N skips SSLRequest/bad password 28P01",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -320,11 +322,11 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodPlain))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256", SQLState: "28P01", Err: errBadPassword})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					CacheHit: true, Attempts: 1, Err: errAuth})
+					Attempts: 1, Err: errAuth})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs: append(append(startAttrs("prefer"), dAttrs...), AttemptsKey.Int(1),
+					attrs: append(startAttrs("prefer"), AttemptsKey.Int(1),
 						semconv.ErrorTypeKey.String("28P01"), semconv.DBResponseStatusCode("28P01")),
 					status: codes.Error, desc: errAuth.Error(), exception: errAuth.Error(),
 					events: []event{dEvent}},
@@ -364,11 +366,10 @@ func scenarios(t testing.TB) []scenario {
 				{name: SpanConnect, kind: trace.SpanKindClient, attrs: []attribute.KeyValue{
 					semconv.DBSystemNamePostgreSQL, semconv.ServerAddress("/var/run/postgresql"),
 					semconv.ServerPort(testPort), semconv.DBNamespace(testDB), SSLModeKey.String("prefer"),
-					GSSEncModeKey.String("prefer"), PlanKey.String("plain"), ProbeWaitedKey.Bool(true),
-					TransportKey.String("plain"), CacheHitKey.Bool(false), AttemptsKey.Int(1)},
+					GSSEncModeKey.String("prefer"), TransportKey.String("plain"), AttemptsKey.Int(1)},
 					events: []event{{name: EventDecision, attrs: []attribute.KeyValue{
 						semconv.ServerAddress("/var/run/postgresql"), semconv.ServerPort(testPort),
-						PlanKey.String("plain"), CacheHitKey.Bool(false), ProbeWaitedKey.Bool(true)}}}},
+						PlanKey.String("plain"), ProbeWaitedKey.Bool(true)}}}},
 				{name: SpanProbeWait, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					semconv.ServerAddress("/var/run/postgresql"), semconv.ServerPort(testPort)}},
 				{name: SpanTCPConnect, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
@@ -381,7 +382,7 @@ func scenarios(t testing.TB) []scenario {
 	}
 	{ // (f) gssencmode=prefer, GSS remembered as working: the server answers 'G', the service
 		// ticket is in the credential cache, the context is established, GSS authentication.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", false, "", true)
+		dEvent := gssDecision("gss,ssl,plain", "true", "", true)
 		out = append(out, scenario{
 			name: scenarioGSSEncrypted,
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -398,13 +399,13 @@ func scenarios(t testing.TB) []scenario {
 				x := tr.GSSContextStart(ctx, dial(negotiation.MethodGSS))
 				tr.GSSContextDone(x, negotiation.GSSContextDoneInfo{Enctype: testEnctype})
 				u := tr.StartupStart(ctx, dial(negotiation.MethodGSS))
-				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "gss"})
+				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "gss-or-trust"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodGSS, Attempts: 1})
+					Method: negotiation.MethodGSS, Cache: negotiation.CacheUseHit, Attempts: 1})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(modeAttrs("prefer", "prefer"), dAttrs...), "gss", false),
+					attrs:  connected(modeAttrs("prefer", "prefer"), "gss", true),
 					events: []event{dEvent}},
 				credentialsSpan(true),
 				dnsSpan,
@@ -416,14 +417,14 @@ func scenarios(t testing.TB) []scenario {
 				{name: SpanGSSContext, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					GSSEnctypeKey.String(testEnctype)}},
 				{name: SpanStartup, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					semconv.DBNamespace(testDB), MethodKey.String("gss"), AuthMethodKey.String("gss")}},
+					semconv.DBNamespace(testDB), MethodKey.String("gss"), AuthMethodKey.String("gss-or-trust")}},
 			},
 		})
 	}
 
 	{ // (g) gssencmode=prefer, the server answers 'N' to GSSENCRequest, then 'N' to SSLRequest on
 		// the same socket: plaintext, still on that socket.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", false, "", true)
+		dEvent := gssDecision("gss,ssl,plain", "false", "", true)
 		out = append(out, scenario{
 			name: "gssencmode=prefer/server refuses GSSENCRequest then SSLRequest/plaintext on same socket",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -444,11 +445,11 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodPlain))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "trust"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodPlain, Attempts: 1})
+					Method: negotiation.MethodPlain, Cache: negotiation.CacheUseMiss, Attempts: 1})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs:  connected(append(modeAttrs("prefer", "prefer"), dAttrs...), "plain", false),
+					attrs:  connected(modeAttrs("prefer", "prefer"), "plain", false),
 					events: []event{dEvent}},
 				credentialsSpan(false),
 				dnsSpan,
@@ -471,7 +472,7 @@ func scenarios(t testing.TB) []scenario {
 
 	{ // (h) gssencmode=prefer, 'G', a ticket from the KDC, then the context fails: SSL on a new
 		// connection.
-		dAttrs, dEvent := gssDecision("gss,ssl,plain", false, "", true)
+		dEvent := gssDecision("gss,ssl,plain", "false", "", true)
 		out = append(out, scenario{
 			name: "gssencmode=prefer/GSS context fails/TLS on a new connection",
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
@@ -499,11 +500,11 @@ func scenarios(t testing.TB) []scenario {
 				u := tr.StartupStart(ctx, dial(negotiation.MethodSSL))
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
-					Method: negotiation.MethodSSL, Attempts: 2})
+					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 2})
 			},
 			want: []span{
 				{name: SpanConnect, kind: trace.SpanKindClient,
-					attrs: append(append(modeAttrs("prefer", "prefer"), dAttrs...), TransportKey.String("tls"),
+					attrs: append(modeAttrs("prefer", "prefer"), TransportKey.String("tls"),
 						CacheHitKey.Bool(false), AttemptsKey.Int(2)),
 					events: []event{dEvent}},
 				credentialsSpan(false),

@@ -132,11 +132,25 @@ func printDecisions(spans []sdktrace.ReadOnlySpan, parent string) {
 		for _, kv := range s.Attributes() {
 			a[string(kv.Key)] = kv.Value.Emit()
 		}
-		d := fmt.Sprintf("plan %-9s transport %-5s cache hit %-5s", a["pgconnector.plan"], a["pgconnector.transport"], a["pgconnector.cache.hit"])
-		if sk := a["pgconnector.plan.skipped"]; sk != "" {
+		// The plan is on the decision event of the host connected to (one event per host tried).
+		plan := map[string]string{}
+		for _, ev := range s.Events() {
+			if ev.Name != "decision" {
+				continue
+			}
+			e := map[string]string{}
+			for _, kv := range ev.Attributes {
+				e[string(kv.Key)] = kv.Value.Emit()
+			}
+			if e["server.address"] == a["server.address"] && e["server.port"] == a["server.port"] {
+				plan = e
+			}
+		}
+		d := fmt.Sprintf("plan %-9s transport %-5s cache hit %-5s", plan["pgconnector.plan"], a["pgconnector.transport"], a["pgconnector.cache.hit"])
+		if sk := plan["pgconnector.plan.skipped"]; sk != "" {
 			d += " skipped " + sk
 		}
-		if a["pgconnector.probe.waited"] == "true" {
+		if plan["pgconnector.probe.waited"] == "true" {
 			d += " (waited for another connection's probe)"
 		}
 		if counts[d] == 0 {
@@ -175,6 +189,11 @@ func printTree(spans []sdktrace.ReadOnlySpan) {
 	walk = func(s sdktrace.ReadOnlySpan, depth int) {
 		fmt.Printf("%s%s %v%s%s\n", strings.Repeat("  ", depth), s.Name(),
 			s.EndTime().Sub(s.StartTime()).Round(10*time.Microsecond), attrs(s.Attributes()), status(s))
+		for _, ev := range s.Events() {
+			if ev.Name == "decision" { // one per host tried, with its plan
+				fmt.Printf("%s(event) decision%s\n", strings.Repeat("  ", depth+1), attrs(ev.Attributes))
+			}
+		}
 		kids := children[s.SpanContext().SpanID().String()]
 		byStart(kids)
 		for _, k := range kids {
