@@ -152,11 +152,17 @@ func refreshNegotiator(t *testing.T, s *refreshServer, connectTimeout time.Durat
 	return n, cache, key, done
 }
 
-// refreshGoroutines is how many goroutines run a refresh.
+// refreshGoroutines is how many goroutines run a refresh (a frame of refresh.go in their stack).
 func refreshGoroutines() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "negotiation.(*Negotiator).refresh")
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "negotiation.(*Negotiator).refresh") {
+			n++
+		}
+	}
+	return n
 }
 
 // A connect whose plan skips SSL because of an old 'N' goes on at once in plaintext while a
@@ -259,5 +265,35 @@ func TestRefreshOutcomes(t *testing.T) {
 				t.Error("an inconclusive refresh without its error")
 			}
 		})
+	}
+}
+
+// The decision of a connect whose plan skips a method because of a remembered answer too young
+// to refresh allocates nothing for the refresh check.
+func TestDecisionWithYoungNegativeAnswerDoesNotAllocate(t *testing.T) {
+	cache := NewCache(DefaultTestTTL)
+	key := Key{Host: "db.example", Port: 5432}
+	cache.SetSSL(key, AnswerNo)
+	n, err := NewNegotiator(Config{
+		Hosts:      []Host{{Host: "db.example", Port: 5432, SSLMode: SSLModePrefer}},
+		GSSEncMode: GSSEncModeDisable,
+		Cache:      cache,
+		Open:       func(context.Context) (io.Closer, error) { t.Fatal("a refresh opened a connection"); return nil, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	h := &n.cfg.Hosts[0]
+	b := n.newBudget()
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		plan, _, _, err := n.decide(ctx, b, h, key, GSSCredentials{})
+		if err != nil || len(plan.Skipped()) != 1 {
+			t.Fatal("not a plan that skips SSL")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("the decision allocates %v times", allocs)
 	}
 }
