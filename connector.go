@@ -19,6 +19,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"io"
 	"sync"
 	"time"
 
@@ -164,12 +165,15 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		dial = s.Keepalives.dialer().DialContext
 	}
 	metrics := tracing.NewMetrics(o.meterProvider, tracing.Pool{Host: s.Hosts[0].Host, Port: s.Hosts[0].Port, Database: s.Config.Database})
+	var c *Connector
 	neg, err := negotiation.NewNegotiator(negotiation.Config{
 		Hosts:      s.Hosts,
 		GSSEncMode: s.GSSEncMode,
 		DirectSSL:  s.Config.SSLNegotiation == "direct",
 		Database:   s.Config.Database,
 		Cache:      negotiation.NewCache(o.cacheTTL),
+		// The background refresh's own open (connector_refresh.go), not Connect's closure.
+		Open: func(ctx context.Context) (io.Closer, error) { return c.openForRefresh(ctx) },
 		// The metric hooks first: the span hooks' Done hooks end the span that is current.
 		Trace:      tracing.Compose(metrics.Trace(), tracing.NewTrace(o.tracerProvider)),
 		LookupFunc: s.Config.LookupFunc,
@@ -184,7 +188,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Connector{settings: s, negotiator: neg, gss: krb, unregister: krb.Register(), metrics: metrics}
+	c = &Connector{settings: s, negotiator: neg, gss: krb, unregister: krb.Register(), metrics: metrics}
 	if o.statementSpans {
 		c.statements = tracing.NewStatements(tracing.StatementConfig{
 			TracerProvider: o.tracerProvider,
@@ -266,9 +270,11 @@ func (c *Connector) OpenDB() *sql.DB {
 // Driver returns a driver whose Open parses its argument with New; database/sql uses Connect.
 func (c *Connector) Driver() driver.Driver { return Driver{} }
 
-// Close releases what the connector holds and stops the pool metrics of [Connector.OpenDB].
-// database/sql calls it from DB.Close.
+// Close releases what the connector holds and stops the pool metrics of [Connector.OpenDB]. It
+// cancels a background refresh of a remembered answer and waits for it to end, so that no
+// goroutine or socket of the connector outlives it. database/sql calls it from DB.Close.
 func (c *Connector) Close() error {
+	c.negotiator.Close() // first: a refresh may still authenticate with the GSS provider below
 	c.mu.Lock()
 	onClose := c.onClose
 	c.onClose = nil

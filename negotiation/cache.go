@@ -35,6 +35,10 @@ type entry struct {
 	strikeExp time.Time
 	// probe is non-nil while one connect probes this key; it is closed when the probe ends.
 	probe chan struct{}
+	// refresh is the background refresh of a negative answer running for this key, if any;
+	// no other begins before refreshAfter (cache_refresh.go).
+	refresh      *Refresh
+	refreshAfter time.Time
 }
 
 // NewCache returns a cache whose answers are trusted for ttl. A ttl of zero or less disables

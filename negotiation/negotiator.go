@@ -71,6 +71,12 @@ type Config struct {
 	// another connect's probe and the DNS lookup. On expiry the next address is tried, never
 	// the next method on the same address. Zero: only the context bounds the connect.
 	ConnectTimeout time.Duration
+	// Open makes one pgx connection attempt for a background refresh (refresh.go), as the open
+	// of Connect does, and returns the connection, which the negotiator closes at once. It is
+	// called on the refresh's goroutine, so it must not write to a connect's variables: give
+	// one of its own, not a closure of Connect's. Nil: no background refresh; a remembered
+	// negative answer then hides a server's new TLS or GSS encryption until it expires.
+	Open func(ctx context.Context) (io.Closer, error)
 }
 
 // Negotiator carries the decision out over pgx: for each host it decides the methods, then for
@@ -79,6 +85,7 @@ type Config struct {
 type Negotiator struct {
 	cfg   Config
 	trace Trace
+	bg    background // the background refreshes, until Close
 }
 
 // NewNegotiator returns a Negotiator for cfg. cfg.Hosts must not be empty.
@@ -293,6 +300,7 @@ func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, cr
 		if n.trace.Decision != nil {
 			n.trace.Decision(ctx, DecisionInfo{Host: h.Host, Port: h.Port, Input: in, Plan: plan, Waited: waited})
 		}
+		n.refreshSkipped(ctx, h, key, &plan, &in) // in the background: the connect does not wait
 		return plan, in, probe, nil
 	}
 }

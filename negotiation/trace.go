@@ -70,6 +70,14 @@ type Trace struct {
 
 	// Fallback is called when the connect gives up a method and goes on with the next one.
 	Fallback func(ctx context.Context, info FallbackInfo)
+
+	// RefreshStart is called when a background refresh asks again a question whose remembered
+	// negative answer a connect's plan used (refresh.go), RefreshDone when it ends. A refresh
+	// is not a logical connect: no ConnectStart, Decision or ConnectDone is called for it. Its
+	// steps go through the hooks above under the context RefreshStart returns, on the
+	// refresh's own goroutine.
+	RefreshStart func(ctx context.Context, info RefreshStartInfo) context.Context
+	RefreshDone  func(ctx context.Context, info RefreshDoneInfo)
 }
 
 // ConnectStartInfo describes a logical connect, from the connection string.

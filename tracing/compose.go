@@ -53,6 +53,8 @@ func Compose(a, b *negotiation.Trace) *negotiation.Trace {
 		StartupStart:        startHook(a.StartupStart, b.StartupStart),
 		StartupDone:         doneHook(a.StartupDone, b.StartupDone),
 		Fallback:            eventHook(a.Fallback, b.Fallback),
+		RefreshStart:        startHook(a.RefreshStart, b.RefreshStart),
+		RefreshDone:         doneHook(a.RefreshDone, b.RefreshDone),
 	}
 }
 

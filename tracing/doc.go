@@ -36,6 +36,11 @@
 // per connect. postgresql.tcp_connect is INTERNAL for the same reason, although it is the step
 // that talks to the network.
 //
+// A background refresh of a remembered negative answer (negotiation/refresh.go) is a tree of its
+// own: a root span postgresql.refresh (INTERNAL: no caller waits for it), linked to the connect
+// whose decision started it, with the same steps below it. It is not a connect: the metrics do not
+// count it.
+//
 // The per-host decision (which methods, in which order, what the cache saved, whether the client
 // holds Kerberos credentials) is not a span: it is a "decision" event of the connect span, one per
 // host decided, with that host's server.address and server.port. None of it is set on the connect

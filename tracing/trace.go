@@ -75,6 +75,8 @@ func NewTrace(tp trace.TracerProvider, opts ...Option) *negotiation.Trace {
 		StartupStart:        t.startupStart,
 		StartupDone:         t.startupDone,
 		Fallback:            t.fallback,
+		RefreshStart:        t.refreshStart,
+		RefreshDone:         t.refreshDone,
 	}
 }
 
