@@ -370,3 +370,43 @@ func TestTargetSessionAttrsSockets(t *testing.T) {
 		t.Errorf("connector (warm) opened %d+%d connections for 5 connects, psql %d+%d", cp, cs, pp, ps)
 	}
 }
+
+// TestLoadBalanceHosts: load_balance_hosts=random (libpq 16) spreads connects over the hosts;
+// without it the first host takes them all.
+func TestLoadBalanceHosts(t *testing.T) {
+	a := harness.StartT(t, harness.Options{})
+	b := harness.StartT(t, harness.Options{})
+	hosts := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=app dbname=app sslmode=disable ", a.Port, b.Port)
+	for _, tc := range []struct {
+		extra    string
+		balanced bool
+	}{{"", false}, {"load_balance_hosts=disable", false}, {"load_balance_hosts=random", true}} {
+		c := newConnector(t, hosts+tc.extra)
+		ma, mb := a.LogMark(), b.LogMark()
+		const n = 40
+		for range n {
+			dc, err := c.Connect(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			dc.Close()
+		}
+		na, err := a.ConnectionsSince(ma)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nb, err := b.ConnectionsSince(mb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%q: %d connections to the first host, %d to the second", tc.extra, na, nb)
+		if na+nb != n {
+			t.Errorf("%q: %d+%d connections for %d connects", tc.extra, na, nb, n)
+		}
+		// With random order each host is first with probability 1/2: fewer than 5 of 40 happens
+		// about once in 10^7 runs.
+		if tc.balanced && (na < 5 || nb < 5) || !tc.balanced && nb != 0 {
+			t.Errorf("%q: %d and %d connections", tc.extra, na, nb)
+		}
+	}
+}
