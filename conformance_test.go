@@ -142,6 +142,8 @@ func TestKeywordsMatchPsql(t *testing.T) {
 		{"host", base(plain), nil, ""},
 		{"host", fmt.Sprintf("host=%s port=%d user=app dbname=app", plain.SocketDir, plain.Port), nil, ""},
 		{"hostaddr", fmt.Sprintf("host=localhost hostaddr=127.0.0.1 port=%d user=app dbname=app", plain.Port), nil, ""},
+		// A name that cannot be resolved: only hostaddr reaches the server.
+		{"hostaddr", fmt.Sprintf("host=db.invalid hostaddr=127.0.0.1 port=%d user=app dbname=app", plain.Port), nil, ""},
 		{"hostaddr", fmt.Sprintf("hostaddr=127.0.0.1 port=%d user=app dbname=app", plain.Port), nil, ""},
 		{"hostaddr", fmt.Sprintf("host=localhost hostaddr=127.0.0.1 port=%d user=app dbname=app sslmode=verify-full sslrootcert=%s", tlsSrv.Port, tlsSrv.CAFile), nil, ""},
 		{"hostaddr", fmt.Sprintf("host=localhost,localhost hostaddr=127.0.0.2,127.0.0.1 port=%d,%d user=app dbname=app", scram.Port, plain.Port), nil, ""},
@@ -267,6 +269,17 @@ func TestMultiHostMatchesPsql(t *testing.T) {
 	down := harness.FreePort(t)
 	names := map[int]string{primary.Port: "primary", standby.Port: "standby", readOnly.Port: "read-only", reject.Port: "reject", 0: "socket"}
 	servers := map[string]int{"primary": primary.Port, "standby": standby.Port, "read-only": readOnly.Port, "reject": reject.Port, "down": down}
+	// Servers that misbehave at startup, which a real one cannot do on demand.
+	for name, f := range map[string]harness.Fault{
+		"closes-at-startup": {Step: harness.StepStartup, Kind: harness.FaultClose},
+		"resets-at-startup": {Step: harness.StepStartup, Kind: harness.FaultReset},
+		"57P03":             {Step: harness.StepStartup, Kind: harness.FaultErrorResponse, SQLState: "57P03"},
+		"53300":             {Step: harness.StepStartup, Kind: harness.FaultErrorResponse, SQLState: "53300"},
+		"28P01":             {Step: harness.StepStartup, Kind: harness.FaultErrorResponse, SQLState: "28P01"},
+	} {
+		_, port := harness.FaultServerT(t, harness.FaultServerOptions{Fault: f}).Addr()
+		servers[name], names[port] = port, name
+	}
 
 	dsn := func(order []string, extra string) string {
 		hosts, ports := make([]string, len(order)), make([]string, len(order))
@@ -313,6 +326,13 @@ func TestMultiHostMatchesPsql(t *testing.T) {
 		{[]string{"socket", "primary"}, "gssencmode=require"},           // GSS encryption is impossible on the socket: stop
 		{[]string{"socket", "primary"}, "gssencmode=prefer"},            // the socket, in plaintext
 		{[]string{"primary", "reject"}, "target_session_attrs=standby"}, // primary left, reject stops
+		{[]string{"closes-at-startup", "primary"}, ""},                  // server closed the connection: stop
+		{[]string{"resets-at-startup", "primary"}, "sslmode=disable"},
+		{[]string{"57P03", "primary"}, ""}, // the only error response that moves on
+		{[]string{"53300", "primary"}, ""},
+		{[]string{"28P01", "primary"}, "sslmode=disable"},
+		{[]string{"down", "standby"}, "target_session_attrs=prefer-standby"},
+		{[]string{"down", "primary"}, "target_session_attrs=prefer-standby"}, // second pass after a host that was down
 	} {
 		t.Run(strings.Join(c.order, ",")+"/"+c.extra, func(t *testing.T) { check(t, c.order, c.extra) })
 	}

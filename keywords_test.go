@@ -116,7 +116,8 @@ func TestKeywordErrors(t *testing.T) {
 		{"host=a keepalives=yes", "keepalives", "an integer"},
 		{"host=a tcp_user_timeout=1s", "tcp_user_timeout", "an integer"},
 		{"host=a gsslib=sspi", "gsslib", "only available on Windows"},
-		{"host=a gsslib=heimdal", "gsslib", "gssapi"},
+		{"host=a gsslib=SSPI", "gsslib", "only available on Windows"},
+		{"host=/tmp hostaddr=127.0.0.1", "hostaddr", "Unix-socket directory"},
 		{"host=a load_balance_hosts=round-robin", "load_balance_hosts", "disable, random"},
 		{"host=a scram_client_key=" + secret, "scram_client_key", "not supported"},
 		{"host=a oauth_client_secret=" + secret, "oauth_client_secret", "not supported"},
@@ -171,6 +172,57 @@ func TestREADMEKeywordTable(t *testing.T) {
 	for n := range rows {
 		if !slices.Contains(names, n) {
 			t.Errorf("README: row %s is not a libpq keyword", n)
+		}
+	}
+}
+
+// TestKeywordOrigins: the keys that change what pgx parses follow libpq's precedence (the
+// string, then the service file, then the environment) and survive a trailing backslash.
+func TestKeywordOrigins(t *testing.T) {
+	dir := t.TempDir()
+	services := filepath.Join(dir, "pg_service.conf")
+	if err := os.WriteFile(services, []byte("[req]\nrequiressl=1\n[full]\nsslmode=verify-full\n[addr]\nhostaddr=192.0.2.9\n[require]\nsslmode=require\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PGSERVICEFILE", services)
+	for _, env := range []string{"PGREQUIRESSL", "PGSSLMODE", "PGHOST", "PGHOSTADDR", "PGSERVICE", "PGSSLROOTCERT"} {
+		t.Setenv(env, "")
+	}
+	ok := func(dsn string, check func(*Settings) bool, env ...string) {
+		t.Helper()
+		for i := 0; i+1 < len(env); i += 2 {
+			t.Setenv(env[i], env[i+1])
+			defer os.Setenv(env[i], "")
+		}
+		s, err := ParseSettings(dsn)
+		if err != nil {
+			t.Errorf("%s %v: %v", dsn, env, err)
+			return
+		}
+		if !check(s) {
+			t.Errorf("%s %v: hosts %+v", dsn, env, s.Hosts)
+		}
+	}
+	ok("service=full host=db", func(s *Settings) bool { return s.Hosts[0].SSLMode == negotiation.SSLModeVerifyFull }, "PGREQUIRESSL", "1")
+	ok("host=db", func(s *Settings) bool { return s.Hosts[0].SSLMode == negotiation.SSLModeRequire }, "PGREQUIRESSL", "1")
+	ok("host=db", func(s *Settings) bool { return s.Hosts[0].SSLMode == negotiation.SSLModeDisable }, "PGREQUIRESSL", "1", "PGSSLMODE", "disable")
+	ok("service=addr", func(s *Settings) bool { return s.Hosts[0].Host == "192.0.2.9" && s.Hosts[0].HostAddr == "192.0.2.9" })
+	ok("service=addr host=db", func(s *Settings) bool { return s.Hosts[0].Host == "db" && s.Hosts[0].HostAddr == "192.0.2.9" })
+	ok(`host=db requiressl=1 password=ab\`, func(s *Settings) bool {
+		return s.Hosts[0].SSLMode == negotiation.SSLModeRequire && s.Config.Password == "ab"
+	})
+	ok(`hostaddr=192.0.2.9 password=ab\`, func(s *Settings) bool { return s.Hosts[0].HostAddr == "192.0.2.9" && s.Config.Password == "ab" })
+	ok("service=require host=db sslnegotiation=direct", func(s *Settings) bool { return s.Hosts[0].SSLMode == negotiation.SSLModeRequire })
+
+	for _, tt := range []struct{ dsn, key, want string }{
+		{"service=req host=db", "requiressl", "service file"},
+		{"host=db requiressl=0 sslrootcert=system", "sslmode", "weak sslmode"},
+		{"host=db sslnegotiation=direct", "sslmode", "weak sslmode"},
+	} {
+		_, err := ParseSettings(tt.dsn)
+		pe, isPE := err.(*ParseError)
+		if !isPE || pe.Key != tt.key || !strings.Contains(pe.Error(), tt.want) {
+			t.Errorf("%s: %v, want a ParseError for %s saying %q", tt.dsn, err, tt.key, tt.want)
 		}
 	}
 }

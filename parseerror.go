@@ -41,6 +41,7 @@ func (e *ParseError) Error() string { return "pgconnector: " + e.msg }
 type source struct {
 	value, env string
 	known      bool
+	service    bool // from the service file
 }
 
 // invalid is a ParseError for a key whose value is not allowed; must says what it must be.

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 
@@ -43,18 +44,17 @@ type Settings struct {
 // ParseSettings parses a connection string as New does. Every error is a [*ParseError]: it names
 // the bad key (and the allowed values) and never holds the password or another secret.
 func ParseSettings(dsn string) (*Settings, error) {
-	dsn1 := libpqHosts(withoutMissingCert(dsn))
+	o := newOrigin(dsn)
+	// Keys that change what pgx must parse: a missing sslcert, hostaddr without host (the
+	// addresses then name the hosts, as libpq's PQhost does), requiressl (an sslmode).
+	extra, err := o.libpqRewrites()
+	if err != nil {
+		return nil, err
+	}
+	dsn1 := appendKeys(dsn, extra)
 	cfg, err := pgx.ParseConfig(dsn1)
 	if err != nil {
 		return nil, fromPgx(err, dsn)
-	}
-	// Keys that change what pgx must parse: requiressl (an sslmode), and hostaddr without host
-	// (the addresses then name the hosts, as libpq's PQhost does).
-	if extra := reparse(dsn, cfg); len(extra) > 0 {
-		dsn2 := appendKeys(dsn1, extra)
-		if cfg, err = pgx.ParseConfig(dsn2); err != nil {
-			return nil, fromPgx(err, dsn2)
-		}
 	}
 	switch cfg.SSLNegotiation {
 	case "", "postgres", "direct":
@@ -86,7 +86,7 @@ func ParseSettings(dsn string) (*Settings, error) {
 	if err := s.hostaddrs(kv); err != nil {
 		return nil, err
 	}
-	if err := s.tlsKeys(kv, dsn, cfg); err != nil {
+	if err := s.tlsKeys(kv, o, extra, cfg); err != nil {
 		return nil, err
 	}
 	// Whatever libpq knows is not a run-time parameter, unless libpq sends it too.
@@ -129,14 +129,9 @@ func (s *Settings) libpqKeys(kv *keyValues) error {
 			return &ParseError{Key: k.Name, msg: k.Name + " is not supported: " + k.Note}
 		}
 	}
-	if v, src, ok := kv.get("gsslib", "PGGSSLIB"); ok {
-		switch v {
-		case "gssapi":
-		case "sspi":
-			return &ParseError{Key: "gsslib", Env: src.env, msg: "gsslib=sspi is only available on Windows: use gssapi"}
-		default:
-			return invalid("gsslib", src, "gssapi")
-		}
+	// libpq built without SSPI ignores gsslib's value; sspi cannot be had off Windows.
+	if v, src, ok := kv.get("gsslib", "PGGSSLIB"); ok && strings.EqualFold(v, "sspi") {
+		return &ParseError{Key: "gsslib", Env: src.env, msg: "gsslib=sspi is only available on Windows: use gssapi"}
 	}
 	if v, src, ok := kv.get("load_balance_hosts", "PGLOADBALANCEHOSTS"); ok {
 		switch v {
@@ -169,21 +164,14 @@ func (s *Settings) libpqKeys(kv *keyValues) error {
 
 // tlsKeys applies the libpq TLS keys pgx does not know (tlskeys.go) to every TLS configuration
 // pgx built, which the hosts share, and refuses the weak sslmode combinations libpq refuses.
-func (s *Settings) tlsKeys(kv *keyValues, dsn string, cfg *pgx.ConnConfig) error {
+// extra are the keys libpqRewrites added (an sslmode from requiressl counts as given).
+func (s *Settings) tlsKeys(kv *keyValues, o *origin, extra [][2]string, cfg *pgx.ConnConfig) error {
 	// An environment variable set to "" is a value here ("no bound"), as in libpq.
 	get := func(key, env string) (string, source, bool) {
 		if v, ok := kv.params[key]; ok {
 			return v, source{value: v, known: true}, true
 		}
-		if src := sourceOf(dsn, key); src.known && src.env == "" {
-			return src.value, src, true // a key pgx consumed (sslrootcert)
-		}
-		if env != "" {
-			if v, ok := os.LookupEnv(env); ok {
-				return v, source{value: v, env: env, known: true}, true
-			}
-		}
-		return "", source{}, false
+		return o.get(key, env, true) // a key pgx consumed (sslrootcert, sslmode)
 	}
 	k, err := parseTLSKeys(get)
 	if err != nil {
@@ -194,8 +182,10 @@ func (s *Settings) tlsKeys(kv *keyValues, dsn string, cfg *pgx.ConnConfig) error
 		k.apply(fb.TLSConfig)
 	}
 	mode, _, given := get("sslmode", "PGSSLMODE")
-	if _, requiressl := kv.params["requiressl"]; requiressl || strings.HasPrefix(os.Getenv("PGREQUIRESSL"), "1") {
-		mode, given = s.Hosts[0].SSLMode.String(), true
+	for _, kv := range extra {
+		if kv[0] == "sslmode" {
+			mode, given = kv[1], true
+		}
 	}
 	rootcert, _, _ := get("sslrootcert", "PGSSLROOTCERT")
 	return checkWeakSSLMode(mode, given && mode != "", cfg.SSLNegotiation, rootcert)
@@ -239,6 +229,9 @@ func (s *Settings) hostaddrs(kv *keyValues) error {
 		if a == "" {
 			continue
 		}
+		if s.Hosts[i].UnixSocket() {
+			return &ParseError{Key: "hostaddr", Env: src.env, msg: fmt.Sprintf("hostaddr %s is given for the Unix-socket directory %s: give host a name (for TLS and Kerberos) or leave hostaddr's entry empty", shown(a), shown(s.Hosts[i].Host))}
+		}
 		ip, err := netip.ParseAddr(a)
 		if err != nil {
 			return invalid("hostaddr", source{value: a, env: src.env, known: true}, "a numeric IPv4 or IPv6 address (or a comma-separated list of them, one per host)")
@@ -248,52 +241,57 @@ func (s *Settings) hostaddrs(kv *keyValues) error {
 	return nil
 }
 
-// reparse returns the keys to add to dsn so that pgx parses what libpq would: sslmode for
-// requiressl (fe-connect.c, conninfo_storeval: "1..." is require, anything else prefer; a later
-// sslmode wins; PGREQUIRESSL only when sslmode has no value from anywhere else).
-func reparse(dsn string, cfg *pgx.ConnConfig) [][2]string {
+// libpqRewrites returns the keys to add at the end of the connection string so that pgx parses
+// what libpq would:
+//   - no client certificate when the sslcert file does not exist or only sslkey is given: libpq
+//     then sends none and does not read sslkey (fe-secure-openssl.c, initialize_SSL), where pgx
+//     fails on the missing file;
+//   - hostaddr's addresses as the hosts when no host is given (libpq's PQhost);
+//   - sslmode for requiressl (fe-connect.c, conninfo_storeval: "1..." is require, anything else
+//     prefer; a later sslmode in the string wins). PGREQUIRESSL counts only when sslmode has no
+//     value from the string, the service file or PGSSLMODE (conninfo_add_defaults); requiressl in
+//     a service file is an error, as libpq's service file parser knows no such key.
+func (o *origin) libpqRewrites() ([][2]string, error) {
 	var extra [][2]string
-	if v, ok := cfg.RuntimeParams["requiressl"]; ok {
-		if !sslmodeAfter(dsn, "requiressl") {
+	cert, _, certOK := o.get("sslcert", "PGSSLCERT", false)
+	_, _, keyOK := o.get("sslkey", "PGSSLKEY", false)
+	if !certOK {
+		if home, err := os.UserHomeDir(); err == nil {
+			cert = filepath.Join(home, ".postgresql", "postgresql.crt") // libpq's and pgx's default
+		}
+	}
+	if certOK || keyOK {
+		missing := cert == ""
+		if !missing {
+			_, err := os.Stat(cert)
+			missing = errors.Is(err, fs.ErrNotExist)
+		}
+		if missing {
+			extra = append(extra, [2]string{"sslcert", ""}, [2]string{"sslkey", ""})
+		}
+	}
+	if addrs, _, ok := o.get("hostaddr", "PGHOSTADDR", false); ok && addrs != "" {
+		if host, _, ok := o.get("host", "PGHOST", false); !ok || host == "" {
+			extra = append(extra, [2]string{"host", addrs})
+		}
+	}
+	if _, ok := o.service["requiressl"]; ok {
+		return nil, &ParseError{Key: "requiressl", msg: "requiressl is not allowed in a service file (libpq does not accept it there): use sslmode"}
+	}
+	if v, ok := o.inString("requiressl"); ok {
+		if !sslmodeAfter(o.dsn, "requiressl") {
 			mode := "prefer"
 			if strings.HasPrefix(v, "1") {
 				mode = "require"
 			}
 			extra = append(extra, [2]string{"sslmode", mode})
 		}
-	} else if strings.HasPrefix(os.Getenv("PGREQUIRESSL"), "1") && !sourceOf(dsn, "sslmode").known && os.Getenv("PGSSLMODE") == "" {
-		extra = append(extra, [2]string{"sslmode", "require"})
-	}
-	return extra
-}
-
-// libpqHosts returns dsn with hostaddr's addresses as the hosts when no host is given (libpq's
-// PQhost: the address names the server then).
-func libpqHosts(dsn string) string {
-	addrs := sourceOf(dsn, "hostaddr")
-	if !addrs.known {
-		addrs.value = os.Getenv("PGHOSTADDR")
-	}
-	if addrs.value == "" || hostGiven(dsn) {
-		return dsn
-	}
-	return appendKeys(dsn, [][2]string{{"host", addrs.value}})
-}
-
-// withoutMissingCert returns dsn without a client certificate when its sslcert file does not
-// exist or only sslkey is given: libpq then sends no certificate and does not read sslkey
-// (fe-secure-openssl.c, initialize_SSL), where pgx fails on the missing file.
-func withoutMissingCert(dsn string) string {
-	cert, key := sourceOf(dsn, "sslcert"), sourceOf(dsn, "sslkey")
-	if cert.value == "" && key.value == "" {
-		return dsn
-	}
-	if cert.value != "" {
-		if _, err := os.Stat(cert.value); !errors.Is(err, fs.ErrNotExist) {
-			return dsn
+	} else if strings.HasPrefix(os.Getenv("PGREQUIRESSL"), "1") {
+		if _, _, ok := o.get("sslmode", "PGSSLMODE", false); !ok {
+			extra = append(extra, [2]string{"sslmode", "require"})
 		}
 	}
-	return appendKeys(dsn, [][2]string{{"sslcert", ""}, {"sslkey", ""}})
+	return extra, nil
 }
 
 // sslmodeAfter reports whether dsn sets sslmode after key (the later of the two wins).
@@ -324,36 +322,23 @@ func sslmodeAfter(dsn, key string) bool {
 	return after
 }
 
-// hostGiven reports whether a host comes from dsn, a service or PGHOST.
-func hostGiven(dsn string) bool {
-	if os.Getenv("PGHOST") != "" || os.Getenv("PGSERVICE") != "" || sourceOf(dsn, "service").known {
-		return true
-	}
-	if !isURL(dsn) {
-		return sourceOf(dsn, "host").known
-	}
-	rest := dsn[strings.Index(dsn, "://")+3:]
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		rest = rest[:i]
-	}
-	if i := strings.LastIndex(rest, "@"); i >= 0 {
-		rest = rest[i+1:]
-	}
-	for h := range strings.SplitSeq(rest, ",") {
-		if h != "" && !strings.HasPrefix(h, ":") {
-			return true
-		}
-	}
-	q := sourceOf(dsn, "host")
-	return q.known && q.env == ""
-}
-
 func isURL(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
 // appendKeys returns dsn with the pairs added at its end, where they win over earlier ones.
 func appendKeys(dsn string, pairs [][2]string) string {
+	if len(pairs) == 0 {
+		return dsn
+	}
+	if !isURL(dsn) {
+		// An unpaired backslash at the end escapes the end of the string, and libpq (and pgx)
+		// drop it: drop it here, or it would escape what is added.
+		n := len(dsn) - len(strings.TrimRight(dsn, `\`))
+		if n%2 == 1 {
+			dsn = dsn[:len(dsn)-1]
+		}
+	}
 	var b strings.Builder
 	b.WriteString(dsn)
 	for _, p := range pairs {

@@ -166,7 +166,7 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 		}
 		// target_session_attrs=prefer-standby and no host was a standby: every host again, in
 		// the same order, any server taken (fe-connect.c, SERVER_TYPE_PREFER_STANDBY_PASS2).
-		if n.cfg.TargetSessionAttrs != TargetPreferStandby || ps.anyServer || !ps.notStandby {
+		if n.cfg.TargetSessionAttrs != TargetPreferStandby || ps.anyServer {
 			return &ConnectError{Hosts: failed}
 		}
 		ps.anyServer = true
@@ -174,10 +174,9 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 }
 
 // pass is what a walk over the hosts carries: whether it is prefer-standby's second one, which
-// takes any server, and whether a server was left for not being a standby.
+// takes any server.
 type pass struct {
-	anyServer  bool
-	notStandby bool
+	anyServer bool
 }
 
 // hostOrder is the order in which one connect tries the hosts: as written, or shuffled with
@@ -427,7 +426,9 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		// learned about the transport (the remembered answers stay, no probe again).
 		var tsaErr *TargetSessionAttrsError
 		if errors.As(err, &tsaErr) {
-			ps.notStandby = ps.notStandby || tsaErr.Want == TargetPreferStandby
+			if m == MethodGSS { // GSS encryption was established before the check
+				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
+			}
 			if n.trace.Fallback != nil {
 				n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, From: m, Reason: tsaErr.Reason})
 			}

@@ -168,7 +168,7 @@ const (
 //	startup 28P01, 3D000, 42501, 53300        no (final)    nothing         28P01, 53300 before AuthenticationOk: next method, then fails
 //	startup, after AuthenticationOk           no (final)    nothing         fails
 //	server rejected by target_session_attrs   no (host)     nothing         next host (handled before judge)
-//	startup: closed, reset, wrap token check  no            nothing         fails
+//	startup: closed, reset, wrap token check  no (final)    nothing         fails
 //
 // A strike is remembered when it comes twice in a row (gssLesson). An error response with no
 // method left to try fails the connect (tryAddr), as in libpq 17.
@@ -196,7 +196,13 @@ func judge(m Method, st step, c class, code string, authOK bool) verdict {
 		return verdict{next: true}
 	}
 	switch st {
-	case stepDial, stepStartup:
+	case stepDial:
+		return verdict{}
+	case stepStartup:
+		if c == classClosed || c == classReset || c == classUnverified {
+			// libpq: "server closed the connection unexpectedly", no other host.
+			return verdict{final: true}
+		}
 		return verdict{}
 	case stepSSLRequest:
 		return verdict{final: true}

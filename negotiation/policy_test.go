@@ -140,8 +140,9 @@ func TestJudgeFollowsLibpq(t *testing.T) {
 		{"another error before AuthenticationOk: next method", MethodSSL, stepStartup, classServer, "08P01", false, verdict{next: true}},
 		{"requirepeer, require_auth, channel_binding, sslcertmode: stop", MethodPlain, stepStartup, classClientRefused, "", false, verdict{final: true}},
 		{"starting up: next host", MethodPlain, stepStartup, classServer, "57P03", false, verdict{leave: true}},
-		{"closed during startup under TLS: no fallback", MethodSSL, stepStartup, classClosed, "", false, verdict{}},
-		{"wrap token fails during startup: no fallback", MethodGSS, stepStartup, classUnverified, "", false, verdict{}},
+		{"closed during startup under TLS: no fallback, no other host", MethodSSL, stepStartup, classClosed, "", false, verdict{final: true}},
+		{"reset during startup: no other host", MethodPlain, stepStartup, classReset, "", false, verdict{final: true}},
+		{"wrap token fails during startup: no fallback, no other host", MethodGSS, stepStartup, classUnverified, "", false, verdict{final: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := judge(tt.m, tt.st, tt.c, tt.code, tt.authOK); got != tt.want {
