@@ -21,7 +21,7 @@ import (
 	"github.com/pgconnector/pgconnector/tracing"
 )
 
-// The background refresh of a remembered negative answer, against real servers. TTLs are short
+// The background refresh of a remembered negative answer, against real servers. TTLs are short (10 s: a refresh age of 5 s, room for a loaded machine)
 // so that the refresh age (min(TTL/2, 1 min)) passes quickly; each test checks that what it
 // shows happened before the remembered answer would have expired anyway.
 
@@ -124,7 +124,7 @@ func TestRefreshTurnsTLSOnWithSSLModePrefer(t *testing.T) {
 	srv := harness.StartT(t, harness.Options{})
 	px := harness.FaultProxyT(t, srv.Addr(), harness.Fault{Kind: harness.FaultTrickle, Step: harness.StepSSLAnswer, Delay: 300 * time.Millisecond})
 	host, port := px.Addr()
-	const ttl = 6 * time.Second
+	const ttl = 10 * time.Second
 	rec, tp := newRecorder()
 	c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp))
 	db := sql.OpenDB(c)
@@ -192,7 +192,7 @@ func TestRefreshTurnsTLSOnWithSSLModeAllow(t *testing.T) {
 	refuse := "hostnossl all all 127.0.0.1/32 reject"
 	trust := "host all all 127.0.0.1/32 trust"
 	srv := harness.StartT(t, harness.Options{HBA: []string{refuse, trust}})
-	const ttl = 6 * time.Second
+	const ttl = 10 * time.Second
 	rec, tp := newRecorder()
 	c := newConnector(t, srv.DSN("sslmode=allow"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp))
 	db := sql.OpenDB(c)
@@ -258,7 +258,7 @@ func TestRefreshTurnsGSSOn(t *testing.T) {
 	lab := newKerberosLab(t)
 	trust := "hostnogssenc all all 127.0.0.1/32 trust"
 	srv := lab.server(t, true, trust)
-	const ttl = 6 * time.Second
+	const ttl = 10 * time.Second
 	rec, tp := newRecorder()
 	c := lab.connector(t, aliceDSN(srv, "localhost", "sslmode=disable"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp))
 	db := sql.OpenDB(c)
@@ -313,7 +313,7 @@ func TestRefreshTurnsGSSOn(t *testing.T) {
 func TestRefreshOncePerHost(t *testing.T) {
 	srv := harness.StartT(t, harness.Options{})
 	rec, tp := newRecorder()
-	c := newConnector(t, srv.DSN("sslmode=prefer"), pgconnector.WithCacheTTL(4*time.Second), pgconnector.WithTracerProvider(tp))
+	c := newConnector(t, srv.DSN("sslmode=prefer"), pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp))
 	defer c.Close()
 	key := negotiation.Key{Host: srv.Host, Port: uint16(srv.Port)}
 	conn, err := c.Connect(context.Background())
@@ -360,7 +360,7 @@ func TestCloseStopsARunningRefresh(t *testing.T) {
 	px := harness.FaultProxyT(t, srv.Addr(), harness.Fault{Kind: harness.FaultStall, Step: harness.StepSSLAnswer})
 	host, port := px.Addr()
 	rec, tp := newRecorder()
-	c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer"), pgconnector.WithCacheTTL(4*time.Second), pgconnector.WithTracerProvider(tp))
+	c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer"), pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp))
 	key := negotiation.Key{Host: host, Port: uint16(port)}
 	fds, goroutines := openFDs(), runtime.NumGoroutine()
 	// The proxy stalls every SSLRequest, so 'N' cannot be learned through it: remember it.
@@ -423,7 +423,7 @@ func TestInconclusiveRefreshKeepsTheAnswer(t *testing.T) {
 			host, port := px.Addr()
 			rec, tp := newRecorder()
 			c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer", "connect_timeout=1"),
-				pgconnector.WithCacheTTL(6*time.Second), pgconnector.WithTracerProvider(tp))
+				pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp))
 			defer c.Close()
 			key := negotiation.Key{Host: host, Port: uint16(port)}
 			pgconnector.CacheOf(c).SetSSL(key, negotiation.AnswerNo)
