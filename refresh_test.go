@@ -21,9 +21,10 @@ import (
 	"github.com/pgconnector/pgconnector/tracing"
 )
 
-// The background refresh of a remembered negative answer, against real servers. TTLs are short (10 s: a refresh age of 5 s, room for a loaded machine)
-// so that the refresh age (min(TTL/2, 1 min)) passes quickly; each test checks that what it
-// shows happened before the remembered answer would have expired anyway.
+// The background refresh of a remembered negative answer, against real servers. TTLs are short
+// (10 s, a refresh age of 5 s, with room for a loaded machine) so that the refresh age
+// (min(TTL/2, 1 min)) passes quickly; each test checks that what it shows happened before the
+// remembered answer would have expired anyway.
 
 // refreshSpans returns the ended refresh spans.
 func refreshSpans(rec *tracetest.SpanRecorder) []sdktrace.ReadOnlySpan {
