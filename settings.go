@@ -39,6 +39,11 @@ type Settings struct {
 	// Keepalives are the TCP options of keepalives, keepalives_idle, keepalives_interval,
 	// keepalives_count and tcp_user_timeout; nil when none is given (pgx's dialer is kept).
 	Keepalives *Keepalives
+
+	// pgxConnString returns the connection string pgx parsed (the one given, with the keys
+	// libpq's rules add), from which PgxPoolConfig reads pgxpool's keys. A function, so that
+	// printing a Settings never shows it: it may hold the password.
+	pgxConnString func() string
 }
 
 // ParseSettings parses a connection string as New does. Every error is a [*ParseError]: it names
@@ -63,7 +68,7 @@ func ParseSettings(dsn string) (*Settings, error) {
 		src := sourceOf(dsn, "sslnegotiation")
 		return nil, invalid("sslnegotiation", source{value: cfg.SSLNegotiation, env: src.env, known: true}, "one of postgres, direct")
 	}
-	s := &Settings{Config: cfg}
+	s := &Settings{Config: cfg, pgxConnString: func() string { return dsn1 }}
 	kv := &keyValues{params: maps.Clone(cfg.RuntimeParams)}
 
 	gssenc, src, _ := kv.get("gssencmode", "PGGSSENCMODE")

@@ -1,0 +1,336 @@
+package pgconnector
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgconnector/pgconnector/internal/replay"
+)
+
+// pgx's own API, without database/sql: a *pgx.Conn (ConnectPgx) or a *pgxpool.Pool (OpenPool,
+// PgxPoolConfig) whose connections the connector opens as it opens those of a sql.DB.
+//
+// pgx cannot be given a connection that is already open: pgx.ConnectConfig, which pgxpool calls
+// for every connection, dials and starts the session itself. So the connector negotiates first
+// (negotiatePgx: the same Negotiator.Connect as Connect, whose attempts are pgconn connects
+// configured by Negotiator.Configure), takes the session it established from pgconn
+// (SyncConn, Hijack), and gives pgx.ConnectConfig a DialFunc that returns that session as a
+// replay.Conn: pgx's StartupMessage is dropped, pgx reads the server's greeting again
+// (AuthenticationOk, ParameterStatus, BackendKeyData, ReadyForQuery, and
+// NegotiateProtocolVersion if there was one), and every byte after that is the session's, over
+// the TLS or GSSAPI-encrypting connection or the socket the negotiation gave.
+
+// PgxConfig returns the connector's connection settings for pgx: a copy of what New parsed
+// (Settings().Config), without target_session_attrs' ValidateConnect (the connector checks it
+// during the negotiation). Change what you need (Tracer, OnNotice, BuildContextWatcherHandler,
+// RuntimeParams, the statement cache...) and pass it to [Connector.ConnectPgx]: only the
+// connector can open its connections. pgx.ConnectConfig with it fails with an error saying so,
+// and so does a pool of it whose BeforeConnect is not the connector's.
+//
+// The host, port, TLS, Kerberos, dial and lookup settings of the configuration are not used: the
+// connector's, from its connection string, are. The others are the connection's: user, password
+// and database (the negotiation authenticates with them), run-time parameters,
+// min/max_protocol_version, and pgx's hooks. Of the hooks, BuildFrontend, OnNotice, OnPgError and
+// AfterNetConnect also run for each attempt of the negotiation (notices and errors of the
+// startup come there); AfterConnect and ValidateConnect run once, on the connection pgx returns
+// (ValidateConnect must not return pgconn.NotPreferredError: there is no second connect to
+// fall back to). ConnectTimeout bounds the whole connect when it differs from connect_timeout
+// (which the negotiator counts per address, as libpq).
+func (c *Connector) PgxConfig() *pgx.ConnConfig {
+	cc := c.settings.Config.Copy()
+	cc.ValidateConnect = nil
+	cc.DialFunc = notThroughConnector
+	return cc
+}
+
+// ConnectPgx opens one connection for pgx with the connector's negotiation, decision cache,
+// GSSAPI encryption and connect spans, as [Connector.Connect] opens one for database/sql. cfg
+// is nil (the connector's settings: [Connector.PgxConfig]) or a configuration PgxConfig
+// returned, changed as that says; it is copied. The caller closes the connection.
+//
+// An error of the negotiation is returned as it is: a *negotiation.ConnectError naming the host
+// and the step that failed (or a context error), as Connect returns it. The connection's
+// statements are not traced by the connector (set cfg.Tracer for that).
+func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	if cfg == nil {
+		cfg = c.PgxConfig()
+	} else {
+		cfg = cfg.Copy()
+	}
+	d, err := c.negotiatePgx(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		d.abandon() // in case pgx failed before its dial
+		return nil, err
+	}
+	return conn, nil
+}
+
+// PgxPoolConfig returns a pgxpool configuration whose connections the connector opens: its
+// ConnConfig is [Connector.PgxConfig]'s (all it says holds here) and its BeforeConnect runs the
+// negotiation for each new connection of the pool. The pool settings are pgxpool's, from the
+// connection string's pool_* keys (pool_max_conns=10...) or pgxpool's defaults. Pass it to
+// pgxpool.NewWithConfig, or use [Connector.OpenPool].
+//
+// Keep the BeforeConnect: to run code of your own before each connection, wrap it, calling
+// yours first so that what it changes (a password from a token provider, say) is what the
+// negotiation uses:
+//
+//	cfg, err := c.PgxPoolConfig()
+//	...
+//	connect := cfg.BeforeConnect
+//	cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+//		cc.Password = token(ctx)
+//		return connect(ctx, cc)
+//	}
+//
+// A failed negotiation is the error of pool.Acquire (and of the pool's other calls that
+// connect) as it is: a *negotiation.ConnectError naming the host and step, not wrapped by pgx.
+// The pool's connections outlive neither the connector's usefulness nor its Close: close the
+// pool first.
+func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
+	if c.settings.pgxConnString == nil {
+		return nil, errors.New("pgconnector: the Connector was not made by New")
+	}
+	pc, err := pgxpool.ParseConfig(c.settings.pgxConnString())
+	if err != nil {
+		return nil, poolParseError(err)
+	}
+	cc := c.PgxConfig()
+	// pgxpool's keys, which pgx left in RuntimeParams: not for the server.
+	for k := range cc.RuntimeParams {
+		if _, kept := pc.ConnConfig.RuntimeParams[k]; strings.HasPrefix(k, "pool_") && !kept {
+			delete(cc.RuntimeParams, k)
+		}
+	}
+	pc.ConnConfig = cc
+	pc.BeforeConnect = c.poolBeforeConnect
+	return pc, nil
+}
+
+// OpenPool returns pgxpool.NewWithConfig(ctx, cfg) for the cfg of [Connector.PgxPoolConfig]: a
+// pool whose connections are opened by the connector. As pgxpool's, it connects only when
+// asked to (Acquire and the calls that acquire, pool_min_conns). Close the pool before the
+// connector.
+func (c *Connector) OpenPool(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := c.PgxPoolConfig()
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// poolBeforeConnect is PgxPoolConfig's BeforeConnect. pgxpool calls pgx.ConnectConfig with cc
+// right after it; should that not happen (a BeforeConnect wrapping this one fails after it), the
+// session is closed when cc is collected.
+func (c *Connector) poolBeforeConnect(ctx context.Context, cc *pgx.ConnConfig) error {
+	d, err := c.negotiatePgx(ctx, cc)
+	if err != nil {
+		return err
+	}
+	runtime.AddCleanup(cc, (*pgxDial).abandon, d)
+	return nil
+}
+
+var errNotThroughConnector = errors.New("pgconnector: this pgx configuration connects only through its Connector: " +
+	"use Connector.ConnectPgx, or a pool of Connector.PgxPoolConfig that keeps its BeforeConnect")
+
+// notThroughConnector is the DialFunc of PgxConfig's configuration, replaced by negotiatePgx.
+func notThroughConnector(context.Context, string, string) (net.Conn, error) {
+	return nil, errNotThroughConnector
+}
+
+// negotiatePgx runs the negotiation for the connection that pgx.ConnectConfig(ctx, cc) is about
+// to open and makes cc open the session it established. ctx is the connect's: its values (the
+// caller's span) and its end; pgxpool's is the Acquire's values, ended by the pool's Close.
+func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxDial, error) {
+	// pgx counts ConnectTimeout per address; connect_timeout is the negotiator's, per address
+	// too (as libpq). Another value (pgxpool's 2-minute default when the string has no
+	// connect_timeout, or the caller's) bounds the whole negotiation, as it would bound pgx's.
+	if d := cc.ConnectTimeout; d > 0 && d != c.settings.Config.ConnectTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	base := cc.Config.Copy()
+	base.AfterConnect = nil // the caller's runs once, on the connection pgx makes
+	var (
+		hc  *pgconn.HijackedConn
+		npv []byte
+	)
+	// The open function of Connect, with pgconn instead of the stdlib connector: one attempt,
+	// configured by Negotiator.Configure, whose established session is taken from pgconn.
+	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
+		cfg := base.Copy()
+		var rec *replay.Recorder
+		build := cfg.BuildFrontend
+		cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+			rec = replay.NewRecorder(r)
+			return build(rec, w)
+		}
+		if err := c.configureAttempt(ctx, cfg); err != nil {
+			return err
+		}
+		pg, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		// Nothing of the session may stay in pgconn's buffers (SyncConn, then Hijack).
+		if err := pg.SyncConn(ctx); err != nil {
+			pg.Close(ctx)
+			return err
+		}
+		h, err := pg.Hijack()
+		if err != nil {
+			pg.Close(ctx)
+			return err
+		}
+		hc = h
+		if rec != nil {
+			npv = rec.NegotiateProtocolVersion()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	g := replay.Greeting{
+		NegotiateProtocolVersion: npv,
+		ParameterStatuses:        hc.ParameterStatuses,
+		PID:                      hc.PID,
+		SecretKey:                hc.SecretKey,
+		TxStatus:                 hc.TxStatus,
+	}
+	d := newPgxDial(hc, replay.NewConn(hc.Conn, g.Encode()))
+
+	// The session's: pgx's Config().Host and Port say where it went.
+	cc.Host, cc.Port = hc.Config.Host, hc.Config.Port
+	cc.DialFunc = d.dial
+	cc.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+	// What the attempt that established the session did or checked is not done again: TLS,
+	// the other hosts, the client certificate, channel binding and require_auth checks, the
+	// caller's AfterNetConnect.
+	cc.TLSConfig = nil
+	cc.Fallbacks = nil
+	cc.SSLCertMode = ""
+	cc.ChannelBinding = ""
+	cc.RequireAuth = ""
+	cc.AfterNetConnect = nil
+	return d, nil
+}
+
+// configureAttempt configures one attempt of a negotiation: Connect's BeforeConnect (New).
+func (c *Connector) configureAttempt(ctx context.Context, cfg *pgconn.Config) error {
+	if err := c.negotiator.Configure(ctx, cfg); err != nil {
+		return err
+	}
+	// GSS authentication (pg_hba method gss without GSS encryption) with this connector's
+	// credentials: see internal/gss, pgxauth.go.
+	cfg.KerberosSpn = c.gss.AuthTokenContext(ctx, cfg.Host) // the KDC wait ends with ctx
+	return nil
+}
+
+// pgxDial is the DialFunc of one connection's pgx configuration. Its first call is the connect:
+// it returns the established session. Every later call is pgx's CancelRequest (PgConn's own, or
+// from a context watcher, or when pgx closes a connection in the middle of a query): it gets a
+// CancelConn whose CancelRequest goes out as the established session's client would have sent
+// it (pgx's CancelRequest on that session: the attempt's dial, to the same server address,
+// encrypted as the session is), never through a negotiation.
+type pgxDial struct {
+	conn   *replay.Conn
+	hc     *pgconn.HijackedConn
+	cancel *pgconn.Config // the session's configuration, for its CancelRequests
+	taken  atomic.Bool
+}
+
+func newPgxDial(hc *pgconn.HijackedConn, conn *replay.Conn) *pgxDial {
+	cancel := hc.Config.Copy()
+	// A CancelRequest reads no message: no need of the caller's frontend, nor of the attempt's
+	// observers.
+	cancel.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend { return pgproto3.NewFrontend(r, w) }
+	return &pgxDial{conn: conn, hc: hc, cancel: cancel}
+}
+
+var errPgxDialClosed = errors.New("pgconnector: the connection is closed (a CancelRequest for it could reach another session)")
+
+func (d *pgxDial) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	if d.taken.CompareAndSwap(false, true) {
+		return d.conn, nil
+	}
+	if d.conn.Closed() {
+		return nil, errPgxDialClosed
+	}
+	return replay.NewCancelConn(ctx, d.conn.LocalAddr(), d.conn.RemoteAddr(), d.sendCancel), nil
+}
+
+// sendCancel sends the CancelRequest pgx wrote, which must be the session's.
+func (d *pgxDial) sendCancel(ctx context.Context, pid uint32, key []byte) error {
+	if pid != d.hc.PID || !bytes.Equal(key, d.hc.SecretKey) {
+		return errors.New("pgconnector: a CancelRequest for another session")
+	}
+	pg, err := pgconn.Construct(&pgconn.HijackedConn{
+		Conn:              d.hc.Conn, // for its RemoteAddr only
+		TLSConfig:         d.hc.TLSConfig,
+		PID:               d.hc.PID,
+		SecretKey:         d.hc.SecretKey,
+		ParameterStatuses: map[string]string{},
+		TxStatus:          'I',
+		Config:            d.cancel,
+		CustomData:        map[string]any{},
+	})
+	if err != nil {
+		return err
+	}
+	// pg is never used otherwise, nor closed: that would close the session.
+	return pg.CancelRequest(ctx)
+}
+
+// abandon closes the session if pgx never took it (poolBeforeConnect's cleanup).
+func (d *pgxDial) abandon() {
+	if d.taken.CompareAndSwap(false, true) {
+		d.conn.Close()
+	}
+}
+
+// poolKeys says what each pgxpool key must be, for poolParseError.
+var poolKeys = map[string]string{
+	"pool_max_conns":                "an integer of at least 1",
+	"pool_min_conns":                "an integer",
+	"pool_min_idle_conns":           "an integer",
+	"pool_max_conn_lifetime":        "a duration (1h, 30m, 90s)",
+	"pool_max_conn_idle_time":       "a duration (1h, 30m, 90s)",
+	"pool_health_check_period":      "a duration (1h, 30m, 90s)",
+	"pool_max_conn_lifetime_jitter": "a duration (1h, 30m, 90s)",
+	"pool_ping_timeout":             "a duration (1h, 30m, 90s)",
+}
+
+// poolParseError is a *ParseError for what pgxpool.ParseConfig rejected: one of its keys (the
+// rest parsed in New). pgx's message is not shown: it may quote the connection string.
+func poolParseError(err error) *ParseError {
+	var pce *pgconn.ParseConfigError
+	if errors.As(err, &pce) {
+		bare := *pce
+		bare.ConnString = ""
+		msg := bare.Error()
+		for k, must := range poolKeys {
+			if strings.Contains(msg, k+" ") || strings.HasSuffix(msg, k) {
+				return &ParseError{Key: k, msg: "invalid " + k + ": must be " + must}
+			}
+		}
+	}
+	return &ParseError{msg: "invalid connection string for pgxpool (pgx's message is not shown: it may quote a value)"}
+}
