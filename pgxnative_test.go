@@ -3,8 +3,10 @@ package pgconnector_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,10 +18,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/internal/replay"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
@@ -737,5 +741,70 @@ func TestPgxPoolConnectSpans(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// max_protocol_version=latest against a server of protocol 3.0: the server's
+// NegotiateProtocolVersion is replayed to pgx, which reads it as the server's (the frontend pgx
+// builds for the connection it returns sees it); min_protocol_version=3.2 fails in the
+// negotiation, as pgx alone would fail. Concurrent CancelRequests on one connection race on
+// nothing (-race).
+func TestPgxProtocolVersion(t *testing.T) {
+	plain, _ := servers(t)
+	ctx := context.Background()
+	c := newConnector(t, plain.DSN("max_protocol_version=latest"))
+	cfg := c.PgxConfig()
+	var mu sync.Mutex
+	var recs []*replay.Recorder
+	build := cfg.BuildFrontend
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		rec := replay.NewRecorder(r)
+		mu.Lock()
+		recs = append(recs, rec)
+		mu.Unlock()
+		return build(rec, w)
+	}
+	conn, err := c.ConnectPgx(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	mu.Lock()
+	// The negotiation's attempt, then pgx's own connect.
+	if len(recs) != 2 {
+		t.Fatalf("%d frontends built, want 2", len(recs))
+	}
+	for i, rec := range recs {
+		npv := rec.NegotiateProtocolVersion()
+		if len(npv) < 9 || npv[0] != 'v' || binary.BigEndian.Uint32(npv[5:9])&0xffff != 0 { // PostgreSQL 15 sends 3.0 whole (0x00030000)
+			t.Errorf("frontend %d saw NegotiateProtocolVersion %x, want one for 3.0", i, npv)
+		}
+	}
+	mu.Unlock()
+	if len(conn.PgConn().SecretKey()) != 4 {
+		t.Errorf("secret key %x", conn.PgConn().SecretKey())
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if err := conn.PgConn().CancelRequest(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := conn.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(recs) != 2 {
+		t.Errorf("%d frontends built after the cancels: a CancelRequest used the caller's BuildFrontend", len(recs))
+	}
+	mu.Unlock()
+
+	_, err = newConnector(t, plain.DSN("min_protocol_version=3.2")).ConnectPgx(ctx, nil)
+	var ce *negotiation.ConnectError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "server protocol version too low") {
+		t.Errorf("min_protocol_version=3.2 against 3.0: %v", err)
 	}
 }
