@@ -32,21 +32,24 @@ import (
 // the TLS or GSSAPI-encrypting connection or the socket the negotiation gave.
 
 // PgxConfig returns the connector's connection settings for pgx: a copy of what New parsed
-// (Settings().Config), without target_session_attrs' ValidateConnect (the connector checks it
-// during the negotiation). Change what you need (Tracer, OnNotice, BuildContextWatcherHandler,
-// RuntimeParams, the statement cache...) and pass it to [Connector.ConnectPgx]: only the
-// connector can open its connections. pgx.ConnectConfig with it fails with an error saying so,
-// and so does a pool of it whose BeforeConnect is not the connector's.
+// (Settings().Config), without target_session_attrs' ValidateConnect (the connector checks
+// target_session_attrs during the negotiation). Change what you need (Tracer, OnNotice,
+// BuildContextWatcherHandler, RuntimeParams, the statement cache...) and pass it to
+// [Connector.ConnectPgx]: only the connector can open its connections. pgx.ConnectConfig with it
+// fails with an error saying so, and so does a pool of it whose BeforeConnect is not the
+// connector's.
 //
-// The host, port, TLS, Kerberos, dial and lookup settings of the configuration are not used: the
-// connector's, from its connection string, are. The others are the connection's: user, password
-// and database (the negotiation authenticates with them), run-time parameters,
-// min/max_protocol_version, and pgx's hooks. Of the hooks, BuildFrontend, OnNotice, OnPgError and
-// AfterNetConnect also run for each attempt of the negotiation (notices and errors of the
-// startup come there); AfterConnect and ValidateConnect run once, on the connection pgx returns
-// (ValidateConnect must not return pgconn.NotPreferredError: there is no second connect to
-// fall back to). ConnectTimeout bounds the whole connect when it differs from connect_timeout
-// (which the negotiator counts per address, as libpq).
+// Its host, port, TLS, Kerberos, dial and lookup settings are not used: the connector's, from its
+// connection string, are. The others are the connection's: user, password and database (the
+// negotiation authenticates with them), run-time parameters, min/max_protocol_version,
+// require_auth, channel_binding and sslcertmode (checked during the negotiation), and pgx's hooks:
+// BuildFrontend, OnNotice and OnPgError serve each attempt of the negotiation (the notices and
+// errors of the startup come there) and the connection pgx returns; AfterNetConnect runs on each
+// attempt's socket; AfterConnect and ValidateConnect run once, on the connection pgx returns
+// (ValidateConnect must not return pgconn.NotPreferredError: there is no other connect to fall
+// back to). ConnectTimeout, when it differs from connect_timeout (which the negotiator counts per
+// address, as libpq), bounds the whole negotiation: pgxpool's default of 2 minutes does when the
+// string sets no connect_timeout.
 func (c *Connector) PgxConfig() *pgx.ConnConfig {
 	cc := c.settings.Config.Copy()
 	cc.ValidateConnect = nil
