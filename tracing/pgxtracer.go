@@ -74,11 +74,11 @@ const (
 // QueryResultFormats, QueryResultFormatsByOID and QueryRewriter values pgx takes as options are
 // not arguments, except a non-empty NamedArgs or StrictNamedArgs, which holds them.
 type PgxTracer struct {
-	cfg      StatementConfig
-	tracer   trace.Tracer
-	key      string   // of its state in each connection's CustomData
-	byDB     sync.Map // db.namespace -> *Statements
-	client   []trace.SpanStartOption // of the connect span
+	cfg    StatementConfig
+	tracer trace.Tracer
+	key    string                  // of its state in each connection's CustomData
+	byDB   sync.Map                // db.namespace -> *Statements
+	client []trace.SpanStartOption // of the connect span
 }
 
 // pgxTracers numbers the PgxTracers, so that each has its own key in a connection's CustomData.
@@ -98,8 +98,8 @@ func NewPgxTracer(cfg StatementConfig) *PgxTracer {
 		tracer: cfg.TracerProvider.Tracer(ScopeName,
 			trace.WithInstrumentationVersion(Version),
 			trace.WithSchemaURL(semconv.SchemaURL)),
-		key:      "github.com/pgconnector/pgconnector/tracing.PgxTracer#" + strconv.FormatUint(pgxTracers.Add(1), 10),
-		client:   []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)},
+		key:    "github.com/pgconnector/pgconnector/tracing.PgxTracer#" + strconv.FormatUint(pgxTracers.Add(1), 10),
+		client: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)},
 	}
 }
 
