@@ -39,8 +39,8 @@ const (
 //     without a round trip (the same name and text prepared before). The prepares pgx makes
 //     itself inside Query or Exec (its statement and description caches) make no span: they
 //     are part of the query's span, as under database/sql. A statement run by the name it was
-//     prepared under is traced with the text it was prepared with (the last 256 names per
-//     connection are remembered).
+//     prepared under is traced with the text it was prepared with (up to 256 names per
+//     connection are remembered; a name prepared again is updated).
 //   - SendBatch: one span for the batch, from SendBatch to the close of its results. A batch of
 //     two or more queries is the semantic conventions' batch operation: db.operation.batch.size,
 //     db.operation.name "BATCH <op>" when every query has the same operation and "BATCH"
@@ -51,7 +51,8 @@ const (
 //     was read (for a query read as rows, when they are closed), with its own status; it is not
 //     measured, and it is INTERNAL so that the batch counts as one client call. The batch span
 //     fails with the batch's error or, when pgx reports none, with that of the first query that
-//     failed. A batch of one query is that query: its span is the statement span.
+//     failed. A batch of one query is that query: its span is the statement span. pgx traces no
+//     empty batch (it sends nothing).
 //   - CopyFrom: a COPY span with db.collection.name, the table as given (its parts joined with
 //     "."); there is no db.query.text (the text is pgx's). db.collection.name is not an attribute
 //     of the measurement: the measurements of all statements have the same attributes.
