@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/tracing"
 )
 
@@ -573,4 +574,57 @@ func TestPgxTracerPool(t *testing.T) {
 	if d[sel] != 2 || len(d) != 4 {
 		t.Errorf("db.client.operation.duration %v, want 2 SELECT and BEGIN, COMMIT, BATCH SELECT", d)
 	}
+}
+
+// The tracer on a Connector's connections (set by WithBeforeConnect, statement spans of the
+// interceptor off): the connector's connect span is the only one, with its steps, and the
+// statements, through database/sql and on PgxConn's *pgx.Conn, are the pgx tracer's.
+func TestPgxTracerOnConnectorConnections(t *testing.T) {
+	plain, _ := servers(t)
+	p := newPgxObserved(t, plain.DSN())
+	table := newTable(t, untracedDB(t, plain.DSN()))
+	c := newConnector(t, plain.DSN(), pgconnector.WithTracerProvider(p.tp), pgconnector.WithStatementSpans(false),
+		pgconnector.WithBeforeConnect(func(_ context.Context, cfg *pgx.ConnConfig) error {
+			cfg.Tracer = p.cfg.Tracer
+			return nil
+		}))
+	db := sql.OpenDB(c)
+	defer db.Close()
+	ctx, caller := p.tp.Tracer("test").Start(context.Background(), "caller")
+	if err := db.QueryRowContext(ctx, "select $1::int + 1", 1).Scan(new(int)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgconnector.PgxConn(conn, func(pc *pgx.Conn) error {
+		_, err := pc.CopyFrom(ctx, pgx.Identifier{table}, []string{"id"}, pgx.CopyFromRows([][]any{{1}}))
+		return err
+	})
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller.End()
+
+	var connects []sdktrace.ReadOnlySpan
+	for _, s := range p.rec.Ended() {
+		if s.Name() == tracing.SpanConnect {
+			connects = append(connects, s)
+		}
+	}
+	if len(connects) != 1 {
+		t.Fatalf("%d connect spans, want the connector's only", len(connects))
+	}
+	if steps := p.children(connects[0].SpanContext().SpanID()); !slices.ContainsFunc(steps, func(s sdktrace.ReadOnlySpan) bool {
+		return s.Name() == tracing.SpanStartup
+	}) {
+		t.Errorf("the connect span has no startup step: it is not the connector's (%v)", spanNames(steps))
+	}
+	base := connAttrs(plain)
+	checkStmtSpans(t, p.children(caller.SpanContext().SpanID()), []stmtSpan{
+		{"SELECT", with(base, "SELECT", "select $1::int + 1"), ""},
+		{"COPY", with(base, "COPY", "", string(semconv.DBCollectionNameKey), table), ""},
+	})
 }
