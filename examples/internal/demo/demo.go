@@ -102,16 +102,22 @@ func PrintTree(w io.Writer, spans []sdktrace.ReadOnlySpan) {
 	}
 }
 
-var shown = map[attribute.Key]bool{
-	"db.query.text": true, "error.type": true, "pgconnector.transport": true, "pgconnector.cache.hit": true,
-}
+var shown = map[attribute.Key]bool{"error.type": true, "pgconnector.transport": true, "pgconnector.cache.hit": true}
 
+// attrs shows a few attributes as key=value, then a statement's db.query.text on one line.
 func attrs(kv []attribute.KeyValue) string {
 	var b strings.Builder
+	text := ""
 	for _, a := range kv {
 		if shown[a.Key] {
-			fmt.Fprintf(&b, " %s=%q", strings.TrimPrefix(string(a.Key), "pgconnector."), a.Value.Emit())
+			fmt.Fprintf(&b, " %s=%s", strings.TrimPrefix(string(a.Key), "pgconnector."), a.Value.Emit())
 		}
+		if a.Key == "db.query.text" {
+			text = strings.Join(strings.Fields(a.Value.AsString()), " ")
+		}
+	}
+	if text != "" {
+		b.WriteString(": " + text)
 	}
 	return b.String()
 }
