@@ -3,6 +3,7 @@ module github.com/pgconnector/pgconnector/examples
 go 1.26.0
 
 require (
+	entgo.io/ent v0.14.5
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/pgconnector/pgconnector v0.0.0
