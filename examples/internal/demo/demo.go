@@ -102,7 +102,7 @@ func PrintTree(w io.Writer, spans []sdktrace.ReadOnlySpan) {
 	}
 }
 
-var shown = map[attribute.Key]bool{"error.type": true, "pgconnector.transport": true, "pgconnector.cache.hit": true}
+var shown = map[attribute.Key]bool{"pgconnector.transport": true, "pgconnector.cache.hit": true}
 
 // attrs shows a few attributes as key=value, then a statement's db.query.text on one line.
 func attrs(kv []attribute.KeyValue) string {

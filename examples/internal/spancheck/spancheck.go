@@ -29,6 +29,8 @@ func New(t testing.TB) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
 type Stmt struct {
 	Op   string // db.operation.name, which is also the span's name
 	Text string // a regular expression (. matches newlines too) that db.query.text must match in full; "" for none (BEGIN, COMMIT, ...)
+	// Error is error.type of a statement that fails (a SQLSTATE); "" for one that succeeds.
+	Error string
 }
 
 // Statements returns the statement spans among spans (the connector's spans other than a connect
@@ -90,13 +92,13 @@ func Under(t testing.TB, spans tracetest.SpanStubs, parent trace.SpanContext, wa
 		}
 	}
 	if i < len(want) {
-		t.Errorf("no statement span %s %q (in this order after the ones before it); the statement spans:\n%s", want[i].Op, want[i].Text, List(stmts))
+		t.Errorf("no statement span %s %q error.type=%q (in this order after the ones before it); the statement spans:\n%s", want[i].Op, want[i].Text, want[i].Error, List(stmts))
 	}
 	return stmts
 }
 
 func (w Stmt) matches(s tracetest.SpanStub) bool {
-	if Attr(s, "db.operation.name") != w.Op || s.Name != w.Op {
+	if Attr(s, "db.operation.name") != w.Op || s.Name != w.Op || Attr(s, "error.type") != w.Error {
 		return false
 	}
 	text := Attr(s, "db.query.text")
