@@ -430,3 +430,18 @@ func TestLoadBalanceHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorNamesTheStep: a refused SSLRequest under sslmode=require and a server that
+// target_session_attrs does not accept name their own step, without pgx's wording.
+func TestErrorNamesTheStep(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{})
+	for extra, want := range map[string]string{
+		"sslmode=require":                "SSLRequest: server does not support SSL",
+		"target_session_attrs=read-only": "target_session_attrs: session is not read-only",
+	} {
+		_, err := newConnector(t, srv.DSN(extra)).Connect(context.Background())
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "ValidateConnect") {
+			t.Errorf("%s: %v, want %q", extra, err, want)
+		}
+	}
+}

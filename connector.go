@@ -19,6 +19,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -64,6 +65,44 @@ type options struct {
 	statementSpans bool
 	queryText      bool
 	spanName       func(ctx context.Context, operation, query string) string
+
+	beforeConnect func(context.Context, *pgx.ConnConfig) error
+	afterConnect  func(context.Context, *pgx.Conn) error
+	resetSession  func(context.Context, *pgx.Conn) error
+}
+
+// WithBeforeConnect sets a function called for each connection attempt, after the connector
+// chose its host, address and method, before pgx opens the socket: it may change cfg (a
+// password or token valid for this connection, run-time parameters); it must not change the
+// host, port, TLS configuration or dial functions, which are the connector's. Its time is inside
+// the connect span. An error fails the connect, no other host or method tried, with an error
+// that names WithBeforeConnect. As pgx's stdlib.OptionBeforeConnect.
+func WithBeforeConnect(f func(ctx context.Context, cfg *pgx.ConnConfig) error) Option {
+	return func(o *options) { o.beforeConnect = f }
+}
+
+// WithAfterConnect sets a function called once a connection is established (startup done,
+// target_session_attrs checked), before database/sql gets it: to register types (a codec for
+// this connection's type map), or set the session up. Its time is inside the connect span. An
+// error closes the connection and fails the connect, no other host tried, with an error that
+// names WithAfterConnect. As pgx's stdlib.OptionAfterConnect.
+func WithAfterConnect(f func(ctx context.Context, conn *pgx.Conn) error) Option {
+	return func(o *options) { o.afterConnect = f }
+}
+
+// WithResetSession sets a function called when database/sql takes a pooled connection for reuse
+// (driver.SessionResetter), after pgx's own check. An error discards the connection: return
+// driver.ErrBadConn to have database/sql open another. As pgx's stdlib.OptionResetSession.
+func WithResetSession(f func(ctx context.Context, conn *pgx.Conn) error) Option {
+	return func(o *options) { o.resetSession = f }
+}
+
+// hookError names the hook an error came from; it stops the connect (negotiation.AbortError).
+func hookError(hook string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &negotiation.AbortError{Err: fmt.Errorf("%s: %w", hook, err)}
 }
 
 // Kerberos says where the client's Kerberos configuration and credentials are. Empty fields take
@@ -198,7 +237,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 			SpanName:       o.spanName,
 		})
 	}
-	c.stdlib = stdlib.GetConnector(*s.Config, stdlib.OptionBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
+	stdOpts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
 		if err := neg.Configure(ctx, &cfg.Config); err != nil {
 			return err
 		}
@@ -208,8 +247,20 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		// GSS authentication (pg_hba method gss without GSS encryption) with this
 		// connector's credentials: see internal/gss, pgxauth.go.
 		cfg.KerberosSpn = krb.AuthTokenContext(ctx, cfg.Host) // the KDC wait ends with ctx
+		if o.beforeConnect != nil {
+			return hookError("WithBeforeConnect", o.beforeConnect(ctx, cfg))
+		}
 		return nil
-	}))
+	})}
+	if o.afterConnect != nil {
+		stdOpts = append(stdOpts, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
+			return hookError("WithAfterConnect", o.afterConnect(ctx, conn))
+		}))
+	}
+	if o.resetSession != nil {
+		stdOpts = append(stdOpts, stdlib.OptionResetSession(o.resetSession))
+	}
+	c.stdlib = stdlib.GetConnector(*s.Config, stdOpts...)
 	return c, nil
 }
 

@@ -193,3 +193,13 @@ func checkPeer(c net.Conn, want string) error {
 	}
 	return nil
 }
+
+// AbortError is an error of the caller's own code during an attempt (a connection hook, say): it
+// says nothing about the server, and another host or method would meet it again, so the connect
+// stops there. It unwraps to the cause.
+type AbortError struct {
+	Err error
+}
+
+func (e *AbortError) Error() string { return e.Err.Error() }
+func (e *AbortError) Unwrap() error { return e.Err }

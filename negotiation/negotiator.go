@@ -432,7 +432,9 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			if n.trace.Fallback != nil {
 				n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, From: m, Reason: tsaErr.Reason})
 			}
-			return addrResult{herr: at.hostError(err), leave: true}
+			herr := at.hostError(tsaErr) // not pgx's "ValidateConnect failed" around it
+			herr.Step = "target_session_attrs"
+			return addrResult{herr: herr, leave: true}
 		}
 		hasNext := i+1 < len(methods)
 
@@ -447,10 +449,10 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			}
 			switch {
 			case m == MethodGSS && n.cfg.GSSEncMode == GSSEncModeRequire:
-				at.fail(stepGSSENCRequest, ErrGSSRequired)
+				at.failStep, at.failErr = stepGSSENCRequest, ErrGSSRequired // the attempt is over: fail() would not record it
 				err = &GSSRequiredError{Reason: "the server does not support it (it answered 'N' to GSSENCRequest)", Err: ErrGSSRequired}
 			case m == MethodSSL && h.SSLMode.requiresTLS():
-				at.fail(stepSSLRequest, ErrSSLRequired)
+				at.failStep, at.failErr = stepSSLRequest, ErrSSLRequired
 				err = fmt.Errorf("%w (sslmode=%s)", ErrSSLRequired, h.SSLMode)
 			case hasNext:
 				n.fallback(ctx, h, m, methods[i+1], sameSocketReason(m), reuse != nil)

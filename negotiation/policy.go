@@ -54,10 +54,12 @@ const (
 // what the client requires (pgconn.go, connectOne); libpq stops at each of them.
 var clientChecks = []string{"require_auth check failed: ", "channel binding check failed: ", "sslcertmode check failed: "}
 
-// clientRefused reports whether err is the client's refusal of the server.
+// clientRefused reports whether err is the client's refusal of the server, or an error of the
+// caller's code (AbortError).
 func clientRefused(err error) bool {
 	var rp *RequirePeerError
-	if errors.As(err, &rp) {
+	var ab *AbortError
+	if errors.As(err, &rp) || errors.As(err, &ab) {
 		return true
 	}
 	for e := err; e != nil; e = errors.Unwrap(e) {

@@ -8,7 +8,7 @@
 #   - MIT Kerberos (krb5-kdc, krb5-admin-server, krb5-user) for the GSSAPI tests, which run
 #     their own throwaway KDC on loopback: no KDC or kadmind is started or configured;
 #   - psql (postgresql-client), which the GSSAPI tests run beside the connector;
-#   - the Go modules listed in go.mod (go mod download).
+#   - the Go modules that the go.mod of each module of the repository lists (go mod download).
 # Idempotent: anything already present is left alone. System packages need root; when
 # not run as root the privileged part goes through sudo if it exists.
 #
@@ -269,6 +269,8 @@ log "Kerberos: $(/usr/bin/klist -V 2>/dev/null | head -1) (krb5kdc, kdb5_util, k
 if [ -x "$bindir/psql" ]; then psql_path=$bindir/psql; else psql_path=$(command -v psql); fi
 log "psql: $psql_path ($("$psql_path" --version))"
 
-log "go mod download"
-go mod download
+while IFS= read -r mod; do
+  log "go mod download ($mod)"
+  go -C "$mod" mod download
+done < <(find . -name go.mod -not -path '*/testdata/*' -not -path './.git/*' -printf '%h\n' | sort)
 log "done"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the quickstart: installs what it needs (PostgreSQL server binaries, Go modules), then
-# go run ./examples/quickstart. Without DATABASE_URL it starts a throwaway local cluster.
+# runs examples/quickstart, built in the examples' module (examples/go.mod). Without DATABASE_URL it
+# starts a throwaway local cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh >&2
-go run ./examples/quickstart "$@"
+go -C examples run ./quickstart "$@"

@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what it needs (PostgreSQL server binaries, Go modules), then
-# go vet, gofmt, a short run of each fuzz target (connection strings, a server's negotiation
-# bytes, GSS packets), the tests with the race detector (TestSoak for 30 s), and a check that the
-# tests left nothing of the harness behind. The tests start their own throwaway PostgreSQL
-# clusters, KDCs and Jaeger on loopback; nothing else is needed.
+# go vet and a go.mod check in every module, gofmt, a short run of each fuzz target (connection
+# strings, a server's negotiation bytes, GSS packets), the tests of every module with the race
+# detector (TestSoak for 30 s), and a check that the tests left nothing of the harness behind. The
+# tests start their own throwaway PostgreSQL clusters, KDCs and Jaeger on loopback; nothing else is
+# needed. Arguments go to every go test -race run, for example -run 'Soak|Jaeger'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every Go module of the repository, the library (.) first: beside it, with a go.mod of its own,
+# the benchmark command (cmd/pgconnect-bench) and the examples with their end-to-end tests
+# (examples). ./... stops at a nested go.mod, so each module is run on its own.
+mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -not -path './.git/*' -printf '%h\n' | sort)
+
 bash scripts/install-deps.sh
 echo "== go vet"
-go vet ./...
+for m in "${modules[@]}"; do
+  echo "-- $m"
+  go -C "$m" vet ./...
+done
+echo "== go mod tidy"
+# go.mod and go.sum say what the module's packages and their tests import, nothing more: the
+# library's stays free of what only the benchmark command and the examples need.
+for m in "${modules[@]}"; do
+  go -C "$m" mod tidy -diff || { echo "$m/go.mod is not tidy: run go mod tidy in $m"; exit 1; }
+done
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; fi
@@ -28,7 +43,10 @@ go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotia
 go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss
 echo "== go test -race"
 status=0
-go test -race -count=1 -timeout 60m "$@" ./... || status=$?
+for m in "${modules[@]}"; do
+  echo "-- $m"
+  go -C "$m" test -race -count=1 -timeout 60m "$@" ./... || status=$?
+done
 
 echo "== nothing of the harness left behind"
 # A test binary that did not end normally is cleaned up after by its guardian process, a moment

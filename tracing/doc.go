@@ -1,11 +1,12 @@
 // Package tracing turns the steps of a logical PostgreSQL connect into OpenTelemetry spans, and the
 // statements run on a connection into spans and measurements.
 //
-// Three parts, each fed plain data by the code it observes: [NewTrace] (connect steps, below),
+// Four parts, each fed plain data by the code it observes: [NewTrace] (connect steps, below),
 // [NewStatements] (a github.com/ngrok/sqlmw interceptor: one CLIENT span and one
-// db.client.operation.duration measurement per statement-level call), and [NewMetrics] (connect
-// durations, decision cache hits and misses, attempts avoided, pool statistics); [Compose] runs two
-// negotiation.Trace values as one.
+// db.client.operation.duration measurement per statement-level call), [NewPgxTracer] (the same
+// statement spans and measurements for pgx.Conn and pgxpool, through pgx's tracer interfaces),
+// and [NewMetrics] (connect durations, decision cache hits and misses, attempts avoided, pool
+// statistics); [Compose] runs two negotiation.Trace values as one.
 //
 // It observes, it does not decide: [NewTrace] returns a [negotiation.Trace] whose hooks start and
 // end spans and set attributes from the plain data the negotiation code hands them. Nothing here

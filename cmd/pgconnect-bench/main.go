@@ -25,8 +25,11 @@
 // servers on the other half (-pin). It needs what the tests need:
 // scripts/install-deps.sh.
 //
-//	go run ./cmd/pgconnect-bench            # about 9 minutes on 2 cores
-//	go run ./cmd/pgconnect-bench -quick     # a smoke run with small counts
+// It is a module of its own (this directory's go.mod: gonum/plot and lib/pq stay out of the
+// library's), built against the library beside it. From the repository root:
+//
+//	bash scripts/bench.sh                   # builds and runs it: about 9 minutes on 2 cores, writes docs/
+//	bash scripts/bench.sh -quick -out DIR   # a smoke run with small counts
 package main
 
 import (

@@ -63,8 +63,8 @@ func writeHeader(b *strings.Builder, r *Report) {
 func writeMethod(b *strings.Builder, r *Report) {
 	b.WriteString(`## How it is measured
 
-Reproduce with ` + "`bash scripts/bench.sh`" + ` (installs what the tests need, then
-` + "`go run ./cmd/pgconnect-bench`" + `). Every peer runs in the same run, against the same throwaway
+Reproduce with ` + "`bash scripts/bench.sh`" + ` (installs what the tests need, then builds and
+runs ` + "`cmd/pgconnect-bench`" + `). Every peer runs in the same run, against the same throwaway
 servers on loopback, and in a process of its own:
 
 - **libpq** is ` + "`pgbench -C`" + ` (a new connection per transaction, the script ` + "`select 1;`" + `, simple

@@ -3,8 +3,10 @@
 // trace holds the connects it caused. Spans go to standard output, or with -otlp to an OTLP/HTTP
 // receiver such as Jaeger.
 //
-//	DATABASE_URL=postgres://... go run ./examples/httpservice
-//	DATABASE_URL=postgres://... go run ./examples/httpservice -otlp 127.0.0.1:4318
+// In examples/ (the examples' module):
+//
+//	DATABASE_URL=postgres://... go run ./httpservice
+//	DATABASE_URL=postgres://... go run ./httpservice -otlp 127.0.0.1:4318
 //	curl http://127.0.0.1:8081/now
 package main
 

@@ -3,10 +3,12 @@
 // it, a postgresql.connect span with its steps (postgresql.tcp_connect, postgresql.ssl_request,
 // postgresql.startup, ...) for every connection the request opens.
 //
-//	go run ./examples/jaeger                       # exports to 127.0.0.1:4318, serves 127.0.0.1:8080
-//	go run ./examples/jaeger -jaeger               # starts a local Jaeger first (built on first use)
-//	go run ./examples/jaeger -once                 # one request to itself, flush, exit
-//	DATABASE_URL=postgres://... go run ./examples/jaeger
+// In examples/ (the examples' module):
+//
+//	go run ./jaeger                       # exports to 127.0.0.1:4318, serves 127.0.0.1:8080
+//	go run ./jaeger -jaeger               # starts a local Jaeger first (built on first use)
+//	go run ./jaeger -once                 # one request to itself, flush, exit
+//	DATABASE_URL=postgres://... go run ./jaeger
 //
 // Without DATABASE_URL it starts a throwaway PostgreSQL cluster on loopback, as the quickstart
 // does. See README.md beside this file for what to look at in Jaeger.

@@ -2,9 +2,11 @@
 // once (cold decision cache), then again (warm cache), and prints what was decided and the span
 // tree of every connect.
 //
-//	go run ./examples/quickstart            # on a throwaway local PostgreSQL cluster
-//	DATABASE_URL=postgres://... go run ./examples/quickstart
-//	go run ./examples/quickstart -json      # also print the spans as the OpenTelemetry stdout exporter writes them
+// In examples/ (the examples' module; from the repository root, bash scripts/quickstart.sh):
+//
+//	go run ./quickstart            # on a throwaway local PostgreSQL cluster
+//	DATABASE_URL=postgres://... go run ./quickstart
+//	go run ./quickstart -json      # also print the spans as the OpenTelemetry stdout exporter writes them
 package main
 
 import (

@@ -88,6 +88,12 @@ func TestFaultProxyPlainCluster(t *testing.T) {
 			case FaultTrickle:
 				checkTrickle(t, w, f, sent, reads0, read())
 			default:
+				if kind == FaultStall {
+					// The proxy stalls what the server sends at the step: wait until the server
+					// has sent it (a loaded machine forks a backend slowly), or the check that
+					// nothing arrives proves nothing.
+					waitFaultApplied(t, px.Stats)
+				}
 				checkTerminal(t, w, f, px.Close)
 			}
 			if st := px.Stats(); st.Faults != 1 || st.Connections != 1 {
@@ -385,5 +391,16 @@ func TestFaultProxyGSSCluster(t *testing.T) {
 				t.Errorf("%d faults, want %d", st.Faults, wantFaults)
 			}
 		})
+	}
+}
+
+// waitFaultApplied waits, up to a minute, until stats counts one applied fault.
+func waitFaultApplied(t *testing.T, stats func() FaultStats) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); stats().Faults == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the fault was not applied within a minute: %+v", stats())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+
+	"github.com/pgconnector/pgconnector"
+	"github.com/pgconnector/pgconnector/examples/internal/spancheck"
+	"github.com/pgconnector/pgconnector/internal/harness"
+)
+
+// The harness removes what it made (clusters, the initdb template) once the tests ran.
+func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
+
+// TestStatementSpans runs the example's GORM calls under a span of the test and checks the spans
+// they made: each statement a child of the test's span with the SQL GORM generated ($n
+// placeholders, no value), and every connection the server saw one the connector opened (GORM
+// opened none of its own).
+func TestStatementSpans(t *testing.T) {
+	pg := harness.StartT(t, harness.Options{})
+	tp, exp := spancheck.New(t)
+	mark := pg.LogMark()
+	c, err := pgconnector.New(pg.DSN(), pgconnector.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := c.OpenDB()
+	defer db.Close()
+	gdb, err := gorm.Open(postgres.New(postgres.Config{Conn: db}), &gorm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pool, err := gdb.DB(); err != nil || pool != db {
+		t.Fatalf("gorm's pool is %p (%v), want the connector's %p", pool, err, db)
+	}
+
+	// gorm.Open's ping has no context: a root PING span, and the connect it caused is a root too.
+	opened := exp.GetSpans()
+	for _, name := range []string{"PING", "postgresql.connect"} {
+		if s := spancheck.Named(opened, name); len(s) != 1 || s[0].Parent.IsValid() {
+			t.Errorf("gorm.Open: want one root span %s, got %d", name, len(s))
+		}
+	}
+	exp.Reset()
+
+	ctx, parent := tp.Tracer("test").Start(t.Context(), "caller")
+	users, err := work(ctx, gdb)
+	parent.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(users) != 2 || users[0].Email != "alice@example.org" || users[1].Name != "bob" {
+		t.Errorf("read back %+v", users)
+	}
+
+	spans := exp.GetSpans()
+	stmts := spancheck.Under(t, spans, parent.SpanContext(),
+		// AutoMigrate: is the table there, create it and its index
+		spancheck.Stmt{Op: "SELECT", Text: `SELECT count\(\*\) FROM information_schema.tables WHERE table_schema = CURRENT_SCHEMA\(\) AND table_name = \$1 AND table_type = \$2`},
+		spancheck.Stmt{Op: "CREATE", Text: `CREATE TABLE "gorm_example_users" \(.*\)`},
+		spancheck.Stmt{Op: "CREATE", Text: `CREATE UNIQUE INDEX IF NOT EXISTS "idx_gorm_example_users_name" ON "gorm_example_users" \("name"\)`},
+		spancheck.Stmt{Op: "BEGIN"},
+		spancheck.Stmt{Op: "INSERT", Text: `INSERT INTO "gorm_example_users" \("name","email"\) VALUES \(\$1,\$2\),\(\$3,\$4\) RETURNING "id"`},
+		spancheck.Stmt{Op: "COMMIT"},
+		spancheck.Stmt{Op: "SELECT", Text: `SELECT \* FROM "gorm_example_users" WHERE name = \$1 ORDER BY "gorm_example_users"."id" LIMIT \$2`},
+		spancheck.Stmt{Op: "BEGIN"},
+		spancheck.Stmt{Op: "UPDATE", Text: `UPDATE "gorm_example_users" SET "email"=\$1 WHERE "id" = \$2`},
+		spancheck.Stmt{Op: "COMMIT"},
+		spancheck.Stmt{Op: "SELECT", Text: `SELECT \* FROM "gorm_example_users" WHERE name IN \(\$1,\$2\) ORDER BY id`},
+		spancheck.Stmt{Op: "DROP", Text: `DROP TABLE IF EXISTS "gorm_example_users" CASCADE`},
+	)
+	t.Logf("statement spans:\n%s", spancheck.List(stmts))
+	spancheck.NoValues(t, spans, "alice", "bob")
+
+	// Every connection the server saw came from the connector: as many as its connect spans say
+	// they opened.
+	opened = append(opened, spans...)
+	sockets := 0
+	for _, s := range spancheck.Named(opened, "postgresql.connect") {
+		n, _ := strconv.Atoi(spancheck.Attr(s, "pgconnector.attempts"))
+		sockets += n
+	}
+	if got, err := pg.ConnectionsSince(mark); err != nil || got != sockets {
+		t.Errorf("the server saw %d connections (%v); the connector's connect spans opened %d", got, err, sockets)
+	}
+}
