@@ -49,6 +49,8 @@ type Connector struct {
 	unregister func()
 	statements *tracing.Statements // nil: WithStatementSpans(false)
 	metrics    *tracing.Metrics
+	// beforeConnect is WithBeforeConnect's, run by configureAttempt for database/sql and pgx.
+	beforeConnect func(context.Context, *pgx.ConnConfig) error
 
 	mu      sync.Mutex
 	onClose []func() // unregister the DBStats callbacks of OpenDB
@@ -227,7 +229,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Connector{settings: s, negotiator: neg, gss: krb, unregister: krb.Register(), metrics: metrics}
+	c = &Connector{settings: s, negotiator: neg, gss: krb, unregister: krb.Register(), metrics: metrics, beforeConnect: o.beforeConnect}
 	if o.statementSpans {
 		c.statements = tracing.NewStatements(tracing.StatementConfig{
 			TracerProvider: o.tracerProvider,
@@ -237,21 +239,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 			SpanName:       o.spanName,
 		})
 	}
-	stdOpts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
-		if err := neg.Configure(ctx, &cfg.Config); err != nil {
-			return err
-		}
-		if t, _ := ctx.Value(targetKey{}).(*target); t != nil {
-			t.host, t.port = cfg.Host, cfg.Port // this attempt's; the last one is the one that succeeds
-		}
-		// GSS authentication (pg_hba method gss without GSS encryption) with this
-		// connector's credentials: see internal/gss, pgxauth.go.
-		cfg.KerberosSpn = krb.AuthTokenContext(ctx, cfg.Host) // the KDC wait ends with ctx
-		if o.beforeConnect != nil {
-			return hookError("WithBeforeConnect", o.beforeConnect(ctx, cfg))
-		}
-		return nil
-	})}
+	stdOpts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(c.configureAttempt)}
 	if o.afterConnect != nil {
 		stdOpts = append(stdOpts, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
 			return hookError("WithAfterConnect", o.afterConnect(ctx, conn))
@@ -292,6 +280,24 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn = &pgxConn{Conn: sc}
 	}
 	return c.statements.WrapConn(conn, t.host, t.port), nil
+}
+
+// configureAttempt configures one connection attempt of a negotiation, for database/sql (the
+// stdlib connector's BeforeConnect) and for pgx (negotiatePgx) alike: cfg must be a copy.
+func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) error {
+	if err := c.negotiator.Configure(ctx, &cfg.Config); err != nil {
+		return err
+	}
+	if t, _ := ctx.Value(targetKey{}).(*target); t != nil {
+		t.host, t.port = cfg.Host, cfg.Port // this attempt's; the last one is the one that succeeds
+	}
+	// GSS authentication (pg_hba method gss without GSS encryption) with this
+	// connector's credentials: see internal/gss, pgxauth.go.
+	cfg.KerberosSpn = c.gss.AuthTokenContext(ctx, cfg.Host) // the KDC wait ends with ctx
+	if c.beforeConnect != nil {
+		return hookError("WithBeforeConnect", c.beforeConnect(ctx, cfg))
+	}
+	return nil
 }
 
 // target is the host and port one Connect's connection went to, as written in the connection

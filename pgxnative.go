@@ -50,6 +50,13 @@ import (
 // back to). ConnectTimeout, when it differs from connect_timeout (which the negotiator counts per
 // address, as libpq), bounds the whole negotiation: pgxpool's default of 2 minutes does when the
 // string sets no connect_timeout.
+//
+// Of the connector's options, WithBeforeConnect runs for each attempt as for database/sql (after
+// the hooks of the configuration); WithAfterConnect and WithResetSession are database/sql's only
+// (pgxpool's AfterConnect and PrepareConn are their counterparts), and so is WithStatementSpans:
+// for statement spans set Tracer (tracing.NewPgxTracer). Such a tracer's connect span, if it has
+// one, covers pgx's own connect, the handover of the session, not the negotiation: the
+// connector's connect span does.
 func (c *Connector) PgxConfig() *pgx.ConnConfig {
 	cc := c.settings.Config.Copy()
 	cc.ValidateConnect = nil
@@ -169,7 +176,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	base := cc.Config.Copy()
+	base := cc.Copy()
 	base.AfterConnect = nil // the caller's runs once, on the connection pgx makes
 	var (
 		hc  *pgconn.HijackedConn
@@ -188,7 +195,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 		if err := c.configureAttempt(ctx, cfg); err != nil {
 			return err
 		}
-		pg, err := pgconn.ConnectConfig(ctx, cfg)
+		pg, err := pgconn.ConnectConfig(ctx, &cfg.Config)
 		if err != nil {
 			return err
 		}
@@ -234,17 +241,6 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 	cc.RequireAuth = ""
 	cc.AfterNetConnect = nil
 	return d, nil
-}
-
-// configureAttempt configures one attempt of a negotiation: Connect's BeforeConnect (New).
-func (c *Connector) configureAttempt(ctx context.Context, cfg *pgconn.Config) error {
-	if err := c.negotiator.Configure(ctx, cfg); err != nil {
-		return err
-	}
-	// GSS authentication (pg_hba method gss without GSS encryption) with this connector's
-	// credentials: see internal/gss, pgxauth.go.
-	cfg.KerberosSpn = c.gss.AuthTokenContext(ctx, cfg.Host) // the KDC wait ends with ctx
-	return nil
 }
 
 // pgxDial is the DialFunc of one connection's pgx configuration. Its first call is the connect:

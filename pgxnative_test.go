@@ -25,6 +25,7 @@ import (
 	"github.com/pgconnector/pgconnector/internal/harness"
 	"github.com/pgconnector/pgconnector/internal/replay"
 	"github.com/pgconnector/pgconnector/negotiation"
+	"github.com/pgconnector/pgconnector/tracing"
 )
 
 // openPool opens c's pgxpool, with change applied to its configuration first, and closes it
@@ -806,5 +807,67 @@ func TestPgxProtocolVersion(t *testing.T) {
 	var ce *negotiation.ConnectError
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "server protocol version too low") {
 		t.Errorf("min_protocol_version=3.2 against 3.0: %v", err)
+	}
+}
+
+// WithBeforeConnect serves the attempts of pgx's connections as those of database/sql's (after
+// the configuration's own BeforeConnect), and its error stops them the same way.
+func TestPgxWithBeforeConnect(t *testing.T) {
+	_, tlsSrv := servers(t)
+	ctx := context.Background()
+	var calls atomic.Int32
+	c := newConnector(t, tlsSrv.DSN("password=wrong", "sslmode=require"), pgconnector.WithBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
+		calls.Add(1)
+		if cfg.Password != "from the pool's BeforeConnect" {
+			return fmt.Errorf("password %q", cfg.Password)
+		}
+		cfg.Password = tlsSrv.Password
+		return nil
+	}))
+	p := openPool(t, c, func(cfg *pgxpool.Config) {
+		connect := cfg.BeforeConnect
+		cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+			cc.Password = "from the pool's BeforeConnect"
+			return connect(ctx, cc)
+		}
+	})
+	if err := p.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("WithBeforeConnect called %d times for one connect", n)
+	}
+
+	// Without the pool's hook, the connector's fails: the same error as for database/sql.
+	_, sqlErr := c.Connect(ctx)
+	_, pgxErr := c.ConnectPgx(ctx, nil)
+	var abort *negotiation.AbortError
+	if sqlErr == nil || pgxErr == nil || pgxErr.Error() != sqlErr.Error() || !errors.As(pgxErr, &abort) || !strings.Contains(pgxErr.Error(), "WithBeforeConnect") {
+		t.Errorf("ConnectPgx: %v\ndatabase/sql: %v", pgxErr, sqlErr)
+	}
+}
+
+// tracing.NewPgxTracer set on the pool's configuration: the statements are its spans, under the
+// caller's; the connect is the connector's span with its steps.
+func TestPgxPoolWithPgxTracer(t *testing.T) {
+	plain, _ := servers(t)
+	rec, tp := newRecorder()
+	c := newConnector(t, plain.DSN("sslmode=disable"), pgconnector.WithTracerProvider(tp))
+	p := openPool(t, c, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Tracer = tracing.NewPgxTracer(tracing.StatementConfig{TracerProvider: tp, QueryText: true})
+	})
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	if _, err := p.Exec(ctx, "select 1"); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	tree := spanTree(t, rec.Ended(), parent.SpanContext().SpanID(), "db.query.text", "pgconnector.transport")
+	for _, want := range []string{
+		"postgresql.connect[pgconnector.transport=plain]\n  postgresql.gss_credentials\n  event decision\n  postgresql.tcp_connect\n  postgresql.startup\n",
+		"SELECT[db.query.text=select ?]\n",
+	} {
+		if !strings.Contains(tree, want) {
+			t.Errorf("spans:\n%s\nwant among them:\n%s", tree, want)
+		}
 	}
 }
