@@ -71,7 +71,7 @@ func (c *Connector) PgxConfig() *pgx.ConnConfig {
 //
 // An error of the negotiation is returned as it is: a *negotiation.ConnectError naming the host
 // and the step that failed (or a context error), as Connect returns it. The connection's
-// statements are not traced by the connector (set cfg.Tracer for that).
+// statements are not traced by the connector: set cfg.Tracer (tracing.NewPgxTracer) for that.
 func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	if cfg == nil {
 		cfg = c.PgxConfig()
@@ -110,8 +110,7 @@ func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.C
 //
 // A failed negotiation is the error of pool.Acquire (and of the pool's other calls that
 // connect) as it is: a *negotiation.ConnectError naming the host and step, not wrapped by pgx.
-// The pool's connections outlive neither the connector's usefulness nor its Close: close the
-// pool first.
+// The pool needs the connector to open connections: close the pool before the connector.
 func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
 	if c.settings.pgxConnString == nil {
 		return nil, errors.New("pgconnector: the Connector was not made by New")
