@@ -54,9 +54,9 @@ import (
 // Of the connector's options, WithBeforeConnect runs for each attempt as for database/sql (after
 // the hooks of the configuration); WithAfterConnect and WithResetSession are database/sql's only
 // (pgxpool's AfterConnect and PrepareConn are their counterparts), and so is WithStatementSpans:
-// for statement spans set Tracer (tracing.NewPgxTracer). Such a tracer's connect span, if it has
-// one, covers pgx's own connect, the handover of the session, not the negotiation: the
-// connector's connect span does.
+// for statement spans set Tracer (tracing.NewPgxTracer). Its connect hooks (pgx.ConnectTracer)
+// are not called: pgx's own connect is only the handover of the session the connector
+// established, and the connector's connect span covers the connect.
 func (c *Connector) PgxConfig() *pgx.ConnConfig {
 	cc := c.settings.Config.Copy()
 	cc.ValidateConnect = nil
@@ -239,7 +239,70 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 	cc.ChannelBinding = ""
 	cc.RequireAuth = ""
 	cc.AfterNetConnect = nil
+	// The connector's connect span covers the connect; pgx's own connect is the handover of
+	// the session and is not traced again (a second postgresql.connect from NewPgxTracer).
+	cc.Tracer = withoutConnectTrace(cc.Tracer)
 	return d, nil
+}
+
+// withoutConnectTrace returns t without its pgx.ConnectTracer side: the statement hooks it has
+// (QueryTracer, BatchTracer, CopyFromTracer, PrepareTracer) are passed on, the connect hooks
+// are not. nil stays nil.
+func withoutConnectTrace(t pgx.QueryTracer) pgx.QueryTracer {
+	if t == nil {
+		return nil
+	}
+	if _, ok := t.(pgx.ConnectTracer); !ok {
+		return t
+	}
+	return statementTracer{t}
+}
+
+type statementTracer struct{ pgx.QueryTracer }
+
+func (s statementTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	if t, ok := s.QueryTracer.(pgx.BatchTracer); ok {
+		return t.TraceBatchStart(ctx, conn, data)
+	}
+	return ctx
+}
+
+func (s statementTracer) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if t, ok := s.QueryTracer.(pgx.BatchTracer); ok {
+		t.TraceBatchQuery(ctx, conn, data)
+	}
+}
+
+func (s statementTracer) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchEndData) {
+	if t, ok := s.QueryTracer.(pgx.BatchTracer); ok {
+		t.TraceBatchEnd(ctx, conn, data)
+	}
+}
+
+func (s statementTracer) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromStartData) context.Context {
+	if t, ok := s.QueryTracer.(pgx.CopyFromTracer); ok {
+		return t.TraceCopyFromStart(ctx, conn, data)
+	}
+	return ctx
+}
+
+func (s statementTracer) TraceCopyFromEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromEndData) {
+	if t, ok := s.QueryTracer.(pgx.CopyFromTracer); ok {
+		t.TraceCopyFromEnd(ctx, conn, data)
+	}
+}
+
+func (s statementTracer) TracePrepareStart(ctx context.Context, conn *pgx.Conn, data pgx.TracePrepareStartData) context.Context {
+	if t, ok := s.QueryTracer.(pgx.PrepareTracer); ok {
+		return t.TracePrepareStart(ctx, conn, data)
+	}
+	return ctx
+}
+
+func (s statementTracer) TracePrepareEnd(ctx context.Context, conn *pgx.Conn, data pgx.TracePrepareEndData) {
+	if t, ok := s.QueryTracer.(pgx.PrepareTracer); ok {
+		t.TracePrepareEnd(ctx, conn, data)
+	}
 }
 
 // pgxDial is the DialFunc of one connection's pgx configuration. Its first call is the connect:
