@@ -64,7 +64,8 @@ const (
 //     span is started: the connector's span, with its steps, is that connect. (A Connector's
 //     connections have this tracer only when pgconnector.WithBeforeConnect sets it; with the
 //     connector's own statement spans on, statements run through database/sql would then be
-//     traced twice.)
+//     traced twice.) The connections of a Connector's pgxpool or ConnectPgx never call these
+//     hooks: pgx's connect there only takes over the session the connector established.
 //
 // The parent of every span is the span in the caller's context. What pgxpool does on its own
 // (health checks, the ping of a connection idle for a while) is not traced.
