@@ -1,12 +1,13 @@
 package tracing
 
 import (
+	"math"
 	"strings"
 )
 
 // What the text of a statement tells without a parser: its first command keyword, whether it
-// holds more than one statement, whether it has $n placeholders, and (for db.query.text) the text
-// with its literals replaced by "?". A small lexer of PostgreSQL's lexical rules
+// holds more than one statement, how many values its $n placeholders need, and (for
+// db.query.text) the text with its literals replaced by "?". A small lexer of PostgreSQL's lexical rules
 // (sql-syntax-lexical.html) is enough for that: it knows comments, quoted strings (standard, E'',
 // B'', X'', N'', U&''), quoted identifiers, dollar-quoted strings, numbers, $n parameters and ';'.
 // Nothing here allocates, except the sanitized text.
@@ -14,10 +15,15 @@ import (
 // describeQuery returns the operation of a statement text, for db.operation.name: its first
 // keyword in upper case when it is one of PostgreSQL's SQL commands and the text holds a single
 // statement (semconv: the operation name is not taken from a text that may hold several), else
-// "". params reports $n placeholders.
-func describeQuery(q string) (op string, params bool) {
+// "". need is how many values its $n placeholders need: the highest n, 0 when it has none,
+// [unfillable] when one of them is $0 or beyond [maxPlaceholder]. The $n of a PREPARE or CREATE
+// statement do not count: they are the parameters of the statement or function it defines
+// (PREPARE p(int) AS SELECT $1; CREATE FUNCTION f(int) ... RETURN $1), which no value of the call
+// fills.
+func describeQuery(q string) (op string, need int) {
 	sc := sqlScanner{s: q}
 	seen, ended, multi := false, false, false
+	atStart, defines := true, false // at the start of a statement; a PREPARE or CREATE statement
 	for {
 		k, a, b := sc.next()
 		switch k {
@@ -25,12 +31,21 @@ func describeQuery(q string) (op string, params bool) {
 			if multi {
 				op = ""
 			}
-			return op, params
+			return op, need
 		case tokSemicolon:
 			ended = seen
+			atStart, defines = true, false
 			continue
-		case tokParam:
-			params = true
+		}
+		if atStart && !(k == tokOther && q[a] == '(') {
+			atStart = false
+			if k == tokWord {
+				kw := commandKeyword(q[a:b])
+				defines = kw == "PREPARE" || kw == "CREATE"
+			}
+		}
+		if k == tokParam && !defines {
+			need = max(need, placeholderNumber(q[a+1:b]))
 		}
 		if ended {
 			multi = true
@@ -45,6 +60,28 @@ func describeQuery(q string) (op string, params bool) {
 			}
 		}
 	}
+}
+
+// maxPlaceholder is the highest $n a call can fill: the protocol counts a statement's parameters
+// in 16 bits (and pgx refuses more arguments).
+const maxPlaceholder = 65535
+
+// unfillable is the need of a text with a placeholder no call fills ($0, $70000).
+const unfillable = math.MaxInt
+
+// placeholderNumber returns n of the placeholder $n (digits holds n), or unfillable.
+func placeholderNumber(digits string) int {
+	n := 0
+	for i := 0; i < len(digits); i++ {
+		n = n*10 + int(digits[i]-'0')
+		if n > maxPlaceholder {
+			return unfillable
+		}
+	}
+	if n == 0 {
+		return unfillable
+	}
+	return n
 }
 
 // sanitizeQuery returns q with every literal (strings of every form, numbers, TRUE and FALSE)
