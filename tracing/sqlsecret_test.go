@@ -347,6 +347,7 @@ func FuzzSecretLiteral(f *testing.F) {
 		{[]byte{1, 7, 3, 11, 5, 2, 1, 10, 1, 1, 3}, "$$ $q$ ü", `"`},
 		{[]byte{2, 5, 4, 9, 0, 2, 4, 3, 1, 8, 3}, "\\'; select 1; --", "\n--'"},
 		{[]byte{3, 11, 8, 0, 9, 1, 3, 10, 2, 13, 7}, "ab\\", "'\\"},
+		{[]byte{5, 6, 0, 3, 4, 2, 10, 2, 0, 11, 1, 5}, "'\n'", "$1"},
 	} {
 		f.Add(seed.choices, seed.content, seed.noise)
 	}

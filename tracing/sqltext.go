@@ -87,7 +87,10 @@ func placeholderNumber(digits string) int {
 // sanitizeQuery returns q with every literal (strings of every form, numbers, TRUE and FALSE)
 // replaced by "?", as the semantic conventions ask of a text that is not parameterized: such a
 // text may hold a secret (ALTER ROLE ... PASSWORD '...'). Comments, identifiers, keywords,
-// operators and placeholders are kept as written.
+// operators and placeholders are kept as written. A string continued over a newline is one
+// literal; a dollar-quoted body (DO $$ ... $$, a function's) is one literal, replaced whole.
+// Strings are read as PostgreSQL reads them with standard_conforming_strings on (its default
+// since 9.1, and what pgx's simple protocol requires): a backslash escapes only in E'...'.
 func sanitizeQuery(q string) string {
 	sc := sqlScanner{s: q}
 	var b strings.Builder
@@ -143,7 +146,7 @@ func (sc *sqlScanner) next() (tokKind, int, int) {
 	c := s[start]
 	switch {
 	case c == '\'':
-		sc.i = endQuoted(s, start+1, '\'', false)
+		sc.i = endString(s, start+1, false)
 		return tokString, start, sc.i
 	case c == '"':
 		sc.i = endQuoted(s, start+1, '"', false)
@@ -172,13 +175,13 @@ func (sc *sqlScanner) next() (tokKind, int, int) {
 		if j-start == 1 && j < len(s) {
 			switch lower := c | 0x20; {
 			case s[j] == '\'' && lower == 'e': // escape string: backslashes escape
-				sc.i = endQuoted(s, j+1, '\'', true)
+				sc.i = endString(s, j+1, true)
 				return tokString, start, sc.i
 			case s[j] == '\'' && (lower == 'b' || lower == 'x' || lower == 'n'):
-				sc.i = endQuoted(s, j+1, '\'', false)
+				sc.i = endString(s, j+1, false)
 				return tokString, start, sc.i
 			case s[j] == '&' && lower == 'u' && j+1 < len(s) && s[j+1] == '\'':
-				sc.i = endQuoted(s, j+2, '\'', false)
+				sc.i = endString(s, j+2, false)
 				return tokString, start, sc.i
 			}
 		}
@@ -253,6 +256,48 @@ func endQuoted(s string, i int, quote byte, backslash bool) int {
 		i++
 	}
 	return len(s)
+}
+
+// endString returns the end of a string constant whose body starts at i, read as endQuoted
+// reads it. A closing quote followed by white space holding a newline and another quote does not
+// end it: PostgreSQL continues the constant there, in the same mode ('a'<newline>'b' is 'ab', and
+// in E'a'<newline>'\'x' the second part is read as an E'...' string too).
+func endString(s string, i int, backslash bool) int {
+	for {
+		i = endQuoted(s, i, '\'', backslash)
+		j, ok := continued(s, i)
+		if !ok {
+			return i
+		}
+		i = j + 1
+	}
+}
+
+// continued reports whether a string constant that ended at i goes on: white space and --
+// comments holding a newline, then a quote, at j (PostgreSQL's quotecontinue; a /* */ comment
+// does not continue a string).
+func continued(s string, i int) (j int, ok bool) {
+	newline := false
+	for i < len(s) {
+		switch c := s[i]; {
+		case c == '\n' || c == '\r':
+			newline = true
+			i++
+		case c == ' ' || c == '\t' || c == '\f' || c == '\v':
+			i++
+		case c == '-' && i+1 < len(s) && s[i+1] == '-':
+			k := strings.IndexAny(s[i:], "\n\r")
+			if k < 0 {
+				return 0, false
+			}
+			i += k
+		case c == '\'' && newline:
+			return i, true
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
 }
 
 // endDollarQuoted returns the end of the dollar-quoted string starting at s[i] ('$'), or false

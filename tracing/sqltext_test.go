@@ -72,6 +72,15 @@ func TestSanitizeQuery(t *testing.T) {
 		{"select 'unterminated", "select ?"},
 		{"select $1, 'x'", "select $1, ?"}, // sanitizeQuery itself does not look for placeholders
 		{"select a from t", "select a from t"},
+		// A string continued over a newline is one constant, read in the mode of its first part.
+		{"select 'a'\n'b', 'c'", "select ?, ?"},
+		{"select E'a' \n\t'\\' secret'", "select ?"},
+		{"select E'a' -- c'\r\n-- d\n'\\' secret'", "select ?"},
+		{"select e'a'\n'b'\n'\\' secret'", "select ?"},
+		{"select U&'a'\n'\\' UESCAPE '!'", "select ? UESCAPE ?"},
+		{"select 'a' 'b'", "select ? ?"},                    // no newline: two tokens (an error)
+		{"select E'a' /* c */\n'b'", "select ? /* c */\n?"}, // a block comment does not continue it
+		{"select 'a' --\n", "select ? --\n"},
 	} {
 		if got := sanitizeQuery(tt.query); got != tt.want {
 			t.Errorf("sanitizeQuery(%q) = %q, want %q", tt.query, got, tt.want)
