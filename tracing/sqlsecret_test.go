@@ -24,7 +24,8 @@ const (
 // every literal form ('...', N'...', E'...' with either quote escape, U&'...' with or without
 // UESCAPE, B'...', X'...', dollar quotes with and without a tag, numbers, strings continued over
 // a newline), nested in DO bodies, PREPARE, EXECUTE, CALL and function bodies, among comments,
-// quoted and unicode identifiers, placeholders and decoy literals.
+// quoted and unicode identifiers, placeholders and decoy literals; or after a mistake, an
+// unterminated comment or quoted identifier.
 type secretGen struct {
 	choices []byte
 	i       int
@@ -57,6 +58,9 @@ func (g *secretGen) text() string {
 	}
 	if !g.placed {
 		b.WriteString(";" + g.sep() + "ALTER ROLE r PASSWORD" + g.sep() + g.secret())
+	}
+	if g.pick(8) == 0 { // a mistake: the text ends in an unterminated comment or quoted identifier
+		b.WriteString(g.sep() + g.one("/* ", "/* a /* b */ ", `"`, `ALTER ROLE "r `) + "PASSWORD" + g.sep() + g.secret())
 	}
 	return b.String()
 }

@@ -91,6 +91,8 @@ func placeholderNumber(digits string) int {
 // literal; a dollar-quoted body (DO $$ ... $$, a function's) is one literal, replaced whole.
 // Strings are read as PostgreSQL reads them with standard_conforming_strings on (its default
 // since 9.1, and what pgx's simple protocol requires): a backslash escapes only in E'...'.
+// An unterminated /* comment or quoted identifier, which PostgreSQL rejects, is replaced with
+// the rest of the text: what it hides was perhaps meant as a literal.
 func sanitizeQuery(q string) string {
 	sc := sqlScanner{s: q}
 	var b strings.Builder
@@ -98,6 +100,14 @@ func sanitizeQuery(q string) string {
 	for {
 		k, start, end := sc.next()
 		if k == tokEOF {
+			if sc.unterminated {
+				if b.Len() == 0 {
+					b.Grow(len(q))
+				}
+				b.WriteString(q[last:sc.cut])
+				b.WriteByte('?')
+				return b.String()
+			}
 			break
 		}
 		if k == tokString || k == tokNumber || (k == tokWord && isBoolLiteral(q[start:end])) {
@@ -133,6 +143,10 @@ const (
 type sqlScanner struct {
 	s string
 	i int
+	// unterminated is set when the text ends in an unterminated /* comment or quoted
+	// identifier, which starts at cut.
+	unterminated bool
+	cut          int
 }
 
 // next returns the next token and its bounds in s.
@@ -149,7 +163,11 @@ func (sc *sqlScanner) next() (tokKind, int, int) {
 		sc.i = endString(s, start+1, false)
 		return tokString, start, sc.i
 	case c == '"':
-		sc.i = endQuoted(s, start+1, '"', false)
+		end, ok := endQuoted(s, start+1, '"', false)
+		if !ok {
+			sc.unterminated, sc.cut = true, start
+		}
+		sc.i = end
 		return tokQuotedIdent, start, sc.i
 	case c == '$':
 		if start+1 < len(s) && isDigit(s[start+1]) {
@@ -208,15 +226,20 @@ func (sc *sqlScanner) skipSpaceAndComments() {
 				sc.i = len(s)
 			}
 		case c == '/' && sc.i+1 < len(s) && s[sc.i+1] == '*':
-			sc.i = endBlockComment(s, sc.i+2)
+			end, ok := endBlockComment(s, sc.i+2)
+			if !ok {
+				sc.unterminated, sc.cut = true, sc.i
+			}
+			sc.i = end
 		default:
 			return
 		}
 	}
 }
 
-// endBlockComment returns the end of a /* comment whose body starts at i; they nest.
-func endBlockComment(s string, i int) int {
+// endBlockComment returns the end of a /* comment whose body starts at i (they nest), and false
+// when the text ends first.
+func endBlockComment(s string, i int) (int, bool) {
 	depth := 1
 	for i < len(s) {
 		switch {
@@ -224,7 +247,7 @@ func endBlockComment(s string, i int) int {
 			depth--
 			i += 2
 			if depth == 0 {
-				return i
+				return i, true
 			}
 		case s[i] == '/' && i+1 < len(s) && s[i+1] == '*':
 			depth++
@@ -233,12 +256,13 @@ func endBlockComment(s string, i int) int {
 			i++
 		}
 	}
-	return len(s)
+	return len(s), false
 }
 
 // endQuoted returns the end of a quoted token whose body starts at i: a doubled quote is part of
-// it, and so is a character after a backslash when backslash is set (E'...').
-func endQuoted(s string, i int, quote byte, backslash bool) int {
+// it, and so is a character after a backslash when backslash is set (E'...'). It returns false
+// when the text ends first.
+func endQuoted(s string, i int, quote byte, backslash bool) (int, bool) {
 	for i < len(s) {
 		switch s[i] {
 		case '\\':
@@ -251,11 +275,11 @@ func endQuoted(s string, i int, quote byte, backslash bool) int {
 				i += 2
 				continue
 			}
-			return i + 1
+			return i + 1, true
 		}
 		i++
 	}
-	return len(s)
+	return len(s), false
 }
 
 // endString returns the end of a string constant whose body starts at i, read as endQuoted
@@ -264,7 +288,7 @@ func endQuoted(s string, i int, quote byte, backslash bool) int {
 // in E'a'<newline>'\'x' the second part is read as an E'...' string too).
 func endString(s string, i int, backslash bool) int {
 	for {
-		i = endQuoted(s, i, '\'', backslash)
+		i, _ = endQuoted(s, i, '\'', backslash)
 		j, ok := continued(s, i)
 		if !ok {
 			return i

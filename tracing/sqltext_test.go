@@ -81,6 +81,13 @@ func TestSanitizeQuery(t *testing.T) {
 		{"select 'a' 'b'", "select ? ?"},                    // no newline: two tokens (an error)
 		{"select E'a' /* c */\n'b'", "select ? /* c */\n?"}, // a block comment does not continue it
 		{"select 'a' --\n", "select ? --\n"},
+		// What an unterminated comment or quoted identifier hides is replaced.
+		{"select 1 /* a /* b */ alter role r password 'secret'", "select ? ?"},
+		{`alter role "r password 'secret'`, "alter role ?"},
+		{`select "a"""`, `select "a"""`},
+		{`select "a""`, "select ?"},
+		{"select 'a' /* c", "select ? ?"},
+		{"select /* c */ 1", "select /* c */ ?"},
 	} {
 		if got := sanitizeQuery(tt.query); got != tt.want {
 			t.Errorf("sanitizeQuery(%q) = %q, want %q", tt.query, got, tt.want)
