@@ -91,8 +91,10 @@ func placeholderNumber(digits string) int {
 // literal; a dollar-quoted body (DO $$ ... $$, a function's) is one literal, replaced whole.
 // Strings are read as PostgreSQL reads them with standard_conforming_strings on (its default
 // since 9.1, and what pgx's simple protocol requires): a backslash escapes only in E'...'.
-// An unterminated /* comment or quoted identifier, which PostgreSQL rejects, is replaced with
-// the rest of the text: what it hides was perhaps meant as a literal.
+// A text that ends inside a string, a quoted identifier or a /* comment is one PostgreSQL
+// rejects, and whose token boundaries cannot be trusted: a quote left out makes the next literal
+// code, a comment left open or closed inside a literal hides or shows part of it. Of such a text
+// only what precedes its first quoted token or comment is kept, the rest replaced by one "?".
 func sanitizeQuery(q string) string {
 	sc := sqlScanner{s: q}
 	var b strings.Builder
@@ -100,14 +102,6 @@ func sanitizeQuery(q string) string {
 	for {
 		k, start, end := sc.next()
 		if k == tokEOF {
-			if sc.unterminated {
-				if b.Len() == 0 {
-					b.Grow(len(q))
-				}
-				b.WriteString(q[last:sc.cut])
-				b.WriteByte('?')
-				return b.String()
-			}
 			break
 		}
 		if k == tokString || k == tokNumber || (k == tokWord && isBoolLiteral(q[start:end])) {
@@ -118,6 +112,9 @@ func sanitizeQuery(q string) string {
 			b.WriteByte('?')
 			last = end
 		}
+	}
+	if sc.unterminated {
+		return sanitizeQuery(q[:sc.opened]) + "?" // a text without quotes or comments
 	}
 	if last == 0 {
 		return q // no literal
@@ -141,12 +138,28 @@ const (
 
 // sqlScanner returns the tokens of a statement text, skipping white space and comments.
 type sqlScanner struct {
-	s string
-	i int
-	// unterminated is set when the text ends in an unterminated /* comment or quoted
-	// identifier, which starts at cut.
-	unterminated bool
-	cut          int
+	s            string
+	i            int
+	quoted       bool // a comment or quoted token was met, the first one at opened
+	opened       int
+	unterminated bool // the text ends inside a quoted token or a /* comment
+}
+
+// open notes a comment or quoted token at i, ending the text unterminated unless closed.
+func (sc *sqlScanner) open(i int, closed bool) {
+	if !sc.quoted {
+		sc.quoted, sc.opened = true, i
+	}
+	if !closed {
+		sc.unterminated = true
+	}
+}
+
+// quotedToken returns the quoted token of kind k from start to end, noting it.
+func (sc *sqlScanner) quotedToken(k tokKind, start, end int, closed bool) (tokKind, int, int) {
+	sc.open(start, closed)
+	sc.i = end
+	return k, start, end
 }
 
 // next returns the next token and its bounds in s.
@@ -160,15 +173,11 @@ func (sc *sqlScanner) next() (tokKind, int, int) {
 	c := s[start]
 	switch {
 	case c == '\'':
-		sc.i = endString(s, start+1, false)
-		return tokString, start, sc.i
+		end, closed := endString(s, start+1, false)
+		return sc.quotedToken(tokString, start, end, closed)
 	case c == '"':
-		end, ok := endQuoted(s, start+1, '"', false)
-		if !ok {
-			sc.unterminated, sc.cut = true, start
-		}
-		sc.i = end
-		return tokQuotedIdent, start, sc.i
+		end, closed := endQuoted(s, start+1, '"', false)
+		return sc.quotedToken(tokQuotedIdent, start, end, closed)
 	case c == '$':
 		if start+1 < len(s) && isDigit(s[start+1]) {
 			j := start + 1
@@ -178,9 +187,8 @@ func (sc *sqlScanner) next() (tokKind, int, int) {
 			sc.i = j
 			return tokParam, start, j
 		}
-		if end, ok := endDollarQuoted(s, start); ok {
-			sc.i = end
-			return tokString, start, end
+		if end, ok, closed := endDollarQuoted(s, start); ok {
+			return sc.quotedToken(tokString, start, end, closed)
 		}
 	case isDigit(c) || (c == '.' && start+1 < len(s) && isDigit(s[start+1])):
 		sc.i = endNumber(s, start)
@@ -193,14 +201,14 @@ func (sc *sqlScanner) next() (tokKind, int, int) {
 		if j-start == 1 && j < len(s) {
 			switch lower := c | 0x20; {
 			case s[j] == '\'' && lower == 'e': // escape string: backslashes escape
-				sc.i = endString(s, j+1, true)
-				return tokString, start, sc.i
+				end, closed := endString(s, j+1, true)
+				return sc.quotedToken(tokString, start, end, closed)
 			case s[j] == '\'' && (lower == 'b' || lower == 'x' || lower == 'n'):
-				sc.i = endString(s, j+1, false)
-				return tokString, start, sc.i
+				end, closed := endString(s, j+1, false)
+				return sc.quotedToken(tokString, start, end, closed)
 			case s[j] == '&' && lower == 'u' && j+1 < len(s) && s[j+1] == '\'':
-				sc.i = endString(s, j+2, false)
-				return tokString, start, sc.i
+				end, closed := endString(s, j+2, false)
+				return sc.quotedToken(tokString, start, end, closed)
 			}
 		}
 		sc.i = j
@@ -226,10 +234,8 @@ func (sc *sqlScanner) skipSpaceAndComments() {
 				sc.i = len(s)
 			}
 		case c == '/' && sc.i+1 < len(s) && s[sc.i+1] == '*':
-			end, ok := endBlockComment(s, sc.i+2)
-			if !ok {
-				sc.unterminated, sc.cut = true, sc.i
-			}
+			end, closed := endBlockComment(s, sc.i+2)
+			sc.open(sc.i, closed)
 			sc.i = end
 		default:
 			return
@@ -286,12 +292,12 @@ func endQuoted(s string, i int, quote byte, backslash bool) (int, bool) {
 // reads it. A closing quote followed by white space holding a newline and another quote does not
 // end it: PostgreSQL continues the constant there, in the same mode ('a'<newline>'b' is 'ab', and
 // in E'a'<newline>'\'x' the second part is read as an E'...' string too).
-func endString(s string, i int, backslash bool) int {
+func endString(s string, i int, backslash bool) (int, bool) {
 	for {
-		i, _ = endQuoted(s, i, '\'', backslash)
-		j, ok := continued(s, i)
+		end, closed := endQuoted(s, i, '\'', backslash)
+		j, ok := continued(s, end)
 		if !ok {
-			return i
+			return end, closed
 		}
 		i = j + 1
 	}
@@ -326,22 +332,23 @@ func continued(s string, i int) (j int, ok bool) {
 
 // endDollarQuoted returns the end of the dollar-quoted string starting at s[i] ('$'), or false
 // when s[i] does not open one ($tag$ where the tag is empty or an identifier without '$').
-func endDollarQuoted(s string, i int) (int, bool) {
+// closed is false when the text ends first.
+func endDollarQuoted(s string, i int) (end int, ok, closed bool) {
 	j := i + 1
 	for j < len(s) && s[j] != '$' {
 		if !isIdentCont(s[j]) || (j == i+1 && !isIdentStart(s[j])) {
-			return 0, false
+			return 0, false, false
 		}
 		j++
 	}
 	if j >= len(s) {
-		return 0, false
+		return 0, false, false
 	}
 	delim := s[i : j+1]
 	if k := strings.Index(s[j+1:], delim); k >= 0 {
-		return j + 1 + k + len(delim), true
+		return j + 1 + k + len(delim), true, true
 	}
-	return len(s), true
+	return len(s), true, false
 }
 
 // endNumber returns the end of the numeric constant starting at s[i]: decimal with a fraction

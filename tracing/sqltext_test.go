@@ -81,13 +81,18 @@ func TestSanitizeQuery(t *testing.T) {
 		{"select 'a' 'b'", "select ? ?"},                    // no newline: two tokens (an error)
 		{"select E'a' /* c */\n'b'", "select ? /* c */\n?"}, // a block comment does not continue it
 		{"select 'a' --\n", "select ? --\n"},
-		// What an unterminated comment or quoted identifier hides is replaced.
+		// A text ending inside a quoted token or comment: only what precedes the first one is kept.
 		{"select 1 /* a /* b */ alter role r password 'secret'", "select ? ?"},
 		{`alter role "r password 'secret'`, "alter role ?"},
 		{`select "a"""`, `select "a"""`},
 		{`select "a""`, "select ?"},
-		{"select 'a' /* c", "select ? ?"},
+		{"select 'a' /* c", "select ?"},
+		{"select 1, 'abc, x = 'secret', y = 'z'", "select ?, ?"}, // a quote left out
+		{"alter role r password 'a'; /* password 'b*/secret'", "alter role r password ?"},
+		{"do $$ begin", "do ?"},
+		{"select E'abc\\", "select ?"},
 		{"select /* c */ 1", "select /* c */ ?"},
+		{"/* c */ select 'a' -- d", "/* c */ select ? -- d"},
 	} {
 		if got := sanitizeQuery(tt.query); got != tt.want {
 			t.Errorf("sanitizeQuery(%q) = %q, want %q", tt.query, got, tt.want)
