@@ -59,8 +59,14 @@ func (g *secretGen) text() string {
 	if !g.placed {
 		b.WriteString(";" + g.sep() + "ALTER ROLE r PASSWORD" + g.sep() + g.secret())
 	}
-	if g.pick(8) == 0 { // a mistake: the text ends in an unterminated comment or quoted identifier
+	if g.pick(8) == 0 {
+		// A mistake: the text ends in an unterminated comment or quoted identifier. Nothing after
+		// it may end it (a '"' or "*/" of the secret's content would): the secret would then be
+		// no literal, by PostgreSQL's reading too.
+		content, noise := g.content, g.noise
+		g.content, g.noise = removeAll(content, `"`, "*/"), removeAll(noise, `"`, "*/")
 		b.WriteString(g.sep() + g.one("/* ", "/* a /* b */ ", `"`, `ALTER ROLE "r `) + "PASSWORD" + g.sep() + g.secret())
+		g.content, g.noise = content, noise
 	}
 	return b.String()
 }
