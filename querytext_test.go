@@ -6,10 +6,12 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/tracing"
 )
 
 // passThrough is a pgx.QueryRewriter that is not pgx's own: the connector cannot know what text
@@ -121,4 +123,49 @@ func TestQueryTextPgxOptions(t *testing.T) {
 			checkNoSecrets(t, s)
 		})
 	}
+
+	// The same through pgx's own tracer, with a batch: pgx hands the tracer each query of a batch
+	// after its NamedArgs rewrite, and takes only a QueryRewriter for an option there.
+	t.Run("PgxTracer batch", func(t *testing.T) {
+		cfg, err := pgx.ParseConfig(srv.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Tracer = tracing.NewPgxTracer(tracing.StatementConfig{TracerProvider: o.tp, QueryText: true,
+			SpanName: func(_ context.Context, _, query string) string { return "q " + query }})
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var batch []sdktrace.ReadOnlySpan
+		spans := o.under(t, func(ctx context.Context) {
+			b := &pgx.Batch{}
+			b.Queue(alter)
+			b.Queue(alter, pgx.NamedArgs{"unused": paramSecret})
+			b.Queue("SELECT $1::text, 'kept'", paramSecret)
+			b.Queue("SELECT @v::text, 'kept'", pgx.NamedArgs{"v": paramSecret})
+			if err := conn.SendBatch(ctx, b).Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if len(spans) != 1 {
+			t.Fatalf("spans %s, want the batch's", spanNames(spans))
+		}
+		batch = append(batch, spans[0])
+		batch = append(batch, o.children(spans[0].SpanContext().SpanID())...)
+		want := []string{
+			alterSanitized + "; " + alterSanitized + "; SELECT $1::text, 'kept'; SELECT @v::text, 'kept'",
+			alterSanitized, alterSanitized, "SELECT $1::text, 'kept'", "SELECT $1::text, 'kept'",
+		}
+		if len(batch) != len(want) {
+			t.Fatalf("spans %s, want the batch's and one per query", spanNames(batch))
+		}
+		for i, s := range batch {
+			if got := attr(s.Attributes(), semconv.DBQueryTextKey); got != want[i] || s.Name() != "q "+want[i] {
+				t.Errorf("span %d: %q, db.query.text %q; want %q", i, s.Name(), got, want[i])
+			}
+			checkNoSecrets(t, s)
+		}
+	})
 }
