@@ -40,10 +40,12 @@ const (
 // values into the text it sends; the text as written, with its $n, holds none of them.
 //
 // A NamedArgs or StrictNamedArgs rewriter turns each @name of the text into $n and makes the
-// values from its map, dropping the arguments after it: the call is parameterized when the
-// rewritten text has placeholders and the rewrite fills them (a StrictNamedArgs that does not
-// match the text fails the call). Any other rewriter sends a text this cannot know: not
-// parameterized.
+// values from its map, dropping the arguments after it: the call is parameterized when the text
+// has @name placeholders where PostgreSQL reads code, and the rewritten text has placeholders
+// the rewrite fills (a StrictNamedArgs that does not match the text fails the call). pgx's own
+// lexer does not know every form of literal (a string continued over a newline in E'...' mode):
+// an @name it finds inside one does not make the call parameterized. Any other rewriter sends a
+// text this cannot know: not parameterized.
 func parameterized(text string, need, n int, arg func(i int) any, opts pgxOptions) bool {
 	values, rewriter := n, pgx.QueryRewriter(nil)
 options:
@@ -71,6 +73,9 @@ options:
 	case nil:
 		return need > 0 && values >= need
 	case pgx.NamedArgs, pgx.StrictNamedArgs:
+		if !namedPlaceholders(text) {
+			return false // pgx's values, if any, are for @names it found where PostgreSQL reads none
+		}
 		rewritten, newArgs, err := rewriter.RewriteQuery(context.Background(), nil, text, nil)
 		if err != nil {
 			return false
@@ -79,5 +84,25 @@ options:
 		return need > 0 && len(newArgs) >= need
 	default:
 		return false
+	}
+}
+
+// namedPlaceholders reports whether text has an @name placeholder (pgx's: '@' then an ASCII
+// letter or '_') outside literals, quoted identifiers and comments.
+func namedPlaceholders(text string) bool {
+	sc := sqlScanner{s: text}
+	at := -1 // where a name right after '@' would start
+	for {
+		k, a, _ := sc.next()
+		switch {
+		case k == tokEOF:
+			return false
+		case k == tokWord && a == at && (isLetter(text[a]) || text[a] == '_'):
+			return true
+		}
+		at = -1
+		if k == tokOther && text[a] == '@' {
+			at = a + 1
+		}
 	}
 }

@@ -95,6 +95,12 @@ func TestParameterized(t *testing.T) {
 		{"select $1", []call{exec(pgx.NamedArgs{"a": "v"}, "x")}, false}, // pgx drops the values after it
 		{"select '@a', \"@a\" -- @a\n/* @a */, $$ @a $$", []call{exec(pgx.NamedArgs{"a": "v"})}, false},
 		{"prepare p(text) as select @a", []call{exec(pgx.NamedArgs{"a": "v"})}, false},
+		// pgx finds @b (its lexer reads the continued E'' string as two strings, the second
+		// standard) and makes a value that fills $1; PostgreSQL reads @b inside the literal.
+		{"select E'a'\n'\\'@b', $1", []call{exec(pgx.NamedArgs{"b": "v"}), exec(pgx.NamedArgs{})}, false},
+		{"select E'a'\n'b', @b", []call{exec(pgx.NamedArgs{"b": "v"})}, true},
+		{"select a@b, @_c, x @d", []call{exec(pgx.NamedArgs{})}, true},
+		{"select @ b, @1", []call{exec(pgx.NamedArgs{})}, false},
 	} {
 		_, need := describeQuery(tt.text)
 		for _, c := range tt.calls {

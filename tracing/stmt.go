@@ -52,10 +52,11 @@ type StatementConfig struct {
 	// parameterized when values among its arguments fill all the $n placeholders of its text.
 	// pgx's options at the front of the arguments (QueryExecMode, QueryRewriter and, for a query,
 	// QueryResultFormats and QueryResultFormatsByOID) are not values; with NamedArgs or
-	// StrictNamedArgs the placeholders and values are those of their @name rewrite; with another
-	// QueryRewriter the call is not parameterized; the $n of a PREPARE or CREATE statement belong
-	// to what it defines, not to the call. A prepared text is parameterized when it has $n
-	// placeholders: each execution fills them. Parameter values are never recorded.
+	// StrictNamedArgs the text needs @names outside literals and comments, and the placeholders
+	// and values are those of their rewrite; with another QueryRewriter the call is not
+	// parameterized; the $n of a PREPARE or CREATE statement belong to what it defines, not to
+	// the call. A prepared text is parameterized when it has $n placeholders: each execution
+	// fills them. Parameter values are never recorded.
 	QueryText bool
 	// SpanName, when set, names each statement span from its operation (db.operation.name, "" when
 	// unknown) and its text (as db.query.text records it, whatever QueryText says; "" for
