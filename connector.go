@@ -147,8 +147,11 @@ func WithStatementSpans(on bool) Option {
 }
 
 // WithQueryText sets whether statement spans record the statement's text (db.query.text): as
-// given when the call has arguments or the text has $n placeholders, else with every literal
-// replaced by "?". Parameter values are never recorded. Default: true.
+// written when the call is parameterized, that is when values among its arguments fill all the
+// $n placeholders of the text, else with every literal replaced by "?". pgx's options are not
+// values (pgx.QueryExecModeSimpleProtocol, pgx.QueryResultFormats, ...), and with pgx.NamedArgs
+// the placeholders are those of its @name rewrite: see tracing.StatementConfig.QueryText for the
+// whole rule. Parameter values are never recorded. Default: true.
 func WithQueryText(on bool) Option {
 	return func(o *options) { o.queryText = on }
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what it needs (PostgreSQL server binaries, Go modules), then
 # go vet and a go.mod check in every module, gofmt, a short run of each fuzz target (connection
-# strings, a server's negotiation bytes, GSS packets), the tests of every module with the race
-# detector (TestSoak for 30 s), and a check that the tests left nothing of the harness behind. The
-# tests start their own throwaway PostgreSQL clusters, KDCs and Jaeger on loopback; nothing else is
-# needed. Arguments go to every go test -race run, for example -run 'Soak|Jaeger'.
+# strings, a server's negotiation bytes, GSS packets, secret literals in recorded statement
+# texts), the tests of every module with the race detector (TestSoak for 30 s), and a check that
+# the tests left nothing of the harness behind. The tests start their own throwaway PostgreSQL
+# clusters, KDCs and Jaeger on loopback; nothing else is needed. Arguments go to every go test
+# -race run, for example -run 'Soak|Jaeger'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,7 @@ echo "== fuzz (${FUZZTIME:=100000x} each)"
 go test -run '^$' -fuzz '^FuzzParseSettings$' -fuzztime "$FUZZTIME" .
 go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotiation
 go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss
+go test -run '^$' -fuzz '^FuzzSecretLiteral$' -fuzztime "$FUZZTIME" ./tracing
 echo "== go test -race"
 status=0
 for m in "${modules[@]}"; do

@@ -74,10 +74,13 @@ const (
 // own fallback to the other hosts of a multi-host connection string, that is the first host,
 // not necessarily the one connected to (pgx does not say which).
 //
-// The arguments of a call are never recorded. They decide only whether its text is recorded as
-// given (the call has arguments) or with its literals replaced: the leading QueryExecMode,
-// QueryResultFormats, QueryResultFormatsByOID and QueryRewriter values pgx takes as options are
-// not arguments, except a non-empty NamedArgs or StrictNamedArgs, which holds them.
+// The arguments of a call are never recorded. They decide only whether the call is
+// parameterized, its text then recorded as written, else with its literals replaced (see
+// StatementConfig.QueryText). The options pgx takes from the front of the arguments are not
+// values: QueryExecMode, QueryResultFormats, QueryResultFormatsByOID (taken as options for Exec
+// too, where pgx takes them for values: a tracer cannot tell Exec from Query) and a
+// QueryRewriter; for a query of a batch, only a QueryRewriter. pgx hands the tracer a batch
+// query's text and values after its NamedArgs rewrite: its child span records the rewritten text.
 type PgxTracer struct {
 	cfg    StatementConfig
 	tracer trace.Tracer
@@ -151,35 +154,9 @@ func (pc *pgxConn) text(sql string) string {
 	return sql
 }
 
-// statement returns what a call of sql with args gives.
-func (pc *pgxConn) statement(sql string, args []any) *statement {
-	return pc.ic.s.statement(pc.ic.srv, pc.text(sql), pgxKind(args))
-}
-
-// pgxKind returns how a text is run with args as pgx takes them: leading options are not
-// arguments (Conn.Query, Conn.Exec, Batch.Queue); a named-argument rewriter holds arguments.
-// Another QueryRewriter's arguments are unknown: the text is taken as not parameterized.
-func pgxKind(args []any) callKind {
-	for _, a := range args {
-		switch a := a.(type) {
-		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
-			continue
-		case pgx.NamedArgs:
-			if len(a) > 0 {
-				return runTextWithArgs
-			}
-			continue
-		case pgx.StrictNamedArgs:
-			if len(a) > 0 {
-				return runTextWithArgs
-			}
-			continue
-		case pgx.QueryRewriter:
-			continue
-		}
-		return runTextWithArgs
-	}
-	return runText
+// statement returns what a call of sql with args, taking the pgx options opts, gives.
+func (pc *pgxConn) statement(sql string, args []any, opts pgxOptions) *statement {
+	return pc.ic.s.run(pc.ic.srv, pc.text(sql), len(args), func(i int) any { return args[i] }, opts)
 }
 
 // pgxCallKey marks, in the context a Start method returns, the call it started. Each PgxTracer
@@ -224,7 +201,7 @@ func (t *PgxTracer) started(ctx context.Context, kind pgxCallKind, conn *pgx.Con
 // TraceQueryStart starts the span of Query, QueryRow or Exec.
 func (t *PgxTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	pc := t.conn(conn)
-	return t.start(ctx, &pgxCall{kind: pgxQuery, conn: conn, pc: pc}, pc.statement(data.SQL, data.Args))
+	return t.start(ctx, &pgxCall{kind: pgxQuery, conn: conn, pc: pc}, pc.statement(data.SQL, data.Args, queryOptions))
 }
 
 // TraceQueryEnd ends the span of Query (when its rows are closed), QueryRow or Exec.
@@ -241,7 +218,7 @@ func (t *PgxTracer) TracePrepareStart(ctx context.Context, conn *pgx.Conn, data 
 	}
 	pc := t.conn(conn)
 	c := &pgxCall{kind: pgxPrepare, conn: conn, pc: pc, name: data.Name, sql: data.SQL}
-	return t.start(ctx, c, pc.ic.s.statement(pc.ic.srv, data.SQL, prepareText))
+	return t.start(ctx, c, pc.ic.s.prepare(pc.ic.srv, data.SQL))
 }
 
 // TracePrepareEnd ends the span of Prepare and remembers the text of a named statement.
@@ -278,7 +255,7 @@ func (t *PgxTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pg
 // a batch operation's (see PgxTracer).
 func (pc *pgxConn) batchStatement(queries []*pgx.QueuedQuery) *statement {
 	if len(queries) == 1 {
-		return pc.statement(queries[0].SQL, queries[0].Arguments)
+		return pc.statement(queries[0].SQL, queries[0].Arguments, batchOptions)
 	}
 	s := pc.ic.s
 	texts := s.cfg.QueryText || s.cfg.SpanName != nil
@@ -286,7 +263,7 @@ func (pc *pgxConn) batchStatement(queries []*pgx.QueuedQuery) *statement {
 	var first *statement
 	var b strings.Builder
 	for i, q := range queries {
-		st := pc.statement(q.SQL, q.Arguments)
+		st := pc.statement(q.SQL, q.Arguments, batchOptions)
 		if i == 0 {
 			first = st
 		} else {
@@ -329,7 +306,7 @@ func (t *PgxTracer) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pg
 	if c.batchSize < 2 || !c.span.IsRecording() {
 		return
 	}
-	st := *c.pc.statement(data.SQL, data.Args)
+	st := *c.pc.statement(data.SQL, data.Args, batchOptions)
 	start := data.ReadStartTime
 	if start.IsZero() {
 		start = time.Now()

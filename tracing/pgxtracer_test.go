@@ -442,3 +442,49 @@ func TestPgxTracerComposed(t *testing.T) {
 		t.Errorf("%d connect spans, want one per tracer", n)
 	}
 }
+
+// Issue 12 through pgx: db.query.text keeps a text as written only when values fill its
+// placeholders; pgx's options, a NamedArgs whose rewrite makes no placeholder and values with no
+// placeholder to fill leave it sanitized.
+func TestPgxTracerQueryText(t *testing.T) {
+	f := newPgxFixture(t)
+	conn := f.connect(t)
+	const alter = "ALTER ROLE r PASSWORD 'secret'"
+	const sanitized = "ALTER ROLE r PASSWORD ?"
+	exec := func(ctx context.Context, sql string, args ...any) {
+		conn.Exec(ctx, sql, args...) // some fail: only the recorded text matters
+	}
+	query := func(ctx context.Context, sql string, args ...any) {
+		if rows, err := conn.Query(ctx, sql, args...); err == nil {
+			rows.Close()
+		}
+	}
+	got := f.under(t, func(ctx context.Context) {
+		exec(ctx, alter, pgx.QueryExecModeSimpleProtocol)
+		exec(ctx, alter, pgx.QueryExecModeExec)
+		exec(ctx, alter, pgx.NamedArgs{"x": 1})
+		exec(ctx, alter, pgx.StrictNamedArgs{})
+		exec(ctx, alter, pgx.QueryExecModeSimpleProtocol, pgx.NamedArgs{"x": 1})
+		query(ctx, alter, pgx.QueryResultFormats{1})
+		query(ctx, alter, pgx.QueryResultFormatsByOID{25: 1}, pgx.QueryExecModeSimpleProtocol)
+		exec(ctx, alter, "value")                                                  // no placeholder to fill
+		exec(ctx, alter, pgx.QueryResultFormats{1})                                // Exec: a value, taken for an option
+		exec(ctx, "select $1::text, 'kept'", pgx.QueryExecModeSimpleProtocol, "v") // parameterized
+		query(ctx, "select @a::int, 'kept'", pgx.NamedArgs{"a": 1})
+		b := &pgx.Batch{}
+		b.Queue(alter, pgx.QueryExecModeSimpleProtocol)          // in a batch, a value
+		b.Queue("select $1::int, 'kept'", pgx.QueryExecModeExec) // which fills $1
+		b.Queue("select @a::int, 'kept'", pgx.NamedArgs{"a": 1})
+		conn.SendBatch(ctx, b).Close() // fails: the fake server describes no parameter
+	})
+	var texts []string
+	for _, s := range got {
+		texts = append(texts, queryText(s))
+	}
+	want := []string{sanitized, sanitized, sanitized, sanitized, sanitized, sanitized, sanitized, sanitized, sanitized,
+		"select $1::text, 'kept'", "select @a::int, 'kept'",
+		sanitized + "; select $1::int, 'kept'; select @a::int, 'kept'"}
+	if !slices.Equal(texts, want) {
+		t.Errorf("db.query.text\n %q\nwant\n %q", texts, want)
+	}
+}

@@ -7,39 +7,51 @@ import (
 
 func TestDescribeQuery(t *testing.T) {
 	for _, tt := range []struct {
-		query  string
-		op     string
-		params bool
+		query string
+		op    string
+		need  int
 	}{
-		{"select 1", "SELECT", false},
-		{"SELECT * FROM t WHERE id = $1", "SELECT", true},
-		{"  \n\tInsert into t values ($1, $2)", "INSERT", true},
-		{"-- comment\nupdate t set a = 1", "UPDATE", false},
-		{"/* a /* nested */ comment */ delete from t", "DELETE", false},
-		{"(select 1) union (select 2)", "SELECT", false},
-		{"with x as (select 1) select * from x", "WITH", false},
-		{"select 1;", "SELECT", false},
-		{"select 1; ; -- trailing\n", "SELECT", false},
-		{"; select 1", "SELECT", false},
-		{"select 1; select 2", "", false},                      // several statements: no operation
-		{"begin; insert into t values (1); commit", "", false}, // idem
-		{"select ';' as semicolon, $1", "SELECT", true},        // in a string
-		{`select "a;b" from t`, "SELECT", false},               // in a quoted identifier
-		{"select $$a;b$$, $tag$ ; $$ $tag$", "SELECT", false},  // in dollar quotes
-		{"select E'\\'; select 1'", "SELECT", false},           // escaped quote in E''
-		{"select 'it''s; fine'", "SELECT", false},              // doubled quote
-		{"select 1 -- ; select 2", "SELECT", false},            // in a comment
-		{"select a$1 from t", "SELECT", false},                 // $ inside an identifier
-		{"listen chan", "LISTEN", false},
-		{"frobnicate the database", "", false}, // not a command
-		{"", "", false},
-		{"   ", "", false},
-		{"'string first'", "", false},
-		{"averyveryverylongidentifierthatisnotakeyword", "", false},
+		{"select 1", "SELECT", 0},
+		{"SELECT * FROM t WHERE id = $1", "SELECT", 1},
+		{"  \n\tInsert into t values ($1, $2)", "INSERT", 2},
+		{"-- comment\nupdate t set a = 1", "UPDATE", 0},
+		{"/* a /* nested */ comment */ delete from t", "DELETE", 0},
+		{"(select 1) union (select 2)", "SELECT", 0},
+		{"with x as (select 1) select * from x", "WITH", 0},
+		{"select 1;", "SELECT", 0},
+		{"select 1; ; -- trailing\n", "SELECT", 0},
+		{"; select 1", "SELECT", 0},
+		{"select 1; select 2", "", 0},                      // several statements: no operation
+		{"begin; insert into t values (1); commit", "", 0}, // idem
+		{"select ';' as semicolon, $1", "SELECT", 1},       // in a string
+		{`select "a;b" from t`, "SELECT", 0},               // in a quoted identifier
+		{"select $$a;b$$, $tag$ ; $$ $tag$", "SELECT", 0},  // in dollar quotes
+		{"select E'\\'; select 1'", "SELECT", 0},           // escaped quote in E''
+		{"select 'it''s; fine'", "SELECT", 0},              // doubled quote
+		{"select 1 -- ; select 2", "SELECT", 0},            // in a comment
+		{"select a$1 from t", "SELECT", 0},                 // $ inside an identifier
+		{"listen chan", "LISTEN", 0},
+		{"frobnicate the database", "", 0}, // not a command
+		{"", "", 0},
+		{"   ", "", 0},
+		{"'string first'", "", 0},
+		{"averyveryverylongidentifierthatisnotakeyword", "", 0},
+		{"select $2, $10, $3", "SELECT", 10},                      // the highest n
+		{"select $01", "SELECT", 1},                               // as PostgreSQL reads it
+		{"select $0", "SELECT", unfillable},                       // no value fills $0
+		{"select $65535", "SELECT", 65535},                        // the protocol's limit
+		{"select $65536, $1", "SELECT", unfillable},               // beyond it
+		{"select $99999999999999999999999", "SELECT", unfillable}, // no overflow
+		{"select '$1', $$ $2 $$, \"$3\" -- $4\n/* $5 */", "SELECT", 0},
+		{"prepare p(int) as select $1 + 1", "PREPARE", 0},                 // $1 is p's
+		{"PREPARE p AS select $1; execute p($2)", "", 2},                  // $2 is the call's
+		{"create function f(int) returns int return $1 + 1", "CREATE", 0}, // $1 is f's
+		{"create table t as select 1; select $1", "", 1},
+		{"(prepare p as select $1)", "PREPARE", 0}, // the first keyword after the parentheses
 	} {
-		op, params := describeQuery(tt.query)
-		if op != tt.op || params != tt.params {
-			t.Errorf("describeQuery(%q) = %q, %v; want %q, %v", tt.query, op, params, tt.op, tt.params)
+		op, need := describeQuery(tt.query)
+		if op != tt.op || need != tt.need {
+			t.Errorf("describeQuery(%q) = %q, %d; want %q, %d", tt.query, op, need, tt.op, tt.need)
 		}
 	}
 }
@@ -60,6 +72,27 @@ func TestSanitizeQuery(t *testing.T) {
 		{"select 'unterminated", "select ?"},
 		{"select $1, 'x'", "select $1, ?"}, // sanitizeQuery itself does not look for placeholders
 		{"select a from t", "select a from t"},
+		// A string continued over a newline is one constant, read in the mode of its first part.
+		{"select 'a'\n'b', 'c'", "select ?, ?"},
+		{"select E'a' \n\t'\\' secret'", "select ?"},
+		{"select E'a' -- c'\r\n-- d\n'\\' secret'", "select ?"},
+		{"select e'a'\n'b'\n'\\' secret'", "select ?"},
+		{"select U&'a'\n'\\' UESCAPE '!'", "select ? UESCAPE ?"},
+		{"select 'a' 'b'", "select ? ?"},                    // no newline: two tokens (an error)
+		{"select E'a' /* c */\n'b'", "select ? /* c */\n?"}, // a block comment does not continue it
+		{"select 'a' --\n", "select ? --\n"},
+		// A text ending inside a quoted token or comment: only what precedes the first one is kept.
+		{"select 1 /* a /* b */ alter role r password 'secret'", "select ? ?"},
+		{`alter role "r password 'secret'`, "alter role ?"},
+		{`select "a"""`, `select "a"""`},
+		{`select "a""`, "select ?"},
+		{"select 'a' /* c", "select ?"},
+		{"select 1, 'abc, x = 'secret', y = 'z'", "select ?, ?"}, // a quote left out
+		{"alter role r password 'a'; /* password 'b*/secret'", "alter role r password ?"},
+		{"do $$ begin", "do ?"},
+		{"select E'abc\\", "select ?"},
+		{"select /* c */ 1", "select /* c */ ?"},
+		{"/* c */ select 'a' -- d", "/* c */ select ? -- d"},
 	} {
 		if got := sanitizeQuery(tt.query); got != tt.want {
 			t.Errorf("sanitizeQuery(%q) = %q, want %q", tt.query, got, tt.want)

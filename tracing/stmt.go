@@ -46,9 +46,17 @@ type StatementConfig struct {
 	MeterProvider metric.MeterProvider
 	// Database is db.namespace: the database of the connection string.
 	Database string
-	// QueryText records db.query.text: the text as given when it is parameterized (the call has
-	// arguments, or the text $n placeholders), else the text with every literal replaced by "?".
-	// Parameter values are never recorded.
+	// QueryText records db.query.text as the semantic conventions ask: the text of a
+	// parameterized call as written, any other text with every literal (strings of every form,
+	// dollar-quoted bodies such as DO's, numbers, TRUE and FALSE) replaced by "?". A call is
+	// parameterized when values among its arguments fill all the $n placeholders of its text.
+	// pgx's options at the front of the arguments (QueryExecMode, QueryRewriter and, for a query,
+	// QueryResultFormats and QueryResultFormatsByOID) are not values; with NamedArgs or
+	// StrictNamedArgs the text needs @names outside literals and comments, and the placeholders
+	// and values are those of their rewrite; with another QueryRewriter the call is not
+	// parameterized; the $n of a PREPARE or CREATE statement belong to what it defines, not to
+	// the call. A prepared text is parameterized when it has $n placeholders: each execution
+	// fills them. Parameter values are never recorded.
 	QueryText bool
 	// SpanName, when set, names each statement span from its operation (db.operation.name, "" when
 	// unknown) and its text (as db.query.text records it, whatever QueryText says; "" for
@@ -163,31 +171,23 @@ type serverKey struct {
 type server struct {
 	base  []attribute.KeyValue // db.system.name, db.namespace, server.address, server.port
 	calls map[string]*statement
-	texts sync.Map // textKey -> *statement
+	texts sync.Map // textKey -> *textInfo
 	n     atomic.Int32
 	sets  sync.Map // operation -> attribute.Set of a success's measurement
 }
 
 type textKey struct {
-	text string
-	kind callKind
+	text    string
+	prepare bool // prepared (operation PREPARE), else run
 }
 
-// callKind is how a text is used: run without arguments, run with arguments (the text is then
-// parameterized), or prepared (operation PREPARE).
-type callKind uint8
-
-const (
-	runText callKind = iota
-	runTextWithArgs
-	prepareText
-)
-
-func runKind(args []driver.NamedValue) callKind {
-	if len(args) > 0 {
-		return runTextWithArgs
-	}
-	return runText
+// textInfo is what one text, run or prepared, gives: its operation, the values its placeholders
+// need, and the statement of each way it is recorded, made when first needed.
+type textInfo struct {
+	op        string
+	need      int // see describeQuery
+	asWritten atomic.Pointer[statement]
+	sanitized atomic.Pointer[statement]
 }
 
 // statement is what a call of one text (or a call without one) gives.
@@ -216,26 +216,64 @@ func (s *Statements) server(host string, port uint16) *server {
 	return got.(*server)
 }
 
-// statement returns what a call of text gives.
-func (s *Statements) statement(srv *server, text string, kind callKind) *statement {
-	key := textKey{text, kind}
-	if st, ok := srv.texts.Load(key); ok {
-		return st.(*statement)
+// run returns what a call running text with n arguments gives (arg(i) is the i-th); opts are
+// the pgx options the call takes (see parameterized).
+func (s *Statements) run(srv *server, text string, n int, arg func(i int) any, opts pgxOptions) *statement {
+	ti := s.text(srv, text, false)
+	return s.statement(srv, ti, text, parameterized(text, ti.need, n, arg, opts))
+}
+
+// runSQL returns what a call through database/sql running text with args gives: pgx's driver
+// runs an exec with Conn.Exec, a query with Conn.Query.
+func (s *Statements) runSQL(srv *server, text string, args []driver.NamedValue, opts pgxOptions) *statement {
+	return s.run(srv, text, len(args), func(i int) any { return args[i].Value }, opts)
+}
+
+// prepare returns what preparing text gives: the text is parameterized when it has placeholders,
+// which the values of each execution fill.
+func (s *Statements) prepare(srv *server, text string) *statement {
+	ti := s.text(srv, text, true)
+	return s.statement(srv, ti, text, ti.need <= maxPlaceholder && ti.need > 0)
+}
+
+// text returns what was worked out of text, remembering it for the first texts of a server.
+func (s *Statements) text(srv *server, text string, prepare bool) *textInfo {
+	key := textKey{text, prepare}
+	if ti, ok := srv.texts.Load(key); ok {
+		return ti.(*textInfo)
 	}
-	op, params := describeQuery(text)
+	op, need := describeQuery(text)
+	if prepare {
+		op = OperationPrepare
+	}
+	ti := &textInfo{op: op, need: need}
+	if srv.n.Load() < maxCachedStatements && srv.n.Add(1) <= maxCachedStatements {
+		got, _ := srv.texts.LoadOrStore(key, ti)
+		ti = got.(*textInfo)
+	}
+	return ti
+}
+
+// statement returns the statement of ti recording text as written (a parameterized call) or
+// sanitized.
+func (s *Statements) statement(srv *server, ti *textInfo, text string, asWritten bool) *statement {
+	p := &ti.sanitized
+	if asWritten {
+		p = &ti.asWritten
+	}
+	if st := p.Load(); st != nil {
+		return st
+	}
 	recorded := ""
 	if s.cfg.QueryText || s.cfg.SpanName != nil {
 		recorded = text
-		if !params && kind != runTextWithArgs {
+		if !asWritten {
 			recorded = sanitizeQuery(text)
 		}
 	}
-	if kind == prepareText {
-		op = OperationPrepare
-	}
-	st := s.newStatement(srv, op, recorded)
-	if srv.n.Load() < maxCachedStatements && srv.n.Add(1) <= maxCachedStatements {
-		srv.texts.Store(key, st)
+	st := s.newStatement(srv, ti.op, recorded)
+	if !p.CompareAndSwap(nil, st) {
+		st = p.Load()
 	}
 	return st
 }
@@ -346,27 +384,27 @@ func (ic *interceptor) measurementSet(op, code, errType string) attribute.Set {
 }
 
 func (ic *interceptor) ConnExecContext(ctx context.Context, conn driver.ExecerContext, query string, args []driver.NamedValue) (driver.Result, error) {
-	ctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, runKind(args)))
+	ctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, execOptions))
 	res, err := conn.ExecContext(ctx, query, args)
 	ic.end(ctx, &c, err)
 	return res, err
 }
 
 func (ic *interceptor) StmtExecContext(ctx context.Context, stmt driver.StmtExecContext, query string, args []driver.NamedValue) (driver.Result, error) {
-	ctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, runKind(args)))
+	ctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, execOptions))
 	res, err := stmt.ExecContext(ctx, args)
 	ic.end(ctx, &c, err)
 	return res, err
 }
 
 func (ic *interceptor) ConnQueryContext(ctx context.Context, conn driver.QueryerContext, query string, args []driver.NamedValue) (context.Context, driver.Rows, error) {
-	qctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, runKind(args)))
+	qctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, queryOptions))
 	rows, err := conn.QueryContext(qctx, query, args)
 	return ic.rows(ctx, qctx, &c, rows, err)
 }
 
 func (ic *interceptor) StmtQueryContext(ctx context.Context, stmt driver.StmtQueryContext, query string, args []driver.NamedValue) (context.Context, driver.Rows, error) {
-	qctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, runKind(args)))
+	qctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, queryOptions))
 	rows, err := stmt.QueryContext(qctx, args)
 	return ic.rows(ctx, qctx, &c, rows, err)
 }
@@ -413,7 +451,7 @@ func (ic *interceptor) RowsClose(ctx context.Context, rows driver.Rows) error {
 }
 
 func (ic *interceptor) ConnPrepareContext(ctx context.Context, conn driver.ConnPrepareContext, query string) (context.Context, driver.Stmt, error) {
-	pctx, c := ic.begin(ctx, ic.s.statement(ic.srv, query, prepareText))
+	pctx, c := ic.begin(ctx, ic.s.prepare(ic.srv, query))
 	stmt, err := conn.PrepareContext(pctx, query)
 	ic.end(pctx, &c, err)
 	// sqlmw keeps the returned context for the statement's Close: the caller's, not the span's.
