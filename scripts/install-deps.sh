@@ -187,6 +187,12 @@ system_part() {
     apt-get install -y -q --no-install-recommends ca-certificates
   fi
 
+  if ! command -v openssl >/dev/null; then
+    apt_update
+    log "apt-get install openssl (the CRL tests check their verdicts against openssl verify)"
+    apt-get install -y -q --no-install-recommends openssl
+  fi
+
   if ! find_pg_bindir >/dev/null; then
     [ -z "${PG_BINDIR:-}" ] || die "PG_BINDIR=$PG_BINDIR does not hold initdb, pg_ctl and postgres of version $MIN_PG_MAJOR or newer; fix or unset it"
     log "no PostgreSQL $MIN_PG_MAJOR+ server binaries found: installing the package postgresql (no cluster is created or started)"
