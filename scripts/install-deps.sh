@@ -252,7 +252,7 @@ fi
 cd "$(dirname "$SCRIPT")/.."
 check_go
 
-if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_psql; then
+if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_psql && command -v openssl >/dev/null; then
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 else
   if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
