@@ -1,0 +1,62 @@
+package ccache
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/jcmturner/gokrb5/v8/credentials"
+)
+
+// fileCache is FILE:path (cc_file.c). Stamp is one stat.
+type fileCache struct{ path string }
+
+func newFile(path string) (Cache, error) {
+	if path == "" {
+		return nil, errors.New("credential cache FILE: no path")
+	}
+	return &fileCache{path: path}, nil
+}
+
+func (f *fileCache) Name() string { return "FILE:" + f.path }
+
+func (f *fileCache) Stamp() (Stamp, error) { return statStamp(f.path) }
+
+func (f *fileCache) Load() (*credentials.CCache, error) { return loadFile(f.path) }
+
+// statStamp fingerprints a file by device, inode, size, mtime and ctime.
+func statStamp(path string) (Stamp, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+			return Stamp{}, nil
+		}
+		return Stamp{}, fmt.Errorf("credential cache %s: %w", path, err)
+	}
+	return Stamp{Present: true, A: uint64(st.Dev), B: st.Ino, C: uint64(st.Size),
+		D: uint64(st.Mtim.Nano()) ^ uint64(st.Ctim.Nano())<<1}, nil
+}
+
+func loadFile(path string) (cc *credentials.CCache, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w at %s", ErrNoCache, path)
+		}
+		return nil, fmt.Errorf("reading the credential cache %s: %w", path, err)
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w at %s (empty file)", ErrNoCache, path)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			cc, err = nil, fmt.Errorf("credential cache %s: malformed: %v", path, r)
+		}
+	}()
+	cc = new(credentials.CCache)
+	if err := cc.Unmarshal(b); err != nil {
+		return nil, fmt.Errorf("credential cache %s: %w", path, err)
+	}
+	return cc, nil
+}

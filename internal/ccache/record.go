@@ -1,0 +1,66 @@
+package ccache
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/jcmturner/gokrb5/v8/credentials"
+)
+
+// fromRecords builds a gokrb5 CCache from a principal and credential records in the
+// version 4 format of ccmarshal.c (k5_marshal_princ, k5_marshal_cred), as KEYRING keys and
+// KCM replies carry them. Bytes after the principal are ignored, as MIT ignores them (MIT's
+// own test KCM server adds a NUL); each credential record must be whole.
+func fromRecords(principal []byte, creds [][]byte) (cc *credentials.CCache, err error) {
+	n, err := principalLen(principal)
+	if err != nil {
+		return nil, err
+	}
+	size := 4 + n
+	for _, c := range creds {
+		size += len(c)
+	}
+	img := make([]byte, 0, size)
+	img = append(img, 5, 4, 0, 0) // FILE version 4, empty header
+	img = append(img, principal[:n]...)
+	for _, c := range creds {
+		img = append(img, c...)
+	}
+	// gokrb5 indexes past the end of short input instead of returning an error.
+	defer func() {
+		if r := recover(); r != nil {
+			cc, err = nil, fmt.Errorf("malformed credential record: %v", r)
+		}
+	}()
+	cc = new(credentials.CCache)
+	if err := cc.Unmarshal(img); err != nil {
+		return nil, fmt.Errorf("malformed credential record: %w", err)
+	}
+	return cc, nil
+}
+
+// principalLen is the length of the version 4 principal record at the start of b:
+// u32 name type, u32 component count, realm, components, each u32 length + bytes.
+func principalLen(b []byte) (int, error) {
+	if len(b) < 8 {
+		return 0, errors.New("malformed principal record: short")
+	}
+	count := binary.BigEndian.Uint32(b[4:8])
+	if count > 64 {
+		return 0, fmt.Errorf("malformed principal record: %d components", count)
+	}
+	p := 8
+	for i := uint32(0); i <= count; i++ { // the realm, then the components
+		if len(b)-p < 4 {
+			return 0, errors.New("malformed principal record: short")
+		}
+		l := binary.BigEndian.Uint32(b[p : p+4])
+		p += 4
+		if uint64(l) > uint64(len(b)-p) {
+			return 0, errors.New("malformed principal record: short")
+		}
+		p += int(l)
+	}
+	return p, nil
+}
