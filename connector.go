@@ -110,8 +110,13 @@ func hookError(hook string, err error) error {
 // Kerberos says where the client's Kerberos configuration and credentials are. Empty fields take
 // MIT's environment, read once by New: KRB5_CONFIG (else /etc/krb5.conf), KRB5CCNAME (a FILE
 // credential cache, else /tmp/krb5cc_<uid>), KRB5_CLIENT_KTNAME.
+//
+// Krb5Conf is read as MIT reads KRB5_CONFIG: a colon-separated list of files and directories
+// (a directory is read like includedir), those that do not exist skipped, include and includedir
+// followed, the first value of a setting winning (so earlier files win). A missing include is an
+// error of the first connection that needs Kerberos.
 type Kerberos struct {
-	Krb5Conf     string // krb5.conf path
+	Krb5Conf     string // krb5.conf paths, colon-separated as KRB5_CONFIG
 	CCache       string // FILE credential cache path, as written by kinit
 	ClientKeytab string // keytab to obtain credentials from when the cache holds none
 	Principal    string // client principal (user@REALM) in ClientKeytab; empty: its first entry

@@ -20,13 +20,18 @@ import (
 	"github.com/jcmturner/gokrb5/v8/types"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/pgconnector/pgconnector/internal/krb5conf"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // ClientConfig says where a [Client] finds its Kerberos configuration and credentials. Empty
 // fields take MIT's environment variables and defaults, read once by [NewClient].
 type ClientConfig struct {
-	// Krb5Conf is the krb5.conf path: KRB5_CONFIG, else /etc/krb5.conf.
+	// Krb5Conf is the krb5.conf list in KRB5_CONFIG's syntax: paths separated by colons,
+	// each a file or a directory (read like includedir), those that do not exist skipped,
+	// include and includedir followed, values of earlier files first (see package
+	// internal/krb5conf for MIT's rules). Empty means KRB5_CONFIG if it is set (even to
+	// the empty string, which names no file), else /etc/krb5.conf.
 	Krb5Conf string
 	// CCache is the FILE credential cache path (a "FILE:" prefix is accepted): KRB5CCNAME,
 	// else /tmp/krb5cc_<uid>. Other cache types (KCM:, KEYRING:, DIR:) are not supported:
@@ -59,10 +64,12 @@ type Client struct {
 	attemptSeq atomic.Uint64 // numbers the tokens of AuthTokenContext
 	attempts   sync.Map      // their number (base 36) -> the attempt's context.Context
 
-	mu   sync.Mutex
-	gen  uint64
-	cur  *credState // nil until the first check
-	krb5 *config.Config
+	mu        sync.Mutex
+	gen       uint64
+	cur       *credState // nil until the first check
+	krb5      *config.Config
+	krb5Paths []string          // Krb5Conf split, set by NewClient
+	profile   *krb5conf.Profile // read at the first need, then kept
 
 	// exchanges are the KDC exchanges in flight, one per credentials generation and service
 	// principal, shared by the callers that want the same ticket at the same time.
@@ -89,14 +96,11 @@ type fileStamp struct {
 
 // NewClient reads the environment for the empty fields of cfg. It opens no file.
 func NewClient(cfg ClientConfig) *Client {
-	if cfg.Krb5Conf == "" {
-		cfg.Krb5Conf = os.Getenv("KRB5_CONFIG")
-		if i := strings.IndexByte(cfg.Krb5Conf, ':'); i >= 0 {
-			cfg.Krb5Conf = cfg.Krb5Conf[:i] // MIT allows a list; gokrb5 reads one file
-		}
-		if cfg.Krb5Conf == "" {
-			cfg.Krb5Conf = "/etc/krb5.conf"
-		}
+	krb5Paths := krb5conf.EnvPaths()
+	if cfg.Krb5Conf != "" {
+		krb5Paths = krb5conf.SplitPaths(cfg.Krb5Conf)
+	} else {
+		cfg.Krb5Conf = strings.Join(krb5Paths, ":")
 	}
 	if cfg.CCache == "" {
 		cfg.CCache = os.Getenv("KRB5CCNAME")
@@ -115,7 +119,7 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Service == "" {
 		cfg.Service = "postgres"
 	}
-	return &Client{cfg: cfg, now: time.Now}
+	return &Client{cfg: cfg, now: time.Now, krb5Paths: krb5Paths}
 }
 
 var _ negotiation.GSSClient = (*Client)(nil)
@@ -182,11 +186,37 @@ func (c *Client) load(st fileStamp, now time.Time) (*credState, error) {
 	return next, err
 }
 
+// Profile returns the krb5.conf profile of Krb5Conf, read at the first call (or the first
+// credentials check) and kept: for settings gokrb5 does not read, such as [libdefaults]
+// default_ccache_name and kcm_socket. A read that fails is tried again at the next call.
+func (c *Client) Profile() (*krb5conf.Profile, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.loadProfile()
+}
+
+// loadProfile is Profile with c.mu held.
+func (c *Client) loadProfile() (*krb5conf.Profile, error) {
+	if c.profile == nil {
+		p, err := krb5conf.Load(c.krb5Paths)
+		if err != nil {
+			return nil, fmt.Errorf("gss: reading the Kerberos configuration %s: %w", c.cfg.Krb5Conf, err)
+		}
+		c.profile = p
+	}
+	return c.profile, nil
+}
+
+// config returns gokrb5's view of the profile; c.mu is held.
 func (c *Client) config() (*config.Config, error) {
 	if c.krb5 == nil {
-		cfg, err := config.Load(c.cfg.Krb5Conf)
+		p, err := c.loadProfile()
 		if err != nil {
-			return nil, fmt.Errorf("gss: reading %s: %w", c.cfg.Krb5Conf, err)
+			return nil, err
+		}
+		cfg, err := p.Gokrb5Config()
+		if err != nil {
+			return nil, fmt.Errorf("gss: %w", err)
 		}
 		c.krb5 = cfg
 	}
