@@ -10,16 +10,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/jcmturner/gokrb5/v8/client"
 	"github.com/jcmturner/gokrb5/v8/config"
-	"github.com/jcmturner/gokrb5/v8/credentials"
 	"github.com/jcmturner/gokrb5/v8/keytab"
 	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/pgconnector/pgconnector/internal/ccache"
 	"github.com/pgconnector/pgconnector/internal/krb5conf"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
@@ -33,9 +33,14 @@ type ClientConfig struct {
 	// internal/krb5conf for MIT's rules). Empty means KRB5_CONFIG if it is set (even to
 	// the empty string, which names no file), else /etc/krb5.conf.
 	Krb5Conf string
-	// CCache is the FILE credential cache path (a "FILE:" prefix is accepted): KRB5CCNAME,
-	// else /tmp/krb5cc_<uid>. Other cache types (KCM:, KEYRING:, DIR:) are not supported:
-	// with one of them the client holds no credentials unless a client keytab is given.
+	// CCache is the credential cache name as MIT names it (krb5_cc_resolve): FILE:path or a
+	// bare path, DIR:dir (a collection: its primary cache) or DIR::dir/tktX, KEYRING:
+	// session|user|persistent|process|thread:name, KCM: or KCM:name (see package
+	// internal/ccache). Empty means KRB5CCNAME, else krb5.conf's [libdefaults]
+	// default_ccache_name with its %{uid}-style tokens expanded, else FILE:/tmp/krb5cc_<uid>,
+	// as krb5_cc_default_name (MIT os/ccdefname.c). MEMORY:, API: and unknown types hold no
+	// credentials for this client: Credentials says why, naming the type, and a client
+	// keytab, if given, is used instead.
 	CCache string
 	// ClientKeytab is a keytab to obtain credentials from when the cache holds none:
 	// KRB5_CLIENT_KTNAME.
@@ -52,9 +57,10 @@ type ClientConfig struct {
 }
 
 // Client implements negotiation.GSSClient on gokrb5. Whether credentials exist is decided once
-// and decided again only when the credential cache file changes (one stat per check, no parse)
-// or its ticket-granting ticket expires, so kinit, kdestroy and renewal take effect at the next
-// connection. It is safe for concurrent use.
+// and decided again only when the credential cache's stamp changes (ccache.Cache.Stamp: one stat
+// for FILE, two for DIR, two keyctl reads for KEYRING, one request to the daemon for KCM; no
+// parse) or its ticket-granting ticket expires, so kinit, kdestroy, kswitch and renewal take
+// effect at the next connection. It is safe for concurrent use.
 type Client struct {
 	cfg        ClientConfig
 	now        func() time.Time
@@ -71,27 +77,29 @@ type Client struct {
 	krb5Paths []string          // Krb5Conf split, set by NewClient
 	profile   *krb5conf.Profile // read at the first need, then kept
 
+	// cache is the credential cache, resolved at the first credentials check (the default
+	// name may come from krb5.conf) and kept.
+	cache atomic.Pointer[resolvedCache]
+
 	// exchanges are the KDC exchanges in flight, one per credentials generation and service
 	// principal, shared by the callers that want the same ticket at the same time.
 	exchanges singleflight.Group
 }
 
+// resolvedCache is the credential cache the client reads, or why it has none.
+type resolvedCache struct {
+	cache ccache.Cache // nil when err is set
+	err   error        // the name could not be resolved: an unsupported type, a bad token
+}
+
 // credState is one decision about the credentials, with what it was decided from.
 type credState struct {
-	stat    fileStamp
+	stamp   ccache.Stamp
+	final   bool         // decided from a stamp: reused while the stamp stays the same
 	creds   *Credentials // nil: no usable credentials
 	expires time.Time    // TGT end time; zero for keytab credentials
 	gen     uint64
 	missing string // why there are none
-}
-
-type fileStamp struct {
-	exists     bool
-	dev, ino   uint64
-	size       int64
-	mtime      int64
-	ctime      int64
-	statFailed bool
 }
 
 // NewClient reads the environment for the empty fields of cfg. It opens no file.
@@ -103,15 +111,7 @@ func NewClient(cfg ClientConfig) *Client {
 		cfg.Krb5Conf = strings.Join(krb5Paths, ":")
 	}
 	if cfg.CCache == "" {
-		cfg.CCache = os.Getenv("KRB5CCNAME")
-		if cfg.CCache == "" {
-			cfg.CCache = fmt.Sprintf("/tmp/krb5cc_%d", os.Getuid())
-		}
-	}
-	if rest, ok := strings.CutPrefix(cfg.CCache, "FILE:"); ok {
-		cfg.CCache = rest
-	} else if i := strings.IndexByte(cfg.CCache, ':'); i > 0 && !strings.HasPrefix(cfg.CCache, "/") {
-		cfg.CCache = "" // an unsupported cache type
+		cfg.CCache = os.Getenv("KRB5CCNAME") // else krb5.conf's default, at the first check
 	}
 	if cfg.ClientKeytab == "" {
 		cfg.ClientKeytab = strings.TrimPrefix(os.Getenv("KRB5_CLIENT_KTNAME"), "FILE:")
@@ -126,22 +126,45 @@ var _ negotiation.GSSClient = (*Client)(nil)
 
 // Credentials implements negotiation.GSSClient.
 func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, error) {
-	st := stampOf(c.cfg.CCache)
+	rc, rerr := c.credCache()
+	var st ccache.Stamp
+	var serr error
+	if rc != nil && rc.cache != nil {
+		st, serr = rc.cache.Stamp()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	if cur := c.cur; cur != nil && cur.stat == st && (cur.expires.IsZero() || now.Before(cur.expires)) {
+	if cur := c.cur; cur != nil && cur.final && rerr == nil && serr == nil && cur.stamp == st &&
+		(cur.expires.IsZero() || now.Before(cur.expires)) {
 		return cur.describe(true), nil
 	}
-	next, err := c.load(st, now)
+	var next *credState
+	var err error
+	switch {
+	case rerr != nil: // krb5.conf could not be read: nothing is decided
+		next, err = &credState{missing: rerr.Error()}, rerr
+	case rc.err != nil: // a name this client cannot read: decided, with the keytab if any
+		next, err = c.load(nil, ccache.Stamp{}, now)
+		next.final = true
+		if next.creds == nil && next.missing == "" {
+			next.missing = rc.err.Error()
+		}
+	case serr != nil: // could not look at the cache: decided again at the next check
+		next, err = c.load(nil, ccache.Stamp{}, now)
+		if next.creds == nil && next.missing == "" {
+			next.missing = serr.Error()
+		}
+	default:
+		next, err = c.load(rc.cache, st, now)
+		next.final = true
+	}
 	if next.creds == nil && next.missing == "" {
 		switch {
 		case err != nil:
 			next.missing = err.Error()
-		case c.cfg.CCache == "":
-			next.missing = "the credential cache type is not supported (FILE only)"
 		default:
-			next.missing = "no credential cache at " + c.cfg.CCache
+			next.missing = "no credential cache at " + rc.cache.Name()
 		}
 	}
 	if c.cur == nil || next.creds != c.cur.creds || next.expires != c.cur.expires {
@@ -153,6 +176,36 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 	return next.describe(false), err
 }
 
+// credCache resolves the credential cache name once: ClientConfig.CCache, else krb5.conf's
+// default_ccache_name, else MIT's default. A krb5.conf that cannot be read is an error and
+// is tried again at the next call; a name that cannot be resolved is kept as the answer.
+func (c *Client) credCache() (*resolvedCache, error) {
+	if rc := c.cache.Load(); rc != nil {
+		return rc, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rc := c.cache.Load(); rc != nil {
+		return rc, nil
+	}
+	p, err := c.loadProfile()
+	if err != nil {
+		return nil, err
+	}
+	rc := &resolvedCache{}
+	defName, _ := p.DefaultCCacheName()
+	kcmSocket, _ := p.KCMSocket()
+	name, err := ccache.DefaultName(func(string) string { return c.cfg.CCache }, defName)
+	if err == nil {
+		rc.cache, err = ccache.Resolve(name, ccache.Options{KCMSocket: kcmSocket})
+	}
+	if err != nil {
+		rc.err = fmt.Errorf("gss: %w", err)
+	}
+	c.cache.Store(rc)
+	return rc, nil
+}
+
 func (s *credState) describe(reused bool) negotiation.GSSCredentials {
 	g := negotiation.GSSCredentials{Valid: s.creds != nil, Generation: s.gen, Reused: reused, Missing: s.missing}
 	if s.creds != nil {
@@ -161,12 +214,15 @@ func (s *credState) describe(reused bool) negotiation.GSSCredentials {
 	return g
 }
 
-// load decides from the credential cache, else the client keytab.
-func (c *Client) load(st fileStamp, now time.Time) (*credState, error) {
-	next := &credState{stat: st}
-	if st.exists {
-		creds, expires, err := c.fromCCache(now)
-		if err == nil {
+// load decides from the credential cache cc (nil: none to read), else the client keytab.
+func (c *Client) load(cc ccache.Cache, st ccache.Stamp, now time.Time) (*credState, error) {
+	next := &credState{stamp: st}
+	if cc != nil && st.Present {
+		creds, expires, err := c.fromCCache(cc, now)
+		if errors.Is(err, ccache.ErrNoCache) { // gone between the stamp and the read
+			err = nil
+			next.missing = "no credential cache at " + cc.Name()
+		} else if err == nil {
 			next.creds, next.expires = creds, expires
 			return next, nil
 		}
@@ -177,6 +233,7 @@ func (c *Client) load(st fileStamp, now time.Time) (*credState, error) {
 		if c.cfg.ClientKeytab == "" {
 			return next, err
 		}
+		next.missing = ""
 	}
 	if c.cfg.ClientKeytab == "" {
 		return next, nil
@@ -223,8 +280,8 @@ func (c *Client) config() (*config.Config, error) {
 	return c.krb5, nil
 }
 
-func (c *Client) fromCCache(now time.Time) (*Credentials, time.Time, error) {
-	cc, err := credentials.LoadCCache(c.cfg.CCache)
+func (c *Client) fromCCache(cache ccache.Cache, now time.Time) (*Credentials, time.Time, error) {
+	cc, err := cache.Load()
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("gss: reading the credential cache: %w", err)
 	}
@@ -242,11 +299,11 @@ func (c *Client) fromCCache(now time.Time) (*Credentials, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	creds, err := CredentialsFromCCache(c.cfg.CCache, cfg)
+	cl, err := client.NewFromCCache(cc, cfg)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, fmt.Errorf("gss: using credential cache %s: %w", cache.Name(), err)
 	}
-	return creds, tgt.EndTime, nil
+	return &Credentials{cl: cl, cfg: cfg}, tgt.EndTime, nil
 }
 
 // errExpired is a ticket-granting ticket that has expired.
@@ -400,16 +457,4 @@ func (s *session) Establish(ctx context.Context, conn net.Conn) (net.Conn, error
 		return nil, err
 	}
 	return NewConn(conn, w), nil
-}
-
-func stampOf(path string) fileStamp {
-	if path == "" {
-		return fileStamp{}
-	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return fileStamp{statFailed: !errors.Is(err, syscall.ENOENT)}
-	}
-	return fileStamp{exists: true, dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
-		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
 }
