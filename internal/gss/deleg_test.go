@@ -370,3 +370,67 @@ func TestInitiatorDelegates(t *testing.T) {
 		t.Errorf("Delegation() = %v, %v", sent, why)
 	}
 }
+
+// The forwarded-TGT exchange: one for concurrent callers of one credentials generation, and a
+// caller whose context ends stops waiting for a KDC that does not answer.
+func TestDelegationExchange(t *testing.T) {
+	r := newDelegRealm(t)
+	t.Run("shared", func(t *testing.T) {
+		c := validClient(t, ClientConfig{Krb5Conf: r.kdc.Krb5Conf, CCache: r.fwdCCache, Delegate: true})
+		const n = 8
+		got := make(chan *session, n)
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				s, _, err := c.ServiceTicket(context.Background(), "localhost")
+				if err != nil {
+					errs <- err
+					return
+				}
+				got <- s.(*session)
+			}()
+		}
+		var first *forwardedTGT
+		for range n {
+			select {
+			case err := <-errs:
+				t.Fatal(err)
+			case s := <-got:
+				if s.deleg == nil || s.deleg.fwd == nil {
+					t.Fatalf("no forwarded TGT: %+v", s.deleg)
+				}
+				if first == nil {
+					first = s.deleg.fwd
+				} else if s.deleg.fwd != first {
+					t.Error("concurrent callers got forwarded TGTs of different exchanges")
+				}
+			}
+		}
+	})
+	t.Run("silent KDC", func(t *testing.T) {
+		s := harness.KDCStandInT(t, harness.KDCSilent)
+		conf := filepath.Join(t.TempDir(), "krb5.conf")
+		if err := r.kdc.WriteKrb5Conf(conf, harness.Krb5ConfOptions{KDCs: []string{s.Addr()}}); err != nil {
+			t.Fatal(err)
+		}
+		c := validClient(t, ClientConfig{Krb5Conf: conf, CCache: r.fwdCCache, Delegate: true})
+		c.mu.Lock()
+		cur := c.cur
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, _, err := c.delegation(ctx, cur)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("delegation with a silent KDC: %v", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("returned after %v, the context ended after 300ms", d)
+		}
+		canceled, cancel2 := context.WithCancel(context.Background())
+		cancel2()
+		if _, _, err := c.delegation(canceled, cur); !errors.Is(err, context.Canceled) {
+			t.Errorf("delegation with a canceled context: %v", err)
+		}
+	})
+}
