@@ -208,6 +208,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		Principal:    o.kerberos.Principal,
 		Service:      s.Config.KerberosSrvName,
 		SPN:          s.Config.KerberosSpn,
+		Delegate:     s.GSSDelegation,
 	})
 	dial := s.Config.DialFunc
 	if s.Keepalives != nil {

@@ -54,6 +54,11 @@ type ClientConfig struct {
 	// SPN, when set, is krbspn: the whole service principal name (service/host), used for
 	// every host.
 	SPN string
+	// Delegate is gssdelegation=1: forward the ticket-granting ticket to the server in every
+	// context (GSS_C_DELEG_FLAG; RFC 4121 §4.1.1.1), when it is forwardable. The forwarded
+	// ticket is asked of the KDC once per credentials and kept while they last; without one
+	// the context goes without delegation, as with MIT (see Delegation on the session).
+	Delegate bool
 }
 
 // Client implements negotiation.GSSClient on gokrb5. Whether credentials exist is decided once
@@ -100,7 +105,18 @@ type credState struct {
 	expires time.Time    // TGT end time; zero for keytab credentials
 	gen     uint64
 	missing string // why there are none
+
+	// The forwarded ticket-granting ticket (Delegate), under Client.mu: nil until an exchange
+	// ends; kept until the credentials change or it expires, or, for a failure, until
+	// delegRetry.
+	deleg      *delegation
+	delegRetry time.Time
 }
+
+// delegRetryAfter is how long a failure to get a forwarded ticket-granting ticket is kept
+// before the next connection asks the KDC again (a non-forwardable ticket stays so until the
+// credentials change).
+const delegRetryAfter = time.Minute
 
 // NewClient reads the environment for the empty fields of cfg. It opens no file.
 func NewClient(cfg ClientConfig) *Client {
@@ -351,7 +367,52 @@ func (c *Client) ServiceTicket(ctx context.Context, host string) (negotiation.GS
 	if err != nil {
 		return nil, false, err
 	}
-	return &session{creds: cur.creds, spn: spn, tkt: t.tkt, key: t.key, enctype: EnctypeName(t.key.KeyType)}, t.fromCache, nil
+	s := &session{creds: cur.creds, spn: spn, tkt: t.tkt, key: t.key, enctype: EnctypeName(t.key.KeyType)}
+	fromCache := t.fromCache
+	if c.cfg.Delegate {
+		d, cached, err := c.delegation(ctx, cur)
+		if err != nil {
+			return nil, false, err
+		}
+		s.deleg = &d
+		fromCache = fromCache && cached
+	}
+	return s, fromCache, nil
+}
+
+// delegation returns the forwarded ticket-granting ticket of the credentials of st, or why
+// there is none, from st or the KDC; cached is true when no KDC exchange was needed. The
+// exchange follows ticket's discipline: shared by the callers of one credentials generation,
+// each waiting for it or for its ctx (then ctx's error, and the exchange goes on, bounded by
+// gokrb5's timeouts, for the next caller). Its outcome stays with st: see credState.deleg.
+func (c *Client) delegation(ctx context.Context, st *credState) (d delegation, cached bool, err error) {
+	now := c.now()
+	c.mu.Lock()
+	if d := st.deleg; d != nil {
+		valid := d.err == nil && now.Before(d.fwd.part.EndTime.Add(-time.Minute))
+		notForwardable := errors.Is(d.err, ErrNotForwardable)
+		if valid || notForwardable || d.err != nil && now.Before(st.delegRetry) {
+			c.mu.Unlock()
+			return *d, true, nil
+		}
+	}
+	c.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return delegation{}, false, fmt.Errorf("gss: no forwarded ticket-granting ticket: %w", err)
+	}
+	ch := c.exchanges.DoChan("deleg "+strconv.FormatUint(st.gen, 10), func() (any, error) {
+		d := st.creds.forwarded()
+		c.mu.Lock()
+		st.deleg, st.delegRetry = &d, c.now().Add(delegRetryAfter)
+		c.mu.Unlock()
+		return d, nil
+	})
+	select {
+	case r := <-ch:
+		return r.Val.(delegation), false, nil
+	case <-ctx.Done():
+		return delegation{}, false, fmt.Errorf("gss: no forwarded ticket-granting ticket: stopped waiting for the KDC: %w", ctx.Err())
+	}
 }
 
 // ticketResult is a service ticket and its session key.
@@ -419,7 +480,16 @@ type session struct {
 	tkt     messages.Ticket
 	key     types.EncryptionKey // the ticket's session key: never printed
 	enctype string
+	deleg   *delegation // nil: no delegation asked
+
+	delegSent bool  // set by Establish
+	delegWhy  error // set by Establish
 }
+
+// Delegation reports, after Establish, whether the AP-REQ carried a forwarded ticket-granting
+// ticket, and, when delegation was asked (gssdelegation=1) but not sent, why: see
+// Initiator.Delegation.
+func (s *session) Delegation() (sent bool, why error) { return s.delegSent, s.delegWhy }
 
 func (s *session) Enctype() string { return s.enctype }
 
@@ -432,7 +502,7 @@ func (s *session) GoString() string { return s.String() }
 // Establish implements negotiation.GSSSession: AP-REQ out, AP-REP in (mutual authentication),
 // then the connection wrapped in PostgreSQL's GSSAPI packet framing.
 func (s *session) Establish(ctx context.Context, conn net.Conn) (net.Conn, error) {
-	init, err := newInitiatorWithTicket(s.creds.Client(), s.spn, s.tkt, s.key)
+	init, err := newInitiatorWithTicket(s.creds.Client(), s.spn, s.tkt, s.key, s.deleg)
 	if err != nil {
 		return nil, err
 	}
@@ -440,6 +510,7 @@ func (s *session) Establish(ctx context.Context, conn net.Conn) (net.Conn, error
 	if err != nil {
 		return nil, err
 	}
+	s.delegSent, s.delegWhy = init.Delegation()
 	if err := WriteToken(conn, out); err != nil {
 		return nil, err
 	}

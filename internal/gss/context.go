@@ -22,6 +22,7 @@ import (
 	"github.com/jcmturner/gokrb5/v8/iana/flags"
 	"github.com/jcmturner/gokrb5/v8/iana/keyusage"
 	"github.com/jcmturner/gokrb5/v8/iana/msgtype"
+	"github.com/jcmturner/gokrb5/v8/iana/nametype"
 	"github.com/jcmturner/gokrb5/v8/keytab"
 	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
@@ -35,6 +36,7 @@ import (
 type Credentials struct {
 	cl  *client.Client
 	cfg *config.Config
+	tgt *tgtEntry // the credential cache's ticket-granting ticket; nil for other credentials
 }
 
 // NewCredentials wraps an existing gokrb5 client and its configuration; a
@@ -67,7 +69,16 @@ func CredentialsFromCCache(path string, cfg *config.Config, settings ...func(*cl
 	if err != nil {
 		return nil, fmt.Errorf("gss: using credential cache %s: %w", path, err)
 	}
-	return &Credentials{cl: cl, cfg: cfg}, nil
+	// The same entry NewFromCCache took, kept for delegation.
+	entry, ok := cc.GetEntry(types.PrincipalName{NameType: nametype.KRB_NT_SRV_INST, NameString: []string{"krbtgt", cc.DefaultPrincipal.Realm}})
+	if !ok {
+		return nil, fmt.Errorf("gss: credential cache %s holds no ticket-granting ticket", path)
+	}
+	tgt, err := tgtFromCCache(entry)
+	if err != nil {
+		return nil, err
+	}
+	return &Credentials{cl: cl, cfg: cfg, tgt: tgt}, nil
 }
 
 // CredentialsFromKeytab builds a client that logs in as username@realm with
@@ -103,10 +114,21 @@ func (c *Credentials) String() string { return "gss.Credentials{" + c.Principal(
 // GoString is String.
 func (c *Credentials) GoString() string { return c.String() }
 
-// NewInitiator is NewInitiator(c.Client(), spn, delegate).
+// NewInitiator is NewInitiator(c.Client(), spn, delegate), except that with delegate the
+// ticket-granting ticket of a credential cache is forwarded (a bare gokrb5 client does not
+// show it).
 func (c *Credentials) NewInitiator(spn string, delegate bool) (*Initiator, error) {
-	return NewInitiator(c.cl, spn, delegate)
+	i, err := NewInitiator(c.cl, spn, delegate)
+	if err != nil {
+		return nil, err
+	}
+	i.tgt = c.tgt
+	return i, nil
 }
+
+// forwarded gets a forwarded ticket-granting ticket for c: a KDC exchange (two for keytab
+// credentials), bounded by gokrb5's own timeouts only.
+func (c *Credentials) forwarded() delegation { return forwardedFor(c.cl, c.tgt) }
 
 // KerberosError is a KRB-ERROR the acceptor returned instead of an AP-REP.
 // Only its error code is kept: its e-text is unauthenticated.
@@ -177,16 +199,26 @@ type Initiator struct {
 	// of asking gokrb5's client for one: see newInitiatorWithTicket.
 	ticket    *messages.Ticket
 	ticketKey types.EncryptionKey
+
+	// Delegation: asked for; the ticket-granting ticket to forward (nil: from an AS exchange);
+	// the forwarded ticket when already obtained (deleg set); whether the AP-REQ carried it,
+	// else why not.
+	delegate  bool
+	tgt       *tgtEntry
+	deleg     *delegation
+	delegSent bool
+	delegWhy  error
 }
 
 // NewInitiator prepares a context with the service principal spn, written
 // "service/host" (for PostgreSQL "postgres/host", host as in the connection
-// string). Credential delegation is not supported yet: delegate = true is an
-// error.
+// string). With delegate (GSS_C_DELEG_FLAG), the first Step also gets a
+// forwarded ticket-granting ticket from the KDC and sends it in the AP-REQ
+// (see deleg.go); a gokrb5 client from a credential cache does not show its
+// ticket-granting ticket, so only keytab or password clients can delegate
+// here: use Credentials.NewInitiator for a cache. Delegation that cannot be
+// done is dropped, as by MIT: Delegation says why.
 func NewInitiator(cl *client.Client, spn string, delegate bool) (*Initiator, error) {
-	if delegate {
-		return nil, errors.New("gss: credential delegation (GSS_C_DELEG_FLAG, gssdelegation) is not supported")
-	}
 	if cl == nil || cl.Credentials == nil {
 		return nil, errors.New("gss: NewInitiator: no Kerberos client")
 	}
@@ -197,19 +229,27 @@ func NewInitiator(cl *client.Client, spn string, delegate bool) (*Initiator, err
 	if !ok || service == "" || host == "" || strings.ContainsAny(spn, "\x00@") {
 		return nil, fmt.Errorf("gss: service principal %q is not of the form service/host", spn)
 	}
-	return &Initiator{cl: cl, spn: spn}, nil
+	return &Initiator{cl: cl, spn: spn, delegate: delegate}, nil
 }
 
-// newInitiatorWithTicket is NewInitiator with the service ticket for spn already obtained, so
-// that the first Step asks no KDC.
-func newInitiatorWithTicket(cl *client.Client, spn string, tkt messages.Ticket, key types.EncryptionKey) (*Initiator, error) {
-	i, err := NewInitiator(cl, spn, false)
+// newInitiatorWithTicket is NewInitiator with the service ticket for spn already obtained, and
+// the forwarded ticket-granting ticket when deleg is not nil (delegation asked), so that the
+// first Step asks no KDC.
+func newInitiatorWithTicket(cl *client.Client, spn string, tkt messages.Ticket, key types.EncryptionKey, deleg *delegation) (*Initiator, error) {
+	i, err := NewInitiator(cl, spn, deleg != nil)
 	if err != nil {
 		return nil, err
 	}
 	i.ticket, i.ticketKey = &tkt, key
+	i.deleg = deleg
 	return i, nil
 }
+
+// Delegation reports, once the first Step has built the AP-REQ, whether it carried a forwarded
+// ticket-granting ticket (sent), and, when delegation was asked but not sent, why (for
+// example ErrNotForwardable, or the KDC's refusal as a *KDCError). Without delegation asked it
+// returns false, nil. The reason names no secret.
+func (i *Initiator) Delegation() (sent bool, why error) { return i.delegSent, i.delegWhy }
 
 // String shows the target and the state, no key material.
 func (i *Initiator) String() string {
@@ -306,7 +346,12 @@ func (i *Initiator) initSecContext() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gss: building the authenticator: %w", err)
 	}
-	auth.Cksum = types.Checksum{CksumType: chksumtype.GSSAPI, Checksum: gssChecksum(initiatorFlags)}
+	var cred []byte
+	if i.delegate {
+		cred, i.delegWhy = i.krbCred(sessionKey)
+		i.delegSent = cred != nil
+	}
+	auth.Cksum = types.Checksum{CksumType: chksumtype.GSSAPI, Checksum: gssChecksum(initiatorFlags, cred)}
 	auth.SubKey = subkey
 	// messages.NewAPReq, with the authenticator encrypted by encryptMessage
 	// (usage 11, RFC 4120 §5.5.1: the service is never krbtgt here).
@@ -342,14 +387,29 @@ func (i *Initiator) initSecContext() ([]byte, error) {
 	return frameToken(tokAPReq, b), nil
 }
 
-// gssChecksum builds the RFC 4121 §4.1.1 authenticator checksum (type
-// 0x8003) without channel bindings and without delegation.
-func gssChecksum(fl uint32) []byte {
-	c := make([]byte, 24)
-	binary.LittleEndian.PutUint32(c[0:4], 16) // Lgth: length of Bnd
-	// c[4:20]: Bnd, zero: no channel bindings
-	binary.LittleEndian.PutUint32(c[20:24], fl)
-	return c
+// krbCred returns the KRB-CRED to delegate with the service ticket's session key, getting the
+// forwarded ticket-granting ticket first unless the initiator was given it; or nil and why not.
+func (i *Initiator) krbCred(sessionKey types.EncryptionKey) ([]byte, error) {
+	d := i.deleg
+	if d == nil {
+		r := forwardedFor(i.cl, i.tgt)
+		d = &r
+	}
+	i.deleg, i.tgt = nil, nil
+	if d.err != nil {
+		return nil, d.err
+	}
+	cred, err := marshalKRBCred(d.fwd, sessionKey, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if krbCredHook != nil {
+		cred = krbCredHook(cred)
+	}
+	if len(cred) > maxDelegLength {
+		return nil, fmt.Errorf("gss: the KRB-CRED of the forwarded ticket is %d bytes, more than the %d the checksum can hold", len(cred), maxDelegLength)
+	}
+	return cred, nil
 }
 
 // frameToken wraps a Kerberos message in the RFC 2743 §3.1

@@ -229,7 +229,15 @@ func (a *authContext) start(ctx context.Context, c *Client, spn string) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	init, err := newInitiatorWithTicket(cur.creds.Client(), spn, t.tkt, t.key)
+	var deleg *delegation
+	if c.cfg.Delegate {
+		d, _, err := c.delegation(ctx, cur)
+		if err != nil {
+			return nil, err
+		}
+		deleg = &d
+	}
+	init, err := newInitiatorWithTicket(cur.creds.Client(), spn, t.tkt, t.key, deleg)
 	if err != nil {
 		return nil, err
 	}

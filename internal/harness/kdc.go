@@ -311,12 +311,13 @@ var errPortShared = errors.New("another process listens on the KDC's port")
 
 // krb5ConfParams is what a krb5.conf written by the harness says.
 type krb5ConfParams struct {
-	realm     string
-	kdcs      []string // host:port, in the order listed
-	enctypes  []string // permitted_enctypes, default_tkt_enctypes, default_tgs_enctypes
-	lifetime  time.Duration
-	clockSkew time.Duration // 0: MIT's default
-	dir       string        // names the default keytabs, which never exist, in this directory
+	realm       string
+	kdcs        []string // host:port, in the order listed
+	enctypes    []string // permitted_enctypes, default_tkt_enctypes, default_tgs_enctypes
+	lifetime    time.Duration
+	clockSkew   time.Duration // 0: MIT's default
+	dir         string        // names the default keytabs, which never exist, in this directory
+	forwardable bool          // forwardable = true; the harness's own krb5.conf says false
 }
 
 // krb5ConfText is a krb5.conf for one realm on loopback: no DNS lookups,
@@ -342,7 +343,7 @@ func krb5ConfText(p krb5ConfParams) string {
 		"    rdns = false\n" +
 		"    udp_preference_limit = 1\n" +
 		"    ticket_lifetime = " + life + "\n" +
-		"    forwardable = false\n" +
+		"    forwardable = " + strconv.FormatBool(p.forwardable) + "\n" +
 		"    permitted_enctypes = " + enctypes + "\n" +
 		"    default_tkt_enctypes = " + enctypes + "\n" +
 		"    default_tgs_enctypes = " + enctypes + "\n" +
@@ -904,18 +905,29 @@ func (k *KDC) Keytab(path string, principals ...string) error {
 // (down to a second, rounded up to whole seconds) gives a ticket that expires
 // soon, for tests of expired credentials. The ccache file is replaced.
 func (k *KDC) Kinit(ccache string, principal string, lifetime time.Duration) error {
+	return k.kinitFile(ccache, principal, lifetime)
+}
+
+// KinitForwardable is Kinit with a forwardable ticket-granting ticket (kinit -f), which the
+// harness's krb5.conf does not ask for by default (forwardable = false): what credential
+// delegation needs.
+func (k *KDC) KinitForwardable(ccache string, principal string, lifetime time.Duration) error {
+	return k.kinitFile(ccache, principal, lifetime, "-f")
+}
+
+func (k *KDC) kinitFile(ccache string, principal string, lifetime time.Duration, opts ...string) error {
 	if err := checkPrincipal(principal); err != nil {
 		return err
 	}
 	if ccache == "" {
 		return errors.New("harness: Kinit: no ccache file given")
 	}
-	return k.kinit(k.Env(ccache), principal, lifetime)
+	return k.kinit(k.Env(ccache), principal, lifetime, opts...)
 }
 
-// kinit runs kinit for principal with a client keytab, in the environment
-// CleanEnv plus env.
-func (k *KDC) kinit(env []string, principal string, lifetime time.Duration) error {
+// kinit runs kinit for principal with a client keytab and the kinit options opts, in the
+// environment CleanEnv plus env.
+func (k *KDC) kinit(env []string, principal string, lifetime time.Duration, opts ...string) error {
 	if lifetime < 0 || lifetime > 0 && lifetime < time.Second {
 		return fmt.Errorf("harness: Kinit: lifetime %v is under a second", lifetime)
 	}
@@ -931,7 +943,7 @@ func (k *KDC) kinit(env []string, principal string, lifetime time.Duration) erro
 	if err := k.Keytab(ktPath, name); err != nil {
 		return err
 	}
-	args := []string{"-k", "-t", "FILE:" + ktPath}
+	args := append([]string{"-k", "-t", "FILE:" + ktPath}, opts...)
 	if lifetime > 0 {
 		secs := (lifetime + time.Second - 1) / time.Second
 		args = append(args, "-l", strconv.Itoa(int(secs))+"s")

@@ -177,6 +177,9 @@ type Krb5ConfOptions struct {
 	// default_tkt_enctypes, default_tgs_enctypes), among SupportedEnctypes. Empty: all of
 	// them.
 	Enctypes []string
+	// Forwardable sets forwardable = true: clients ask for forwardable tickets (the harness's
+	// own krb5.conf says false).
+	Forwardable bool
 }
 
 // WriteKrb5Conf writes to path (mode 0644) a krb5.conf for the KDC's realm that is its
@@ -198,6 +201,7 @@ func (k *KDC) WriteKrb5Conf(path string, o Krb5ConfOptions) error {
 		}
 		p.enctypes = o.Enctypes
 	}
+	p.forwardable = o.Forwardable
 	return writeKrb5Conf(path, p)
 }
 
