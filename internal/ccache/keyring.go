@@ -48,20 +48,26 @@ func parseKeyringResidual(residual string) (keyringName, error) {
 // parsePrimaryKey reads the payload of krb_ccache:primary (parse_index in cc_keyring.c):
 // u32 version (1), u32 length, the subsidiary name; bytes after it are ignored, as MIT does.
 func parsePrimaryKey(b []byte) (string, error) {
+	name, err := primaryKeyName(b)
+	return string(name), err
+}
+
+// primaryKeyName is parsePrimaryKey without a copy: the name within b.
+func primaryKeyName(b []byte) ([]byte, error) {
 	if len(b) < 8 {
-		return "", fmt.Errorf("primary key: %d bytes, want at least 8", len(b))
+		return nil, fmt.Errorf("primary key: %d bytes, want at least 8", len(b))
 	}
 	if v := binary.BigEndian.Uint32(b); v != krccCollectionVer {
-		return "", fmt.Errorf("primary key: collection version %d, want %d", v, krccCollectionVer)
+		return nil, fmt.Errorf("primary key: collection version %d, want %d", v, krccCollectionVer)
 	}
 	l := binary.BigEndian.Uint32(b[4:])
 	if uint64(l) > uint64(len(b)-8) {
-		return "", fmt.Errorf("primary key: name length %d, but %d bytes follow", l, len(b)-8)
+		return nil, fmt.Errorf("primary key: name length %d, but %d bytes follow", l, len(b)-8)
 	}
 	if l == 0 {
-		return "", errors.New("primary key: empty name")
+		return nil, errors.New("primary key: empty name")
 	}
-	return string(b[8 : 8+l]), nil
+	return b[8 : 8+l], nil
 }
 
 // credentialLen is the length of the version 4 credential record at the start of b

@@ -107,7 +107,7 @@ func (c *keyringCache) quickStamp(s *keyringState) (Stamp, bool) {
 		if err != nil || n > len(buf) {
 			return Stamp{}, false
 		}
-		if name, err := parsePrimaryKey(buf[:n]); err != nil || name != s.subsidiary {
+		if name, err := primaryKeyName(buf[:n]); err != nil || string(name) != s.subsidiary {
 			return Stamp{}, false
 		}
 	}

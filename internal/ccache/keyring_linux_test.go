@@ -398,7 +398,7 @@ func mustRead(t *testing.T, id int) []byte {
 
 // writeCache writes src into anchor in MIT's layout, collection and cache named name, and
 // unlinks the collection at the end of the test.
-func writeCache(t *testing.T, anchor int, name string, src cacheKeys) int {
+func writeCache(t testing.TB, anchor int, name string, src cacheKeys) int {
 	t.Helper()
 	col, err := writeCacheErr(anchor, name, src)
 	t.Cleanup(func() { _, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, col, anchor, 0, 0) })
