@@ -24,7 +24,9 @@ import (
 type dirCache struct {
 	name string // as resolved, "DIR:" + residual
 	dir  string // the collection directory; empty for DIR::path
-	path string // DIR::path: the subsidiary file
+	// primaryPath is dir/primary.
+	primaryPath string
+	path        string // DIR::path: the subsidiary file
 
 	// primary remembers the last dir/primary read, keyed by its stat stamp.
 	primary atomic.Pointer[dirPrimary]
@@ -33,6 +35,7 @@ type dirCache struct {
 type dirPrimary struct {
 	stamp Stamp  // of dir/primary; Present false when it does not exist
 	file  string // the subsidiary file name it holds, "tkt" when absent
+	path  string // dir/file
 }
 
 func newDir(residual string) (Cache, error) {
@@ -52,7 +55,7 @@ func newDir(residual string) (Cache, error) {
 		c.path = path
 		return c, nil
 	}
-	c.dir = residual
+	c.dir, c.primaryPath = residual, filepath.Join(residual, "primary")
 	return c, nil
 }
 
@@ -68,7 +71,7 @@ func (c *dirCache) Stamp() (Stamp, error) {
 	if err != nil {
 		return Stamp{}, err
 	}
-	st, err := statStamp(filepath.Join(c.dir, p.file))
+	st, err := statStamp(p.path)
 	if err != nil || !st.Present {
 		return st, err
 	}
@@ -86,13 +89,13 @@ func (c *dirCache) Load() (*credentials.CCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return loadFile(filepath.Join(c.dir, p.file))
+	return loadFile(p.path)
 }
 
 // resolvePrimary returns the subsidiary file that dir/primary names, from memory while the
 // file's stat stamp is unchanged. A missing primary file means "tkt", as cc_dir.c writes it.
 func (c *dirCache) resolvePrimary() (*dirPrimary, error) {
-	path := filepath.Join(c.dir, "primary")
+	path := c.primaryPath
 	st, err := statStamp(path)
 	if err != nil {
 		return nil, fmt.Errorf("credential cache %s: %w", c.name, err)
@@ -114,6 +117,7 @@ func (c *dirCache) resolvePrimary() (*dirPrimary, error) {
 			}
 		}
 	}
+	p.path = filepath.Join(c.dir, p.file)
 	c.primary.Store(p)
 	return p, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jcmturner/gokrb5/v8/credentials"
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
@@ -22,9 +23,15 @@ func checkMatchesKlist(t *testing.T, k *harness.KDC, c Cache, klistName, princip
 	if err != nil {
 		t.Fatalf("Load %s: %v", c.Name(), err)
 	}
+	checkCCacheMatchesKlist(t, k, cc, c.Name(), klistName, principal)
+}
+
+// checkCCacheMatchesKlist is checkMatchesKlist of cc, loaded from the cache named name.
+func checkCCacheMatchesKlist(t *testing.T, k *harness.KDC, cc *credentials.CCache, name, klistName, principal string) {
+	t.Helper()
 	want := k.Principal(principal)
 	if got := cc.DefaultPrincipal.PrincipalName.PrincipalNameString() + "@" + cc.DefaultPrincipal.Realm; got != want {
-		t.Fatalf("Load %s: default principal %s, want %s", c.Name(), got, want)
+		t.Fatalf("Load %s: default principal %s, want %s", name, got, want)
 	}
 	out, err := k.KlistName(klistName)
 	if err != nil {
@@ -48,10 +55,10 @@ func checkMatchesKlist(t *testing.T, k *harness.KDC, c Cache, klistName, princip
 	slices.Sort(fromKlist)
 	slices.Sort(fromLoad)
 	if !slices.Equal(fromKlist, fromLoad) || len(fromLoad) == 0 {
-		t.Fatalf("Load %s: tickets %q, klist shows %q", c.Name(), fromLoad, fromKlist)
+		t.Fatalf("Load %s: tickets %q, klist shows %q", name, fromLoad, fromKlist)
 	}
 	if !tgt {
-		t.Fatalf("Load %s: no valid TGT krbtgt/%s among %q", c.Name(), k.Realm, fromLoad)
+		t.Fatalf("Load %s: no valid TGT krbtgt/%s among %q", name, k.Realm, fromLoad)
 	}
 }
 

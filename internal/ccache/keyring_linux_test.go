@@ -1,0 +1,546 @@
+//go:build linux
+
+package ccache
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jcmturner/gokrb5/v8/credentials"
+	"github.com/pgconnector/pgconnector/internal/harness"
+	"golang.org/x/sys/unix"
+)
+
+// privateSessionEnv names, in the child process inPrivateSession starts, the test it runs.
+const privateSessionEnv = "PGCONNECTOR_TEST_PRIVATE_SESSION_KEYRING"
+
+// inPrivateSession reports whether the test runs in a private session keyring. If not, it runs
+// the test again in a child process that has a new anonymous session keyring, and returns
+// false: the caller returns. The child is started from a thread that joined that keyring (a
+// child inherits the credentials of the thread that forks it) and that is never given back to
+// the scheduler, so the thread ends with its goroutine; the keyring, with every cache the test
+// makes in it, goes when the child and its own children end, also if they are killed.
+func inPrivateSession(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(privateSessionEnv) == t.Name() {
+		return true
+	}
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked
+		// KEYCTL_JOIN_SESSION_KEYRING with a NULL name: a new anonymous keyring.
+		if _, _, e := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
+			done <- result{err: fmt.Errorf("joining a new session keyring: %w", e)}
+			return
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), privateSessionEnv+"="+t.Name())
+		cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
+		out, err := cmd.CombinedOutput()
+		done <- result{out, err}
+	}()
+	r := <-done
+	t.Logf("in a private session keyring:\n%s", r.out)
+	if r.err != nil {
+		t.Fatalf("the test in a private session keyring: %v", r.err)
+	}
+	if !strings.Contains(string(r.out), "--- PASS: "+t.Name()) {
+		t.Fatal("the test did not run in the child process")
+	}
+	return false
+}
+
+// lockThread locks the calling goroutine, a test's, to its OS thread for good: the thread
+// ends with the test. A process keyring made after the process started its threads is seen
+// by the thread that made it (and threads it starts) alone, so a test that writes and reads
+// one stays on one thread.
+func lockThread() { runtime.LockOSThread() }
+
+var ticketCacheRE = regexp.MustCompile(`(?m)^Ticket cache: (\S+)$`)
+
+// resolvedName is the name of the cache klist shows for name: a collection's primary.
+func resolvedName(t *testing.T, k *harness.KDC, name string) string {
+	t.Helper()
+	out, err := k.KlistName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ticketCacheRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("klist %s shows no ticket cache:\n%s", name, out)
+	}
+	return m[1]
+}
+
+func randomName(t testing.TB) string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func keyringKDC(t *testing.T) *harness.KDC {
+	k := harness.StartKDCT(t, harness.KDCOptions{})
+	for _, p := range []string{"alice", "bob"} {
+		if _, err := k.AddPrincipal(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k
+}
+
+// checkCollection runs kinit, kswitch and kdestroy on the KEYRING collection name and checks
+// Load and Stamp after each.
+func checkCollection(t *testing.T, k *harness.KDC, name string) {
+	c := mustResolve(t, name)
+	checkGone(t, c)
+	if err := k.KinitName(name, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	checkMatchesKlist(t, k, c, name, "alice")
+	s1 := stampChanged(t, c, Stamp{}, "the first kinit")
+
+	if err := k.KinitName(name, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	checkMatchesKlist(t, k, c, name, "alice")
+	s2 := stampChanged(t, c, s1, "kinit of the same principal")
+
+	if err := k.KinitName(name, "bob", 0); err != nil { // a new cache, made the primary
+		t.Fatal(err)
+	}
+	checkMatchesKlist(t, k, c, name, "bob")
+	s3 := stampChanged(t, c, s2, "kinit of another principal")
+
+	if err := k.Kswitch(name, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	checkMatchesKlist(t, k, c, name, "alice")
+	s4 := stampChanged(t, c, s3, "kswitch")
+
+	// One cache of the collection by its full name.
+	sub := resolvedName(t, k, name)
+	cs := mustResolve(t, sub)
+	checkMatchesKlist(t, k, cs, sub, "alice")
+	ss := mustStamp(t, cs)
+	if err := k.Kswitch(name, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustStamp(t, cs); s != ss {
+		t.Fatalf("Stamp of %s changed after kswitch to another cache", sub)
+	}
+	s5 := stampChanged(t, c, s4, "kswitch to bob")
+
+	if err := k.Kdestroy(name, false); err != nil { // bob's cache, the primary
+		t.Fatal(err)
+	}
+	if s := mustStamp(t, c); s == s5 {
+		t.Fatal("Stamp unchanged after kdestroy")
+	}
+	checkGone(t, c)
+	checkMatchesKlist(t, k, cs, sub, "alice") // the other cache stays
+	if err := k.Kdestroy(sub, false); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, cs)
+}
+
+// TestKeyringSession: KEYRING:session, the legacy form, concurrent use, and caches written by
+// this process in the process and thread keyrings.
+func TestKeyringSession(t *testing.T) {
+	if !inPrivateSession(t) {
+		return
+	}
+	k := keyringKDC(t)
+	t.Run("session", func(t *testing.T) { checkCollection(t, k, "KEYRING:session:pgc") })
+	t.Run("legacy", func(t *testing.T) {
+		name := "KEYRING:pgclegacy"
+		if err := k.KinitName(name, "alice", 0); err != nil {
+			t.Fatal(err)
+		}
+		c := mustResolve(t, name)
+		checkMatchesKlist(t, k, c, name, "alice")
+		s := mustStamp(t, c)
+		if err := k.Kdestroy(name, false); err != nil {
+			t.Fatal(err)
+		}
+		if mustStamp(t, c) == s {
+			t.Fatal("Stamp unchanged after kdestroy")
+		}
+		checkGone(t, c)
+	})
+	t.Run("concurrent", func(t *testing.T) {
+		name := "KEYRING:session:pgcrace"
+		c := mustResolve(t, name)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := c.Stamp(); err != nil {
+						errs <- err
+						return
+					}
+					if _, err := c.Load(); err != nil && !errors.Is(err, ErrNoCache) {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		for _, p := range []string{"alice", "bob", "alice"} {
+			if err := k.KinitName(name, p, 0); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := k.Kswitch(name, "bob"); err != nil {
+			t.Error(err)
+		}
+		if err := k.Kdestroy(name, true); err != nil {
+			t.Error(err)
+		}
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("Stamp or Load while kinit, kswitch and kdestroy ran: %v", err)
+		}
+	})
+	t.Run("process", func(t *testing.T) {
+		lockThread()
+		src := kinitSource(t, k, "KEYRING:session:pgcsrc")
+		writeCache(t, unix.KEY_SPEC_PROCESS_KEYRING, "pgcproc", src)
+		c := mustResolve(t, "KEYRING:process:pgcproc")
+		checkMatchesKlist(t, k, c, "KEYRING:session:pgcsrc", "alice")
+		checkLayoutChanges(t, c, unix.KEY_SPEC_PROCESS_KEYRING, "pgcproc")
+	})
+	t.Run("thread", func(t *testing.T) {
+		src := kinitSource(t, k, "KEYRING:session:pgcsrc2")
+		type result struct {
+			cc       *credentials.CCache
+			s1, s2   Stamp
+			err      error
+			sameProc bool
+		}
+		done := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread keyring ends with the thread
+			var r result
+			defer func() { done <- r }()
+			col, err := writeCacheErr(unix.KEY_SPEC_THREAD_KEYRING, "pgcthread", src)
+			if err != nil {
+				r.err = err
+				return
+			}
+			c, err := Resolve("KEYRING:thread:pgcthread", Options{})
+			if err != nil {
+				r.err = err
+				return
+			}
+			if r.cc, r.err = c.Load(); r.err != nil {
+				return
+			}
+			if r.s1, r.err = c.Stamp(); r.err != nil {
+				return
+			}
+			// kdestroy as cc_keyring.c does it: clear the cache keyring, unlink it.
+			cache, err := unix.KeyctlSearch(col, "keyring", "pgcthread", 0)
+			if err == nil {
+				_, err = unix.KeyctlInt(unix.KEYCTL_CLEAR, cache, 0, 0, 0)
+			}
+			if err == nil {
+				_, err = unix.KeyctlInt(unix.KEYCTL_UNLINK, cache, col, 0, 0)
+			}
+			if err != nil {
+				r.err = err
+				return
+			}
+			r.s2, r.err = c.Stamp()
+			// Another thread does not see this thread's keyring.
+			other := make(chan bool)
+			go func() {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				s, _ := c.Stamp()
+				other <- s.Present
+			}()
+			r.sameProc = <-other
+		}()
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		checkCCacheMatchesKlist(t, k, r.cc, "KEYRING:thread:pgcthread", "KEYRING:session:pgcsrc2", "alice")
+		if !r.s1.Present || r.s2.Present {
+			t.Fatalf("thread cache: stamps %+v, then after destroying it %+v", r.s1, r.s2)
+		}
+	})
+	t.Run("malformed", func(t *testing.T) { checkMalformed(t, k) })
+}
+
+// TestKeyringUser kinits into KEYRING:user, shared by every process of the uid, under a new
+// collection name that the test destroys and unlinks at its end. A killed test leaves that
+// collection keyring (empty once its tickets expire) in the user keyring.
+func TestKeyringUser(t *testing.T) {
+	k := keyringKDC(t)
+	coll := "pgctest" + randomName(t)
+	name := "KEYRING:user:" + coll
+	t.Cleanup(func() {
+		_ = k.Kdestroy(name, true)
+		if id, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "keyring", krccCollectionPrefix+coll, 0); err == nil {
+			_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, id, unix.KEY_SPEC_USER_KEYRING, 0, 0)
+			_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, id, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
+		}
+	})
+	checkCollection(t, k, name)
+}
+
+// TestKeyringPersistent kinits into KEYRING:persistent:<uid> for an unused uid (as root), so
+// that no one's persistent keyring is touched, and invalidates that keyring at its end. A
+// killed test leaves it until the kernel expires it (persistent_keyring_expiry, 3 days).
+func TestKeyringPersistent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the test uses the persistent keyring of an unused uid, not the user's own")
+	}
+	n, err := rand.Int(rand.Reader, big.NewInt(1<<30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := int(n.Int64()) + 1<<30
+	name := "KEYRING:persistent:" + strconv.Itoa(uid)
+	k := keyringKDC(t)
+	t.Cleanup(func() {
+		_ = k.Kdestroy(name, true)
+		if id, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, uid, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0); err == nil {
+			if _, err := unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0); err != nil {
+				t.Errorf("invalidating the persistent keyring of uid %d: %v", uid, err)
+			}
+		}
+	})
+	checkCollection(t, k, name)
+}
+
+// cacheKeys is one cache read key by key: its principal record and its credential records.
+type cacheKeys struct {
+	principal []byte
+	creds     [][]byte
+	types     []string
+}
+
+// kinitSource kinits alice into name and reads its keys with keyctl directly.
+func kinitSource(t *testing.T, k *harness.KDC, name string) cacheKeys {
+	t.Helper()
+	if err := k.KinitName(name, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Kdestroy(name, true) })
+	full := resolvedName(t, k, name)
+	sub := full[strings.LastIndexByte(full, ':')+1:]
+	cache, err := unix.KeyctlSearch(unix.KEY_SPEC_SESSION_KEYRING, "keyring", sub, 0)
+	if err != nil {
+		t.Fatalf("searching the cache keyring %s: %v", sub, err)
+	}
+	list := mustRead(t, cache)
+	var ck cacheKeys
+	for i := 0; i+4 <= len(list); i += 4 {
+		id := int(int32(binary.NativeEndian.Uint32(list[i:])))
+		desc, err := unix.KeyctlString(unix.KEYCTL_DESCRIBE, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.SplitN(desc, ";", 5)
+		switch f[4] {
+		case krccPrincipalKey:
+			ck.principal = mustRead(t, id)
+		case krccOffsetsKey:
+		default:
+			ck.creds = append(ck.creds, mustRead(t, id))
+			ck.types = append(ck.types, f[0])
+		}
+	}
+	if ck.principal == nil || len(ck.creds) == 0 {
+		t.Fatalf("cache %s: no principal or no credentials", full)
+	}
+	return ck
+}
+
+func mustRead(t *testing.T, id int) []byte {
+	t.Helper()
+	b, err := keyctlRead(id)
+	if err != nil {
+		t.Fatalf("reading key %d: %v", id, err)
+	}
+	return b
+}
+
+// writeCache writes src into anchor in MIT's layout, collection and cache named name, and
+// unlinks the collection at the end of the test.
+func writeCache(t testing.TB, anchor int, name string, src cacheKeys) int {
+	t.Helper()
+	col, err := writeCacheErr(anchor, name, src)
+	t.Cleanup(func() { _, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, col, anchor, 0, 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return col
+}
+
+func writeCacheErr(anchor int, name string, src cacheKeys) (int, error) {
+	col, err := unix.AddKey("keyring", krccCollectionPrefix+name, nil, anchor)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := unix.AddKey("user", krccPrimaryKey, primaryPayload(name), col); err != nil {
+		return col, err
+	}
+	cache, err := unix.AddKey("keyring", name, nil, col)
+	if err != nil {
+		return col, err
+	}
+	if _, err := unix.AddKey("user", krccPrincipalKey, src.principal, cache); err != nil {
+		return col, err
+	}
+	for i, c := range src.creds {
+		if _, err := unix.AddKey(src.types[i], fmt.Sprintf("cred%d", i), c, cache); err != nil {
+			return col, err
+		}
+	}
+	return col, nil
+}
+
+func primaryPayload(name string) []byte {
+	b := binary.BigEndian.AppendUint32(nil, krccCollectionVer)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
+	return append(b, name...)
+}
+
+// checkLayoutChanges changes the cache written by writeCache under anchor as kinit, kswitch and
+// kdestroy do, and checks the stamps.
+func checkLayoutChanges(t *testing.T, c Cache, anchor int, name string) {
+	col, err := unix.KeyctlSearch(anchor, "keyring", krccCollectionPrefix+name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := unix.KeyctlSearch(col, "keyring", name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := mustStamp(t, c)
+	if !s1.Present {
+		t.Fatal("Stamp: not present")
+	}
+	// A new ticket: a key more.
+	extra, err := unix.AddKey("user", "extra", []byte("x"), cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := stampChanged(t, c, s1, "adding a key")
+	if _, err := unix.KeyctlInt(unix.KEYCTL_UNLINK, extra, cache, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	s3 := stampChanged(t, c, s2, "removing a key")
+	if s3 != s1 {
+		t.Fatalf("Stamp after adding and removing a key: %+v, at first %+v", s3, s1)
+	}
+	// kswitch: the primary key rewritten in place, naming another (here: missing) cache.
+	if _, err := unix.AddKey("user", krccPrimaryKey, primaryPayload("other"), col); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustStamp(t, c); s.Present {
+		t.Fatalf("Stamp after switching to a missing cache: %+v", s)
+	}
+	if _, err := c.Load(); !errors.Is(err, ErrNoCache) {
+		t.Fatalf("Load after switching to a missing cache: %v", err)
+	}
+	if _, err := unix.AddKey("user", krccPrimaryKey, primaryPayload(name), col); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustStamp(t, c); s != s1 {
+		t.Fatalf("Stamp after switching back: %+v, want %+v", s, s1)
+	}
+}
+
+// checkMalformed writes broken caches into the process keyring: errors, no panic.
+func checkMalformed(t *testing.T, k *harness.KDC) {
+	src := kinitSource(t, k, "KEYRING:session:pgcbad")
+	for i, tc := range []struct {
+		what    string
+		primary []byte // nil: a good one
+		mod     func(*cacheKeys)
+		stamp   bool // Stamp fails too
+	}{
+		{what: "short primary key", primary: []byte{0, 0, 0, 1, 0}, stamp: true},
+		{what: "primary name length past the end", primary: []byte{0, 0, 0, 1, 0, 0, 0, 9, 't', 'k', 't'}, stamp: true},
+		{what: "primary version 2", primary: []byte{0, 0, 0, 2, 0, 0, 0, 3, 't', 'k', 't'}, stamp: true},
+		{what: "short principal", mod: func(c *cacheKeys) { c.principal = c.principal[:6] }},
+		{what: "principal of 1000 components", mod: func(c *cacheKeys) {
+			c.principal = binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 1), 1000)
+		}},
+		{what: "short credential", mod: func(c *cacheKeys) { c.creds[0] = c.creds[0][:len(c.creds[0])/2] }},
+		{what: "credential with bytes after it", mod: func(c *cacheKeys) { c.creds[0] = append(c.creds[0], 0) }},
+		{what: "credential of 3 bytes", mod: func(c *cacheKeys) { c.creds[0] = []byte{0, 0, 0} }},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			lockThread()
+			ck := cacheKeys{principal: src.principal, types: src.types}
+			for _, c := range src.creds {
+				ck.creds = append(ck.creds, append([]byte(nil), c...))
+			}
+			if tc.mod != nil {
+				tc.mod(&ck)
+			}
+			name := "pgcbad" + strconv.Itoa(i)
+			col := writeCache(t, unix.KEY_SPEC_PROCESS_KEYRING, name, ck)
+			if tc.primary != nil {
+				if _, err := unix.AddKey("user", krccPrimaryKey, tc.primary, col); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := mustResolve(t, "KEYRING:process:"+name)
+			_, err := c.Load()
+			if err == nil || errors.Is(err, ErrNoCache) {
+				t.Fatalf("Load: %v, want a malformed-input error", err)
+			}
+			t.Logf("Load: %v", err)
+			if _, err := c.Stamp(); (err != nil) != tc.stamp {
+				t.Fatalf("Stamp: %v", err)
+			}
+		})
+	}
+}
+
+func TestKeyringNames(t *testing.T) {
+	for _, bad := range []string{"KEYRING:bogus:x", "KEYRING:persistent:abc", "KEYRING:persistent:-1", "KEYRING:session:x:"} {
+		if _, err := Resolve(bad, Options{}); err == nil {
+			t.Errorf("Resolve(%q) = nil error", bad)
+		}
+	}
+	for _, good := range []string{"KEYRING:session:x", "KEYRING:persistent:", "KEYRING:legacyname", "keyring:thread:a:b"} {
+		if _, err := Resolve(good, Options{}); err != nil {
+			t.Errorf("Resolve(%q): %v", good, err)
+		}
+	}
+}
