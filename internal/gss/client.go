@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jcmturner/gokrb5/v8/client"
 	"github.com/jcmturner/gokrb5/v8/config"
 	"github.com/jcmturner/gokrb5/v8/keytab"
 	"github.com/jcmturner/gokrb5/v8/messages"
@@ -315,11 +314,11 @@ func (c *Client) fromCCache(cache ccache.Cache, now time.Time) (*Credentials, ti
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	cl, err := client.NewFromCCache(cc, cfg)
+	creds, err := CredentialsFromCCacheData(cache.Name(), cc, cfg)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("gss: using credential cache %s: %w", cache.Name(), err)
+		return nil, time.Time{}, err
 	}
-	return &Credentials{cl: cl, cfg: cfg}, tgt.EndTime, nil
+	return creds, tgt.EndTime, nil
 }
 
 // errExpired is a ticket-granting ticket that has expired.

@@ -65,14 +65,24 @@ func CredentialsFromCCache(path string, cfg *config.Config, settings ...func(*cl
 	if err != nil {
 		return nil, fmt.Errorf("gss: loading credential cache %s: %w", path, err)
 	}
+	return CredentialsFromCCacheData(path, cc, cfg, settings...)
+}
+
+// CredentialsFromCCacheData builds a client from the credentials of a cache already read
+// (internal/ccache reads every type into this form); name names it in errors. The cache must
+// hold a TGT for the realm of its default principal.
+func CredentialsFromCCacheData(name string, cc *credentials.CCache, cfg *config.Config, settings ...func(*client.Settings)) (*Credentials, error) {
+	if cfg == nil {
+		return nil, errors.New("gss: CredentialsFromCCacheData: no krb5 configuration")
+	}
 	cl, err := client.NewFromCCache(cc, cfg, settings...)
 	if err != nil {
-		return nil, fmt.Errorf("gss: using credential cache %s: %w", path, err)
+		return nil, fmt.Errorf("gss: using credential cache %s: %w", name, err)
 	}
 	// The same entry NewFromCCache took, kept for delegation.
 	entry, ok := cc.GetEntry(types.PrincipalName{NameType: nametype.KRB_NT_SRV_INST, NameString: []string{"krbtgt", cc.DefaultPrincipal.Realm}})
 	if !ok {
-		return nil, fmt.Errorf("gss: credential cache %s holds no ticket-granting ticket", path)
+		return nil, fmt.Errorf("gss: credential cache %s holds no ticket-granting ticket", name)
 	}
 	tgt, err := tgtFromCCache(entry)
 	if err != nil {
