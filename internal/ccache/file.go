@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 
 	"github.com/jcmturner/gokrb5/v8/credentials"
 )
@@ -24,19 +23,6 @@ func (f *fileCache) Name() string { return "FILE:" + f.path }
 func (f *fileCache) Stamp() (Stamp, error) { return statStamp(f.path) }
 
 func (f *fileCache) Load() (*credentials.CCache, error) { return loadFile(f.path) }
-
-// statStamp fingerprints a file by device, inode, size, mtime and ctime.
-func statStamp(path string) (Stamp, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
-			return Stamp{}, nil
-		}
-		return Stamp{}, fmt.Errorf("credential cache %s: %w", path, err)
-	}
-	return Stamp{Present: true, A: uint64(st.Dev), B: st.Ino, C: uint64(st.Size),
-		D: uint64(st.Mtim.Nano()) ^ uint64(st.Ctim.Nano())<<1}, nil
-}
 
 func loadFile(path string) (cc *credentials.CCache, err error) {
 	b, err := os.ReadFile(path)

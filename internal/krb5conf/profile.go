@@ -26,7 +26,6 @@ import (
 	"os/user"
 	"slices"
 	"strings"
-	"syscall"
 )
 
 // DefaultPath is the profile MIT reads when KRB5_CONFIG is not set
@@ -287,11 +286,8 @@ func (l *loader) parseOpen(name string, f *os.File, root *node, first bool) erro
 	case !st.Mode().IsRegular():
 		return fmt.Errorf("krb5conf: %s: not a regular file", name)
 	}
-	id := fileID{}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		id = fileID{uint64(sys.Dev), sys.Ino}
-	}
-	if i := slices.Index(l.stack, id); i >= 0 {
+	id := fileIDOf(st)
+	if i := slices.Index(l.stack, id); i >= 0 && id != (fileID{}) {
 		chain := append(slices.Clone(l.names[i:]), name)
 		return fmt.Errorf("krb5conf: %w: %s", ErrIncludeLoop, strings.Join(chain, " -> "))
 	}
