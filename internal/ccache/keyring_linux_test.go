@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math/big"
 	"os"
-	"os/exec"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -22,49 +21,6 @@ import (
 	"github.com/pgconnector/pgconnector/internal/harness"
 	"golang.org/x/sys/unix"
 )
-
-// privateSessionEnv names, in the child process inPrivateSession starts, the test it runs.
-const privateSessionEnv = "PGCONNECTOR_TEST_PRIVATE_SESSION_KEYRING"
-
-// inPrivateSession reports whether the test runs in a private session keyring. If not, it runs
-// the test again in a child process that has a new anonymous session keyring, and returns
-// false: the caller returns. The child is started from a thread that joined that keyring (a
-// child inherits the credentials of the thread that forks it) and that is never given back to
-// the scheduler, so the thread ends with its goroutine; the keyring, with every cache the test
-// makes in it, goes when the child and its own children end, also if they are killed.
-func inPrivateSession(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv(privateSessionEnv) == t.Name() {
-		return true
-	}
-	type result struct {
-		out []byte
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked
-		// KEYCTL_JOIN_SESSION_KEYRING with a NULL name: a new anonymous keyring.
-		if _, _, e := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
-			done <- result{err: fmt.Errorf("joining a new session keyring: %w", e)}
-			return
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), privateSessionEnv+"="+t.Name())
-		cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
-		out, err := cmd.CombinedOutput()
-		done <- result{out, err}
-	}()
-	r := <-done
-	t.Logf("in a private session keyring:\n%s", r.out)
-	if r.err != nil {
-		t.Fatalf("the test in a private session keyring: %v", r.err)
-	}
-	if !strings.Contains(string(r.out), "--- PASS: "+t.Name()) {
-		t.Fatal("the test did not run in the child process")
-	}
-	return false
-}
 
 // lockThread locks the calling goroutine, a test's, to its OS thread for good: the thread
 // ends with the test. A process keyring made after the process started its threads is seen
@@ -165,7 +121,7 @@ func checkCollection(t *testing.T, k *harness.KDC, name string) {
 // TestKeyringSession: KEYRING:session, the legacy form, concurrent use, and caches written by
 // this process in the process and thread keyrings.
 func TestKeyringSession(t *testing.T) {
-	if !inPrivateSession(t) {
+	if !harness.InPrivateSessionKeyring(t) {
 		return
 	}
 	k := keyringKDC(t)
