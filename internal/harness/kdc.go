@@ -904,11 +904,17 @@ func (k *KDC) Keytab(path string, principals ...string) error {
 // (down to a second, rounded up to whole seconds) gives a ticket that expires
 // soon, for tests of expired credentials. The ccache file is replaced.
 func (k *KDC) Kinit(ccache string, principal string, lifetime time.Duration) error {
-	if err := checkPrincipal(principal); err != nil {
-		return err
-	}
 	if ccache == "" {
 		return errors.New("harness: Kinit: no ccache file given")
+	}
+	return k.kinit(k.Env(ccache), principal, lifetime)
+}
+
+// kinit runs kinit for principal with a client keytab in the client environment env (KDC.Env or
+// KCM.Env), for Kinit and KCM.Kinit.
+func (k *KDC) kinit(env []string, principal string, lifetime time.Duration) error {
+	if err := checkPrincipal(principal); err != nil {
+		return err
 	}
 	if lifetime < 0 || lifetime > 0 && lifetime < time.Second {
 		return fmt.Errorf("harness: Kinit: lifetime %v is under a second", lifetime)
@@ -933,7 +939,7 @@ func (k *KDC) Kinit(ccache string, principal string, lifetime time.Duration) err
 	args = append(args, name)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, _, err = runKrb5(ctx, append(CleanEnv(), k.Env(ccache)...), "", k.progs.kinit, args...)
+	_, _, err = runKrb5(ctx, append(CleanEnv(), env...), "", k.progs.kinit, args...)
 	return err
 }
 
