@@ -8,6 +8,8 @@
 #   - MIT Kerberos (krb5-kdc, krb5-admin-server, krb5-user) for the GSSAPI tests, which run
 #     their own throwaway KDC on loopback: no KDC or kadmind is started or configured;
 #   - psql (postgresql-client), which the GSSAPI tests run beside the connector;
+#   - Heimdal's KCM daemon (heimdal-kcm) for the KCM credential cache tests, which start their
+#     own daemon on a private socket: the package's service is not started;
 #   - the Go modules that the go.mod of each module of the repository lists (go mod download).
 # Idempotent: anything already present is left alone. System packages need root; when
 # not run as root the privileged part goes through sudo if it exists.
@@ -77,6 +79,19 @@ missing_krb5() {
   echo "${missing[*]}"
 }
 need_krb5() { [ -n "$(missing_krb5)" ]; }
+
+# The KCM daemon the harness runs (see internal/harness/kcm.go).
+KCM_PROGRAM=/usr/sbin/kcm
+need_kcm() { [ ! -x "$KCM_PROGRAM" ]; }
+
+# kcm_pids: pids of running kcm processes, one a line.
+kcm_pids() {
+  local d
+  for d in /proc/[0-9]*; do
+    [ "$(cat "$d/comm" 2>/dev/null)" = kcm ] && echo "${d#/proc/}"
+  done
+  return 0
+}
 
 # psql: next to the server binaries, or in $PATH.
 need_psql() {
@@ -230,6 +245,28 @@ PRESEED
     if need_krb5; then die "the Kerberos packages did not provide $(missing_krb5)"; fi
   fi
 
+  # Heimdal's KCM daemon: the KCM credential cache tests start their own on a private socket
+  # (internal/harness/kcm.go). The package ships an init script that would start a system
+  # daemon on /var/run/.heim_org.h5l.kcm-socket: the policy-rc.d guard keeps it from starting,
+  # and a kcm that still appeared during the install is stopped (by pid, only a new one).
+  if need_kcm; then
+    log "$KCM_PROGRAM missing: installing heimdal-kcm (its service is not started)"
+    local before_kcm pid
+    before_kcm=$(kcm_pids)
+    install_policy_rc
+    apt_update
+    log "apt-get install --no-install-recommends heimdal-kcm"
+    apt-get install -y -q --no-install-recommends heimdal-kcm
+    restore_policy_rc
+    for pid in $(kcm_pids); do
+      if ! grep -qx "$pid" <<<"$before_kcm"; then
+        log "stopping kcm (pid $pid), started during the install"
+        kill "$pid" 2>/dev/null || true
+      fi
+    done
+    if need_kcm; then die "the heimdal-kcm package did not provide $KCM_PROGRAM"; fi
+  fi
+
   # psql: the GSSAPI tests compare the connector's outcome with libpq's.
   if need_psql; then
     log "psql missing: installing postgresql-client"
@@ -252,7 +289,7 @@ fi
 cd "$(dirname "$SCRIPT")/.."
 check_go
 
-if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_psql && command -v openssl >/dev/null; then
+if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_kcm && ! need_psql && command -v openssl >/dev/null; then
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 else
   if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
@@ -271,9 +308,11 @@ else
 fi
 if need_krb5; then die "Kerberos programs still missing: $(missing_krb5)"; fi
 if need_psql; then die "psql still missing"; fi
+if need_kcm; then die "$KCM_PROGRAM still missing"; fi
 log "Kerberos: $(/usr/bin/klist -V 2>/dev/null | head -1) (krb5kdc, kdb5_util, kadmin.local, kinit, klist, kvno)"
 if [ -x "$bindir/psql" ]; then psql_path=$bindir/psql; else psql_path=$(command -v psql); fi
 log "psql: $psql_path ($("$psql_path" --version))"
+log "KCM daemon: $KCM_PROGRAM (heimdal-kcm)"
 
 while IFS= read -r mod; do
   log "go mod download ($mod)"

@@ -928,6 +928,9 @@ func (k *KDC) kinitFile(ccache string, principal string, lifetime time.Duration,
 // kinit runs kinit for principal with a client keytab and the kinit options opts, in the
 // environment CleanEnv plus env.
 func (k *KDC) kinit(env []string, principal string, lifetime time.Duration, opts ...string) error {
+	if err := checkPrincipal(principal); err != nil {
+		return err
+	}
 	if lifetime < 0 || lifetime > 0 && lifetime < time.Second {
 		return fmt.Errorf("harness: Kinit: lifetime %v is under a second", lifetime)
 	}
