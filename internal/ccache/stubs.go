@@ -6,6 +6,3 @@ import "errors"
 
 func newDir(residual string) (Cache, error)     { return nil, errors.New("DIR: not implemented") }
 func newKeyring(residual string) (Cache, error) { return nil, errors.New("KEYRING: not implemented") }
-func newKCM(residual string, opts Options) (Cache, error) {
-	return nil, errors.New("KCM: not implemented")
-}
