@@ -106,7 +106,8 @@ func checkCredential(b []byte) error {
 		return short
 	}
 	p += 4*4 + 1 + 4 // times, is_skey, flags
-	for range 2 {    // addresses, then authorization data
+	// Addresses, then authorization data.
+	for range 2 {
 		if len(b)-p < 4 {
 			return short
 		}
