@@ -18,7 +18,11 @@ func fromRecords(principal []byte, creds [][]byte) (cc *credentials.CCache, err 
 		return nil, err
 	}
 	size := 4 + n
-	for _, c := range creds {
+	for i, c := range creds {
+		// gokrb5 sizes slices by the record's counts before reading them: check first.
+		if err := checkCredential(c); err != nil {
+			return nil, fmt.Errorf("credential record %d: %w", i, err)
+		}
 		size += len(c)
 	}
 	img := make([]byte, 0, size)
@@ -63,4 +67,70 @@ func principalLen(b []byte) (int, error) {
 		p += int(l)
 	}
 	return p, nil
+}
+
+// checkCredential checks that b is exactly one version 4 credential record (ccmarshal.c
+// k5_marshal_cred): client and server principals, u16 enctype, key data, four u32 times, u8
+// is_skey, u32 flags, u32 count x {u16 address type, data}, u32 count x {u16 authdata type,
+// data}, ticket data, second ticket data; data = u32 length + bytes.
+func checkCredential(b []byte) error {
+	short := errors.New("malformed credential record: short")
+	p := 0
+	for range 2 {
+		n, err := principalLen(b[p:])
+		if err != nil {
+			return err
+		}
+		p += n
+	}
+	data := func() bool {
+		if len(b)-p < 4 {
+			return false
+		}
+		l := binary.BigEndian.Uint32(b[p:])
+		p += 4
+		if uint64(l) > uint64(len(b)-p) {
+			return false
+		}
+		p += int(l)
+		return true
+	}
+	if len(b)-p < 2 {
+		return short
+	}
+	p += 2 // enctype
+	if !data() {
+		return short
+	}
+	if len(b)-p < 4*4+1+4 {
+		return short
+	}
+	p += 4*4 + 1 + 4 // times, is_skey, flags
+	// Addresses, then authorization data.
+	for range 2 {
+		if len(b)-p < 4 {
+			return short
+		}
+		count := binary.BigEndian.Uint32(b[p:])
+		p += 4
+		if uint64(count) > uint64(len(b)-p)/6 {
+			return fmt.Errorf("malformed credential record: %d entries in %d bytes", count, len(b)-p)
+		}
+		for range count {
+			if len(b)-p < 2 {
+				return short
+			}
+			p += 2
+			if !data() {
+				return short
+			}
+		}
+	}
+	if !data() || !data() { // ticket, second ticket
+		return short
+	}
+	if p != len(b) {
+		return fmt.Errorf("malformed credential record: %d bytes after its end", len(b)-p)
+	}
+	return nil
 }
