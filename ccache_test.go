@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pgconnector/pgconnector"
@@ -122,5 +123,33 @@ func TestDefaultCCacheName(t *testing.T) {
 	defer db.Close()
 	if got := transport(t, db); got != "gss" {
 		t.Fatalf("%s, want gss from DIR:%s", got, cache)
+	}
+}
+
+// A cache type that cannot be read from another process (MEMORY) or is unknown holds no
+// credentials: gssencmode=prefer goes on without GSS, require fails with an error naming the type.
+func TestUnreadableCacheTypes(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, true, lab.gssHBA(), "hostnogssenc all all 127.0.0.1/32 trust")
+	for _, tc := range []struct{ name, want string }{
+		{"MEMORY:app", "MEMORY"},
+		{"API:", "API"},
+		{"XYZ:somewhere", `"XYZ"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: lab.kdc.Krb5Conf, CCache: tc.name})
+			prefer := sql.OpenDB(newConnector(t, aliceDSN(srv, "localhost", "sslmode=disable"), kerberos))
+			defer prefer.Close()
+			if got := transport(t, prefer); got != "plain" {
+				t.Fatalf("gssencmode=prefer: %s, want plain", got)
+			}
+			require := sql.OpenDB(newConnector(t, aliceDSN(srv, "localhost", "gssencmode=require"), kerberos))
+			defer require.Close()
+			err := require.Ping()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("gssencmode=require: %v, want an error naming %s", err, tc.want)
+			}
+			t.Log(err)
+		})
 	}
 }

@@ -108,8 +108,13 @@ func hookError(hook string, err error) error {
 }
 
 // Kerberos says where the client's Kerberos configuration and credentials are. Empty fields take
-// MIT's environment, read once by New: KRB5_CONFIG (else /etc/krb5.conf), KRB5CCNAME (a FILE
-// credential cache, else /tmp/krb5cc_<uid>), KRB5_CLIENT_KTNAME.
+// MIT's environment, read once by New: KRB5_CONFIG (else /etc/krb5.conf), KRB5CCNAME (else
+// krb5.conf's default_ccache_name, else FILE:/tmp/krb5cc_<uid>), KRB5_CLIENT_KTNAME.
+//
+// CCache is a credential cache name as MIT writes it: FILE:path (or a bare path), DIR:dir or
+// DIR::dir/tktX, KEYRING:session|user|persistent|process|thread:name, KCM: or KCM:name. MEMORY:,
+// API: and unknown types hold no credentials: GSS is then skipped (gssencmode=prefer) or the
+// connect fails (require) with an error naming the type.
 //
 // Krb5Conf is read as MIT reads KRB5_CONFIG: a colon-separated list of files and directories
 // (a directory is read like includedir), those that do not exist skipped, include and includedir
@@ -117,7 +122,7 @@ func hookError(hook string, err error) error {
 // error of the first connection that needs Kerberos.
 type Kerberos struct {
 	Krb5Conf     string // krb5.conf paths, colon-separated as KRB5_CONFIG
-	CCache       string // FILE credential cache path, as written by kinit
+	CCache       string // credential cache name, as KRB5CCNAME
 	ClientKeytab string // keytab to obtain credentials from when the cache holds none
 	Principal    string // client principal (user@REALM) in ClientKeytab; empty: its first entry
 }
