@@ -17,6 +17,7 @@ import (
 // cacheTools fills and empties one credential cache with MIT's own programs.
 type cacheTools struct {
 	label    string // the subtest's name
+	source   string // the cache type the gss_credentials span names
 	name     string // the cache name, as KRB5CCNAME would give it
 	krb5Conf string // the KRB5_CONFIG list that reaches it
 	kinit    func() error
@@ -36,7 +37,8 @@ func TestCredentialCacheTypes(t *testing.T) {
 	k := lab.kdc
 	dir := t.TempDir()
 	mit := func(label, name string) cacheTools {
-		return cacheTools{label: label, name: name, krb5Conf: k.Krb5Conf,
+		typ, _, _ := strings.Cut(name, ":")
+		return cacheTools{label: label, name: name, source: typ, krb5Conf: k.Krb5Conf,
 			kinit:    func() error { return k.KinitName(name, "alice", 0) },
 			kdestroy: func() error { return k.Kdestroy(name, true) }}
 	}
@@ -48,7 +50,7 @@ func TestCredentialCacheTypes(t *testing.T) {
 	}
 	kcm := harness.StartKCMT(t)
 	kcmConf := k.Krb5Conf + ":" + kcm.Krb5Conf
-	caches = append(caches, cacheTools{label: "KCM", name: "KCM:", krb5Conf: kcmConf,
+	caches = append(caches, cacheTools{label: "KCM", name: "KCM:", source: "KCM", krb5Conf: kcmConf,
 		kinit: func() error { return kcm.Kinit(k, "KCM:", "alice", 0) },
 		kdestroy: func() error {
 			_, err := kcm.Run(k, "KCM:", "kdestroy")
@@ -60,7 +62,9 @@ func TestCredentialCacheTypes(t *testing.T) {
 			prefer := sql.OpenDB(newConnector(t, aliceDSN(srv, "localhost", "sslmode=disable"), kerberos))
 			defer prefer.Close()
 			prefer.SetMaxIdleConns(0)
-			require := sql.OpenDB(newConnector(t, aliceDSN(srv, "localhost", "gssencmode=require"), kerberos))
+			rec, tp := newRecorder()
+			require := sql.OpenDB(newConnector(t, aliceDSN(srv, "localhost", "gssencmode=require"), kerberos,
+				pgconnector.WithTracerProvider(tp)))
 			defer require.Close()
 			require.SetMaxIdleConns(0)
 			step := func(db *sql.DB, want string) {
@@ -91,6 +95,25 @@ func TestCredentialCacheTypes(t *testing.T) {
 			}
 			step(prefer, "gss")
 			step(require, "gss")
+			// The credentials check names the cache type, and nothing that identifies the cache.
+			checked := 0
+			for _, s := range rec.Ended() {
+				if s.Name() != "postgresql.gss_credentials" {
+					continue
+				}
+				checked++
+				if got := attr(s.Attributes(), "pgconnector.gss.credentials.source"); got != cc.source {
+					t.Errorf("gss_credentials span: source %q, want %q", got, cc.source)
+				}
+				for _, kv := range s.Attributes() {
+					if v := kv.Value.Emit(); strings.Contains(v, "alice") || strings.Contains(v, dir) {
+						t.Errorf("gss_credentials span: %s = %q names the principal or the cache", kv.Key, v)
+					}
+				}
+			}
+			if checked == 0 {
+				t.Error("no gss_credentials span")
+			}
 		})
 	}
 }

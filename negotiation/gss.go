@@ -38,6 +38,22 @@ type GSSCredentials struct {
 	// Missing says, when Valid is false, why: for example "no credential cache" or "the
 	// ticket-granting ticket expired at 2026-11-30T04:00:00Z". It never names a principal.
 	Missing string
+	// Source is where the credentials are kept: the credential cache type ("FILE", "DIR",
+	// "KEYRING", "KCM") or "keytab"; empty when there are none and no cache could be named.
+	Source string
+}
+
+// ErrGSSNotForwardable is what a [GSSDelegationReporter]'s reason wraps when the credentials
+// were not forwarded because the ticket-granting ticket is not forwardable.
+var ErrGSSNotForwardable = errors.New("the ticket-granting ticket is not forwardable")
+
+// GSSDelegationReporter is implemented by a [GSSSession] that can forward the client's
+// credentials to the server (gssdelegation=1, RFC 4121 section 4.1.1). After Establish,
+// Delegation reports whether the AP-REQ carried them, and, when they were asked for but not
+// sent (a ticket that is not forwardable, a KDC that refused), why. Both are zero when
+// delegation was not asked for.
+type GSSDelegationReporter interface {
+	Delegation() (sent bool, why error)
 }
 
 // GSSSession establishes one GSSAPI security context.
@@ -90,7 +106,7 @@ func (n *Negotiator) credentials(ctx context.Context, h *Host) GSSCredentials {
 		creds = GSSCredentials{}
 	}
 	if n.trace.GSSCredentialsDone != nil {
-		n.trace.GSSCredentialsDone(cctx, GSSCredentialsInfo{Valid: creds.Valid, Reused: creds.Reused, Err: err})
+		n.trace.GSSCredentialsDone(cctx, GSSCredentialsInfo{Valid: creds.Valid, Reused: creds.Reused, Source: creds.Source, Err: err})
 	}
 	return creds
 }
@@ -197,7 +213,11 @@ func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (
 	}
 	gconn, err := sess.Establish(ctx, conn)
 	if tr.GSSContextDone != nil {
-		tr.GSSContextDone(ectx, GSSContextDoneInfo{Enctype: sess.Enctype(), Err: err})
+		done := GSSContextDoneInfo{Enctype: sess.Enctype(), Err: err}
+		if d, ok := sess.(GSSDelegationReporter); ok && err == nil {
+			done.Delegated, done.DelegationErr = d.Delegation()
+		}
+		tr.GSSContextDone(ectx, done)
 	}
 	if err != nil {
 		at.fail(stepGSSContext, err)

@@ -174,8 +174,9 @@ type FallbackInfo struct {
 
 // GSSCredentialsInfo is the outcome of a credentials check. It never holds the principal.
 type GSSCredentialsInfo struct {
-	Valid  bool // usable credentials exist
-	Reused bool // answered from the previous check, without reading the credential cache
+	Valid  bool   // usable credentials exist
+	Reused bool   // answered from the previous check, without reading the credential cache
+	Source string // GSSCredentials.Source: "FILE", "DIR", "KEYRING", "KCM", "keytab" or ""
 	Err    error
 }
 
@@ -189,5 +190,9 @@ type ServiceTicketDoneInfo struct {
 // GSSContextDoneInfo is the outcome of a GSSAPI context establishment.
 type GSSContextDoneInfo struct {
 	Enctype string
-	Err     error
+	// Delegated: the client's credentials were forwarded (gssdelegation=1). DelegationErr: they
+	// were asked for and not sent, and why. Both zero when delegation was not asked for.
+	Delegated     bool
+	DelegationErr error
+	Err           error
 }

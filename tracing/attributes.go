@@ -72,6 +72,17 @@ const (
 	// GSSCredentialsReusedKey is true when the check was answered from the previous one, without
 	// reading the credential cache. Span: gss_credentials.
 	GSSCredentialsReusedKey = attribute.Key("pgconnector.gss.credentials.reused")
+	// GSSCredentialsSourceKey is where the credentials are kept: the credential cache type
+	// ("FILE", "DIR", "KEYRING", "KCM") or "keytab"; never a path or principal.
+	// Span: gss_credentials.
+	GSSCredentialsSourceKey = attribute.Key("pgconnector.gss.credentials.source")
+	// GSSDelegatedKey is present when gssdelegation=1 asked for the client's credentials to be
+	// forwarded: true when the context carried them. Span: gss_context.
+	GSSDelegatedKey = attribute.Key("pgconnector.gss.delegated")
+	// GSSDelegationSkippedKey says why credentials that were asked for were not forwarded:
+	// "not-forwardable" (the ticket-granting ticket lacks the flag: kinit -f) or "failed" (the
+	// KDC refused or did not answer). Span: gss_context.
+	GSSDelegationSkippedKey = attribute.Key("pgconnector.gss.delegation.skipped")
 	// DNSAddressesKey is the IP addresses a host name resolved to. Span: dns_lookup.
 	DNSAddressesKey = attribute.Key("pgconnector.dns.addresses")
 	// MethodKey is the method a socket is opened for or a startup runs under: "gss", "ssl",

@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -281,6 +282,9 @@ func (t *tracer) gssCredentialsDone(ctx context.Context, info negotiation.GSSCre
 		return
 	}
 	span.SetAttributes(GSSCredentialsValidKey.Bool(info.Valid), GSSCredentialsReusedKey.Bool(info.Reused))
+	if info.Source != "" {
+		span.SetAttributes(GSSCredentialsSourceKey.String(info.Source))
+	}
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeGSS)
 	}
@@ -399,6 +403,16 @@ func (t *tracer) gssContextDone(ctx context.Context, info negotiation.GSSContext
 	}
 	if info.Enctype != "" {
 		span.SetAttributes(GSSEnctypeKey.String(info.Enctype))
+	}
+	if info.Delegated || info.DelegationErr != nil {
+		span.SetAttributes(GSSDelegatedKey.Bool(info.Delegated))
+	}
+	if info.DelegationErr != nil {
+		why := "failed"
+		if errors.Is(info.DelegationErr, negotiation.ErrGSSNotForwardable) {
+			why = "not-forwardable"
+		}
+		span.SetAttributes(GSSDelegationSkippedKey.String(why))
 	}
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeGSS)

@@ -625,7 +625,7 @@ var documented = func() map[attribute.Key]bool {
 		ProbeWaitedKey, GSSCredentialsKey, GSSCredentialsValidKey, GSSCredentialsReusedKey,
 		DNSAddressesKey, MethodKey, SSLAnswerKey, GSSAnswerKey, GSSTicketFromCacheKey, GSSEnctypeKey,
 		TLSDirectKey, AuthMethodKey, FallbackFromKey, FallbackToKey, FallbackReasonKey,
-		FallbackNewConnectionKey,
+		FallbackNewConnectionKey, GSSCredentialsSourceKey, GSSDelegatedKey, GSSDelegationSkippedKey,
 	} {
 		m[k] = true
 	}

@@ -104,6 +104,7 @@ type credState struct {
 	expires time.Time    // TGT end time; zero for keytab credentials
 	gen     uint64
 	missing string // why there are none
+	source  string // GSSCredentials.Source
 
 	// The forwarded ticket-granting ticket (Delegate), under Client.mu: nil until an exchange
 	// ends; kept until the credentials change or it expires, or, for a failure, until
@@ -222,7 +223,7 @@ func (c *Client) credCache() (*resolvedCache, error) {
 }
 
 func (s *credState) describe(reused bool) negotiation.GSSCredentials {
-	g := negotiation.GSSCredentials{Valid: s.creds != nil, Generation: s.gen, Reused: reused, Missing: s.missing}
+	g := negotiation.GSSCredentials{Valid: s.creds != nil, Generation: s.gen, Reused: reused, Missing: s.missing, Source: s.source}
 	if s.creds != nil {
 		g.Principal = s.creds.Principal()
 	}
@@ -232,6 +233,10 @@ func (s *credState) describe(reused bool) negotiation.GSSCredentials {
 // load decides from the credential cache cc (nil: none to read), else the client keytab.
 func (c *Client) load(cc ccache.Cache, st ccache.Stamp, now time.Time) (*credState, error) {
 	next := &credState{stamp: st}
+	if cc != nil {
+		typ, _, _ := strings.Cut(cc.Name(), ":") // ccache names always have a type
+		next.source = strings.ToUpper(typ)
+	}
 	if cc != nil && st.Present {
 		creds, expires, err := c.fromCCache(cc, now)
 		if errors.Is(err, ccache.ErrNoCache) { // gone between the stamp and the read
@@ -255,6 +260,9 @@ func (c *Client) load(cc ccache.Cache, st ccache.Stamp, now time.Time) (*credSta
 	}
 	creds, err := c.fromKeytab()
 	next.creds = creds
+	if creds != nil {
+		next.source = "keytab"
+	}
 	return next, err
 }
 

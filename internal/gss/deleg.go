@@ -19,6 +19,8 @@ import (
 	"github.com/jcmturner/gokrb5/v8/iana/patype"
 	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
+
+	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // Credential delegation (GSS_C_DELEG_FLAG, libpq's gssdelegation=1): the initiator puts a
@@ -31,7 +33,16 @@ import (
 
 // ErrNotForwardable is the reason delegation is dropped when the ticket-granting ticket lacks
 // the forwardable flag (kinit -f, or forwardable = true in krb5.conf, gives one that has it).
-var ErrNotForwardable = errors.New("gss: the ticket-granting ticket is not forwardable (kinit -f, or forwardable = true in krb5.conf)")
+// errors.Is(ErrNotForwardable, negotiation.ErrGSSNotForwardable) holds.
+var ErrNotForwardable error = notForwardable{}
+
+type notForwardable struct{}
+
+func (notForwardable) Error() string {
+	return "gss: the ticket-granting ticket is not forwardable (kinit -f, or forwardable = true in krb5.conf)"
+}
+
+func (notForwardable) Is(target error) bool { return target == negotiation.ErrGSSNotForwardable }
 
 // maxDelegLength is MIT's cap on the delegation part: Dlgth + 28 must fit in an int16
 // (init_sec_context.c, make_gss_checksum: KRB5_INT16_MAX).
