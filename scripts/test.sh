@@ -32,8 +32,14 @@ if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; 
 
 # What the harness makes lives in pgconnector-harness-* directories in /dev/shm or the temporary
 # directory; clusters keep no shared memory file of their own in /dev/shm.
+# The KEYRING cache tests use a session keyring of their own, which goes with them, and
+# collections of the user keyring (_krb_pgc...) and persistent keyrings of unused uids, which
+# they destroy at their end: those are listed too.
 harness_files() {
-  ls -d /dev/shm/pgconnector-* /dev/shm/PostgreSQL.* "${TMPDIR:-/tmp}"/pgconnector-harness-* 2>/dev/null | sort || true
+  {
+    ls -d /dev/shm/pgconnector-* /dev/shm/PostgreSQL.* "${TMPDIR:-/tmp}"/pgconnector-harness-* 2>/dev/null || true
+    awk '$8 == "keyring" && ($9 ~ /^_krb_pgc/ || $9 ~ /^_persistent\./) { print "keyring " $9 }' /proc/keys 2>/dev/null || true
+  } | sort
 }
 before=$(harness_files)
 
