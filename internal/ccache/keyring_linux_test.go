@@ -8,8 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/big"
-	"os"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -258,45 +256,18 @@ func TestKeyringSession(t *testing.T) {
 }
 
 // TestKeyringUser kinits into KEYRING:user, shared by every process of the uid, under a new
-// collection name that the test destroys and unlinks at its end. A killed test leaves that
-// collection keyring (empty once its tickets expire) in the user keyring.
+// collection name that the harness destroys at the test's end, or after a killed test.
 func TestKeyringUser(t *testing.T) {
 	k := keyringKDC(t)
-	coll := "pgctest" + randomName(t)
-	name := "KEYRING:user:" + coll
-	t.Cleanup(func() {
-		_ = k.Kdestroy(name, true)
-		if id, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "keyring", krccCollectionPrefix+coll, 0); err == nil {
-			_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, id, unix.KEY_SPEC_USER_KEYRING, 0, 0)
-			_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, id, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
-		}
-	})
-	checkCollection(t, k, name)
+	checkCollection(t, k, harness.UserKeyringCache(t))
 }
 
 // TestKeyringPersistent kinits into KEYRING:persistent:<uid> for an unused uid (as root), so
-// that no one's persistent keyring is touched, and invalidates that keyring at its end. A
-// killed test leaves it until the kernel expires it (persistent_keyring_expiry, 3 days).
+// that no one's persistent keyring is touched; the harness invalidates that keyring at the
+// test's end, or after a killed test.
 func TestKeyringPersistent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test uses the persistent keyring of an unused uid, not the user's own")
-	}
-	n, err := rand.Int(rand.Reader, big.NewInt(1<<30))
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid := int(n.Int64()) + 1<<30
-	name := "KEYRING:persistent:" + strconv.Itoa(uid)
-	k := keyringKDC(t)
-	t.Cleanup(func() {
-		_ = k.Kdestroy(name, true)
-		if id, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, uid, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0); err == nil {
-			if _, err := unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0); err != nil {
-				t.Errorf("invalidating the persistent keyring of uid %d: %v", uid, err)
-			}
-		}
-	})
-	checkCollection(t, k, name)
+	name, _ := harness.PersistentKeyringCache(t)
+	checkCollection(t, keyringKDC(t), name)
 }
 
 // cacheKeys is one cache read key by key: its principal record and its credential records.

@@ -4,13 +4,9 @@ package gss
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/pgconnector/pgconnector/internal/harness"
 	"github.com/pgconnector/pgconnector/negotiation"
@@ -28,17 +24,7 @@ func BenchmarkWarmDecision(b *testing.B) {
 	}
 	kcm := harness.StartKCMT(b)
 	dir := b.TempDir()
-	rnd := make([]byte, 6)
-	_, _ = rand.Read(rnd)
-	coll := "pgcbench" + hex.EncodeToString(rnd)
-	keyring := "KEYRING:user:" + coll
-	b.Cleanup(func() {
-		_ = k.Kdestroy(keyring, true)
-		if id, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "keyring", "_krb_"+coll, 0); err == nil {
-			_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, id, unix.KEY_SPEC_USER_KEYRING, 0, 0)
-			_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, id, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
-		}
-	})
+	keyring := harness.UserKeyringCache(b)
 	cases := []struct {
 		name, ccache, krb5Conf string
 		kinit                  func() error

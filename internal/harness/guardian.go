@@ -103,7 +103,8 @@ func ownerPID(base string) int {
 // found through their pid files and checked before they are signalled (a pid file can outlive
 // its process, and the pid be reused): postmasters get SIGQUIT (pg_ctl stop -m immediate: the
 // postmaster ends its backends, then itself), krb5kdc, kcm and Jaeger SIGTERM; whatever still runs
-// after 15 seconds gets SIGKILL.
+// after 15 seconds gets SIGKILL. Keyrings registered by UserKeyringCache and
+// PersistentKeyringCache are destroyed.
 func reap(base string) error {
 	var pids []int
 	stop := func(pid int, sig syscall.Signal, ours func(pid int) bool) {
@@ -138,6 +139,9 @@ func reap(base string) error {
 		if !waitGone(pid, 10*time.Second) {
 			errs = append(errs, fmt.Errorf("harness: process %d (%s) did not stop", pid, procComm(pid)))
 		}
+	}
+	if err := destroyKeyrings(base); err != nil {
+		errs = append(errs, fmt.Errorf("harness: %w", err))
 	}
 	if err := os.RemoveAll(base); err != nil {
 		errs = append(errs, fmt.Errorf("harness: %w", err))

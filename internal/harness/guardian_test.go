@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // childEnv makes TestHarnessChild, in a test binary started by TestNothingLeftBehind, start a
@@ -19,7 +21,8 @@ const childEnv = "PGCONNECTOR_HARNESS_TEST_CHILD"
 
 // However a process that used the harness ends, nothing of the harness is left afterwards: no
 // directory in /dev/shm or the temporary directory (the initdb template, clusters, KDC state,
-// TempDir), no PostgreSQL shared memory file in /dev/shm, no postmaster, no krb5kdc.
+// TempDir), no PostgreSQL shared memory file in /dev/shm, no postmaster, no krb5kdc, no keyring
+// registered with UserKeyringCache or PersistentKeyringCache.
 func TestNothingLeftBehind(t *testing.T) {
 	for _, tt := range []struct {
 		end    string // how the child ends
@@ -47,13 +50,13 @@ func TestNothingLeftBehind(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill() })
-			var base string
-			var postmaster, kdc int
+			var base, coll string
+			var postmaster, kdc, uid int
 			var log strings.Builder
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
 				log.WriteString(sc.Text() + "\n")
-				if _, err := fmt.Sscanf(sc.Text(), "harness child: base=%s postmaster=%d kdc=%d", &base, &postmaster, &kdc); err == nil {
+				if _, err := fmt.Sscanf(sc.Text(), "harness child: base=%s postmaster=%d kdc=%d collection=%s uid=%d", &base, &postmaster, &kdc, &coll, &uid); err == nil {
 					break
 				}
 			}
@@ -96,6 +99,14 @@ func TestNothingLeftBehind(t *testing.T) {
 					t.Errorf("%s (pid %d) still runs", name, pid)
 				}
 			}
+			// The keyrings shared by the uid's processes: gone once the kernel has collected
+			// what was unlinked or invalidated.
+			if !keyGone("_krb_"+coll, 10*time.Second) {
+				t.Errorf("keyring _krb_%s is still there", coll)
+			}
+			if !persistentEmpty(t, uid) {
+				t.Errorf("the persistent keyring of uid %d still holds the child's key", uid)
+			}
 		})
 	}
 }
@@ -111,8 +122,22 @@ func TestHarnessChild(t *testing.T) {
 	if _, err := TempDir("child-"); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("harness child: base=%s postmaster=%d kdc=%d\n",
-		pg.env.base, postmasterPID(filepath.Join(pg.DataDir, "postmaster.pid")), readPidFile(k.pidFile))
+	// A credential cache collection in the user keyring and a persistent keyring, as kinit
+	// would make them.
+	coll := strings.TrimPrefix(UserKeyringCache(t), "KEYRING:user:")
+	if _, err := unix.AddKey("keyring", "_krb_"+coll, nil, unix.KEY_SPEC_USER_KEYRING); err != nil {
+		t.Fatal(err)
+	}
+	_, uid := PersistentKeyringCache(t)
+	pid, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, uid, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.AddKey("user", "pgconnector-harness-test", []byte("x"), pid); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("harness child: base=%s postmaster=%d kdc=%d collection=%s uid=%d\n",
+		pg.env.base, postmasterPID(filepath.Join(pg.DataDir, "postmaster.pid")), readPidFile(k.pidFile), coll, uid)
 	switch end {
 	case "pass":
 	case "fail":
@@ -157,5 +182,33 @@ func TestGuardianChecksItsDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(other, ownerFile)); err != nil {
 		t.Errorf("the guardian touched %s: %v", other, err)
+	}
+}
+
+// persistentEmpty reports whether the persistent keyring of uid is empty: invalidated, since a
+// new one is made on demand. It invalidates the keyring it looked at.
+func persistentEmpty(t *testing.T, uid int) bool {
+	id, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, uid, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
+	if err != nil {
+		t.Fatalf("the persistent keyring of uid %d: %v", uid, err)
+	}
+	defer unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0)
+	n, err := unix.KeyctlBuffer(unix.KEYCTL_READ, id, nil, 0)
+	if err != nil {
+		t.Fatalf("reading the persistent keyring of uid %d: %v", uid, err)
+	}
+	return n == 0
+}
+
+// keyGone waits up to wait for no key described desc to be listed in /proc/keys.
+func keyGone(desc string, wait time.Duration) bool {
+	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {
+		b, err := os.ReadFile("/proc/keys")
+		if err != nil || !strings.Contains(string(b), " "+desc+":") {
+			return err == nil
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
 	}
 }
