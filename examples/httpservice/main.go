@@ -62,7 +62,7 @@ func run(ctx context.Context, listen, otlp string) error {
 	if err != nil {
 		return err
 	}
-	db := sql.OpenDB(connector)
+	db := connector.OpenDB() // with the pool metrics (db.Stats) beside the connect metrics
 	defer db.Close()
 
 	srv := &http.Server{Addr: listen, Handler: newHandler(db, tp), ReadHeaderTimeout: 10 * time.Second}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -39,7 +38,7 @@ func TestRequestTraceHoldsConnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(connector)
+	db := connector.OpenDB() // with the pool metrics (db.Stats) beside the connect metrics
 	defer db.Close()
 
 	srv := httptest.NewServer(newHandler(db, tp)) // 127.0.0.1
