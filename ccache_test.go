@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
@@ -174,5 +176,73 @@ func TestUnreadableCacheTypes(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// kcmConnections counts this process's sockets whose peer is the process pid (SO_PEERCRED):
+// its connections to a KCM daemon.
+func kcmConnections(t *testing.T, pid int) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		link, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || !strings.HasPrefix(link, "socket:") {
+			continue
+		}
+		fd, _ := strconv.Atoi(e.Name())
+		if cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil && int(cred.Pid) == pid {
+			n++
+		}
+	}
+	return n
+}
+
+// The connection to the KCM daemon goes with the connector: DB.Close closes it, and
+// sql.Open("pgconnector")'s driver, asked for a connection directly, leaves none behind.
+func TestCredentialCacheKCMClosed(t *testing.T) {
+	lab := newKerberosLab(t)
+	srv := lab.server(t, true, lab.gssHBA())
+	kcm := harness.StartKCMT(t)
+	conf := lab.kdc.Krb5Conf + ":" + kcm.Krb5Conf
+	if err := kcm.Kinit(lab.kdc, "KCM:", "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	dsn := aliceDSN(srv, "localhost", "gssencmode=require")
+	if n := kcmConnections(t, kcm.Pid()); n != 0 {
+		t.Fatalf("%d connections to the KCM daemon before any connector", n)
+	}
+	db := sql.OpenDB(newConnector(t, dsn, pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: conf, CCache: "KCM:"})))
+	if got := transport(t, db); got != "gss" {
+		db.Close()
+		t.Fatalf("%s, want gss", got)
+	}
+	if n := kcmConnections(t, kcm.Pid()); n != 1 {
+		t.Errorf("%d connections to the KCM daemon with the pool open, want 1", n)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := kcmConnections(t, kcm.Pid()); n != 0 {
+		t.Errorf("%d connections to the KCM daemon after DB.Close", n)
+	}
+
+	t.Setenv("KRB5_CONFIG", conf)
+	t.Setenv("KRB5CCNAME", "KCM:")
+	conn, err := pgconnector.Driver{}.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := kcmConnections(t, kcm.Pid()); n != 0 {
+		t.Errorf("%d connections to the KCM daemon after Driver.Open", n)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := kcmConnections(t, kcm.Pid()); n != 0 {
+		t.Errorf("%d connections to the KCM daemon after the connection's Close", n)
 	}
 }

@@ -342,8 +342,10 @@ func (c *Connector) OpenDB() *sql.DB {
 func (c *Connector) Driver() driver.Driver { return Driver{} }
 
 // Close releases what the connector holds and stops the pool metrics of [Connector.OpenDB]. It
-// cancels a background refresh of a remembered answer and waits for it to end, so that no
-// goroutine or socket of the connector outlives it. database/sql calls it from DB.Close.
+// cancels a background refresh of a remembered answer and waits for it to end, and closes the
+// credential cache (a KCM cache's connection to its daemon), so that no goroutine or socket of
+// the connector outlives it; connections already open stay open. A connect after Close that
+// needs Kerberos finds no credentials. database/sql calls it from DB.Close.
 func (c *Connector) Close() error {
 	c.negotiator.Close() // first: a refresh may still authenticate with the GSS provider below
 	c.mu.Lock()
@@ -354,7 +356,7 @@ func (c *Connector) Close() error {
 		f()
 	}
 	c.unregister()
-	return nil
+	return c.gss.Close()
 }
 
 // Settings returns what New parsed. The result must not be modified.
@@ -364,12 +366,15 @@ func (c *Connector) Settings() *Settings { return c.settings }
 // works like sql.OpenDB(New(dsn)) without options.
 type Driver struct{}
 
-// Open opens one connection from a DSN (database/sql uses OpenConnector instead).
+// Open opens one connection from a DSN (database/sql uses OpenConnector instead), with a
+// Connector of its own that it closes once the connect is over: nothing of it (a KCM
+// connection, a background refresh) outlives the connect.
 func (Driver) Open(dsn string) (driver.Conn, error) {
 	c, err := New(dsn)
 	if err != nil {
 		return nil, err
 	}
+	defer c.Close()
 	return c.Connect(context.Background())
 }
 

@@ -3,6 +3,7 @@
 package ccache
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func BenchmarkStamp(b *testing.B) {
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if s, err := c.Stamp(); err != nil || s != want {
+			if s, err := c.Stamp(context.Background()); err != nil || s != want {
 				b.Fatalf("Stamp: %+v, %v; want %+v", s, err, want)
 			}
 		}

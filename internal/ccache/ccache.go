@@ -7,6 +7,7 @@
 package ccache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,15 +19,25 @@ import (
 type Cache interface {
 	// Name is the full name, TYPE:residual, as klist prints it.
 	Name() string
-	// Stamp returns a value that differs from the one returned before whenever what Load
-	// returns may have changed: kinit, kdestroy, kswitch, a renewal. It is cheap and bounded:
-	// FILE takes one stat; see each type for its cost. A cache that does not exist gives a
-	// stamp with Present false and a nil error; an error is a failure to look.
-	Stamp() (Stamp, error)
+	// Stamp returns a value that differs from the one returned before when the cache's
+	// ticket-granting ticket changed: kinit (and kinit -R), kdestroy, kswitch. Whether a
+	// change of the other tickets alone changes it depends on the type: FILE and DIR see every
+	// write (the file's times), KCM every credential stored (a new UUID), KEYRING a ticket
+	// stored for a new service but not one stored again for a service it holds (see
+	// keyringCache). It is cheap and bounded: FILE takes one stat; see each type for its cost.
+	// A cache that does not exist gives a stamp with Present false and a nil error; an error
+	// is a failure to look. KCM waits at most until ctx ends (then ctx's error, wrapped);
+	// FILE, DIR and KEYRING do not wait and ignore ctx.
+	Stamp(ctx context.Context) (Stamp, error)
 	// Load reads the credentials of the cache (for a collection: its primary cache). A cache
 	// that does not exist, never initialized or destroyed, gives an error that wraps
-	// ErrNoCache.
-	Load() (*credentials.CCache, error)
+	// ErrNoCache. ctx bounds it as it bounds Stamp.
+	Load(ctx context.Context) (*credentials.CCache, error)
+	// Close releases what the cache holds open: KCM's connection to its daemon; nothing for
+	// FILE, DIR and KEYRING. Stamp and Load after Close fail with an error that wraps
+	// ErrClosed (KCM) or go on working (the others, which hold nothing). It may be called
+	// more than once.
+	Close() error
 }
 
 // Stamp is a cheap fingerprint of a cache's state, compared with ==. Its fields mean
@@ -38,6 +49,9 @@ type Stamp struct {
 
 // ErrNoCache is wrapped by the errors of a cache that does not exist.
 var ErrNoCache = errors.New("no credential cache")
+
+// ErrClosed is wrapped by the errors of a KCM cache used after Close.
+var ErrClosed = errors.New("credential cache closed")
 
 // UnsupportedTypeError is a cache type this package cannot read: MEMORY (private to the
 // process that made it), API (Windows and macOS), or a type MIT does not know.

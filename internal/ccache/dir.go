@@ -1,6 +1,7 @@
 package ccache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -63,7 +64,7 @@ func newDir(residual string) (Cache, error) {
 // DIR::path for a subsidiary.
 func (c *dirCache) Name() string { return c.name }
 
-func (c *dirCache) Stamp() (Stamp, error) {
+func (c *dirCache) Stamp(context.Context) (Stamp, error) {
 	if c.path != "" {
 		return statStamp(c.path)
 	}
@@ -81,7 +82,10 @@ func (c *dirCache) Stamp() (Stamp, error) {
 	return st, nil
 }
 
-func (c *dirCache) Load() (*credentials.CCache, error) {
+// Close does nothing: a DIR cache holds nothing open.
+func (c *dirCache) Close() error { return nil }
+
+func (c *dirCache) Load(context.Context) (*credentials.CCache, error) {
 	if c.path != "" {
 		return loadFile(c.path)
 	}

@@ -1,6 +1,7 @@
 package ccache
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,8 +115,8 @@ func TestDIRPrimaryFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := mustResolve(t, "DIR:"+dir)
-		_, err := c.Stamp()
-		_, lerr := c.Load()
+		_, err := c.Stamp(context.Background())
+		_, lerr := c.Load(context.Background())
 		switch {
 		case tc.want == "" && (err == nil || lerr == nil):
 			t.Errorf("primary %q: Stamp error %v, Load error %v, want errors", tc.content, err, lerr)

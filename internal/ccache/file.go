@@ -1,6 +1,7 @@
 package ccache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -20,9 +21,12 @@ func newFile(path string) (Cache, error) {
 
 func (f *fileCache) Name() string { return "FILE:" + f.path }
 
-func (f *fileCache) Stamp() (Stamp, error) { return statStamp(f.path) }
+func (f *fileCache) Stamp(context.Context) (Stamp, error) { return statStamp(f.path) }
 
-func (f *fileCache) Load() (*credentials.CCache, error) { return loadFile(f.path) }
+func (f *fileCache) Load(context.Context) (*credentials.CCache, error) { return loadFile(f.path) }
+
+// Close does nothing: a FILE cache holds nothing open.
+func (f *fileCache) Close() error { return nil }
 
 func loadFile(path string) (cc *credentials.CCache, err error) {
 	b, err := os.ReadFile(path)

@@ -1,6 +1,7 @@
 package ccache
 
 import (
+	"context"
 	"errors"
 	"regexp"
 	"slices"
@@ -19,7 +20,7 @@ var klistTicketRE = regexp.MustCompile(`(?m)^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d)\s+(
 // the same tickets with the same end times, among them a valid TGT of the realm.
 func checkMatchesKlist(t *testing.T, k *harness.KDC, c Cache, klistName, principal string) {
 	t.Helper()
-	cc, err := c.Load()
+	cc, err := c.Load(context.Background())
 	if err != nil {
 		t.Fatalf("Load %s: %v", c.Name(), err)
 	}
@@ -73,7 +74,7 @@ func mustResolve(t testing.TB, name string) Cache {
 
 func mustStamp(t testing.TB, c Cache) Stamp {
 	t.Helper()
-	s, err := c.Stamp()
+	s, err := c.Stamp(context.Background())
 	if err != nil {
 		t.Fatalf("Stamp %s: %v", c.Name(), err)
 	}
@@ -87,7 +88,7 @@ func checkGone(t *testing.T, c Cache) {
 	if s := mustStamp(t, c); s.Present {
 		t.Fatalf("Stamp %s: %+v, want not present", c.Name(), s)
 	}
-	if _, err := c.Load(); !errors.Is(err, ErrNoCache) {
+	if _, err := c.Load(context.Background()); !errors.Is(err, ErrNoCache) {
 		t.Fatalf("Load %s: %v, want ErrNoCache", c.Name(), err)
 	}
 }

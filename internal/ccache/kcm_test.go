@@ -2,6 +2,7 @@ package ccache
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -128,7 +129,7 @@ func principalOf(cc *credentials.CCache) string {
 // checkLikeKlist loads c and compares it with klist's listing of ccname.
 func (l *kcmLab) checkLikeKlist(t *testing.T, c Cache, ccname string) *credentials.CCache {
 	t.Helper()
-	cc, err := c.Load()
+	cc, err := c.Load(context.Background())
 	if err != nil {
 		t.Fatalf("Load of %s: %v", c.Name(), err)
 	}
@@ -170,7 +171,7 @@ func TestKCMRealDaemon(t *testing.T) {
 	if empty.Present {
 		t.Errorf("Stamp of an empty daemon: %+v, want Present false", empty)
 	}
-	if _, err := c.Load(); !errors.Is(err, ErrNoCache) {
+	if _, err := c.Load(context.Background()); !errors.Is(err, ErrNoCache) {
 		t.Errorf("Load of an empty daemon: %v, want ErrNoCache", err)
 	}
 
@@ -191,7 +192,7 @@ func TestKCMRealDaemon(t *testing.T) {
 			t.Fatalf("Stamp changed with nothing done: %+v then %+v", s1, s)
 		}
 	}
-	if _, err := c.Load(); err != nil { // reading changes nothing either
+	if _, err := c.Load(context.Background()); err != nil { // reading changes nothing either
 		t.Fatal(err)
 	}
 	if s := mustStamp(t, c); s != s1 {
@@ -244,7 +245,7 @@ func TestKCMRealDaemon(t *testing.T) {
 	if s5.Present || s5 == s4 {
 		t.Errorf("Stamp after kdestroy: %+v, want Present false", s5)
 	}
-	if _, err := c.Load(); !errors.Is(err, ErrNoCache) {
+	if _, err := c.Load(context.Background()); !errors.Is(err, ErrNoCache) {
 		t.Errorf("Load after kdestroy: %v, want ErrNoCache", err)
 	}
 }
@@ -257,7 +258,7 @@ func TestKCMRealDaemonNamedCaches(t *testing.T) {
 	second := fmt.Sprintf("KCM:%d:second", uid)
 
 	missing := l.resolve(t, fmt.Sprintf("KCM:%d:missing", uid))
-	if _, err := missing.Load(); !errors.Is(err, ErrNoCache) {
+	if _, err := missing.Load(context.Background()); !errors.Is(err, ErrNoCache) {
 		t.Errorf("Load of a cache that does not exist: %v, want ErrNoCache", err)
 	}
 	if s := mustStamp(t, missing); s.Present {
@@ -276,7 +277,7 @@ func TestKCMRealDaemonNamedCaches(t *testing.T) {
 
 	l.run(t, "KCM:", "kswitch", "-c", first)
 	before := mustStamp(t, def)
-	cc, err := def.Load()
+	cc, err := def.Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,10 +299,10 @@ func TestKCMRealDaemonNamedCaches(t *testing.T) {
 
 	// Destroying one cache leaves the other.
 	l.run(t, second, "kdestroy")
-	if _, err := c2.Load(); !errors.Is(err, ErrNoCache) {
+	if _, err := c2.Load(context.Background()); !errors.Is(err, ErrNoCache) {
 		t.Errorf("Load of %s after kdestroy: %v, want ErrNoCache", second, err)
 	}
-	if _, err := c1.Load(); err != nil {
+	if _, err := c1.Load(context.Background()); err != nil {
 		t.Errorf("Load of %s after kdestroy of %s: %v", first, second, err)
 	}
 }
@@ -327,11 +328,11 @@ func TestKCMNoDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.Load()
+		_, err = c.Load(context.Background())
 		if !errors.Is(err, ErrNoCache) || !strings.Contains(err.Error(), "no KCM daemon at "+sock) {
 			t.Errorf("Load with %s: %v, want ErrNoCache naming the socket", sock, err)
 		}
-		if s, err := c.Stamp(); err != nil || s.Present {
+		if s, err := c.Stamp(context.Background()); err != nil || s.Present {
 			t.Errorf("Stamp with %s: %+v, %v; want Present false, no error", sock, s, err)
 		}
 	}
@@ -362,7 +363,7 @@ func BenchmarkKCMStamp(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				if s, err := c.Stamp(); err != nil || s != want {
+				if s, err := c.Stamp(context.Background()); err != nil || s != want {
 					b.Fatalf("Stamp: %+v, %v", s, err)
 				}
 			}
@@ -373,7 +374,7 @@ func BenchmarkKCMStamp(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := c.Stamp(); err != nil {
+				if _, err := c.Stamp(context.Background()); err != nil {
 					b.Error(err)
 					return
 				}
@@ -384,7 +385,7 @@ func BenchmarkKCMStamp(b *testing.B) {
 		c := l.resolve(b, "KCM:")
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := c.Load(); err != nil {
+			if _, err := c.Load(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -602,7 +603,7 @@ func checkFakeCache(t *testing.T, cc *credentials.CCache) {
 // GET_CRED_LIST (MIT's extension, in sssd) is used when the daemon has it: one request.
 func TestKCMFakeCredList(t *testing.T) {
 	f := startFakeKCM(t, fakeHandler(func() []byte { return credListResult(fakeCreds) }, nil))
-	cc, err := resolveFake(t, f, "KCM:").Load()
+	cc, err := resolveFake(t, f, "KCM:").Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +630,7 @@ func TestKCMFakeCredListUnsupported(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := startFakeKCM(t, fakeHandler(nil, tt.rep))
-			cc, err := resolveFake(t, f, "KCM:7").Load()
+			cc, err := resolveFake(t, f, "KCM:7").Load(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -668,7 +669,7 @@ func TestKCMFakeNoCache(t *testing.T) {
 				return fakeHandler(nil, kcmStatus(codeFCCInternal, nil))(op, args)
 			})
 			c := resolveFake(t, f, "KCM:")
-			_, err := c.Load()
+			_, err := c.Load(context.Background())
 			if errors.Is(err, ErrNoCache) != tt.noCache || err == nil {
 				t.Errorf("Load: %v, want ErrNoCache %v", err, tt.noCache)
 			}
@@ -678,7 +679,7 @@ func TestKCMFakeNoCache(t *testing.T) {
 			if tt.name == "empty" {
 				return // an empty UUID list is a cache without credentials
 			}
-			s, err := c.Stamp()
+			s, err := c.Stamp(context.Background())
 			if tt.noCache && (err != nil || s.Present) || !tt.noCache && err == nil {
 				t.Errorf("Stamp: %+v, %v", s, err)
 			}
@@ -723,7 +724,7 @@ func TestKCMFakeMalformed(t *testing.T) {
 				return h(op, args)
 			})
 			c := resolveFake(t, f, "KCM:")
-			_, err := c.Load()
+			_, err := c.Load(context.Background())
 			if err == nil || errors.Is(err, ErrNoCache) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Load: %v, want an error with %q", err, tt.want)
 			}
@@ -765,8 +766,8 @@ func TestKCMFakeRandomReplies(t *testing.T) {
 	})
 	c := resolveFake(t, f, "KCM:")
 	for range 2000 {
-		_, _ = c.Load()
-		_, _ = c.Stamp()
+		_, _ = c.Load(context.Background())
+		_, _ = c.Stamp(context.Background())
 	}
 }
 
@@ -783,11 +784,11 @@ func TestKCMFakeNoAnswer(t *testing.T) {
 	t.Cleanup(func() { close(release) }) // before the server's cleanup waits for its handlers
 	c := resolveFake(t, f, "KCM:")
 	start := time.Now()
-	_, err := c.Load()
+	_, err := c.Load(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "no answer within 200ms") {
 		t.Errorf("Load: %v, want a timeout", err)
 	}
-	_, err = c.Stamp()
+	_, err = c.Stamp(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "no answer") {
 		t.Errorf("Stamp: %v, want a timeout", err)
 	}
@@ -818,7 +819,7 @@ func TestKCMFakeConnectionReuse(t *testing.T) {
 			t.Fatalf("Stamp %+v then %+v", s, got)
 		}
 	}
-	if _, err := c.Load(); err != nil {
+	if _, err := c.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, accepts := f.seen(); accepts != 1 {
@@ -856,5 +857,153 @@ func TestKCMFakeStampCoalesced(t *testing.T) {
 	ops, _ := f.seen()
 	if len(ops) > 4 { // one sequence of 2 requests; a straggler may start a second
 		t.Errorf("%d requests for %d concurrent Stamp calls: %v", len(ops), n, ops)
+	}
+}
+
+// A daemon that accepts and never answers: Stamp and Load return when their context ends,
+// well before KCMTimeout, with an error that wraps the context's; so does a Load that waits
+// behind a Stamp sequence still hanging, and a Load whose context is canceled.
+func TestKCMFakeNoAnswerContext(t *testing.T) {
+	release := make(chan struct{})
+	f := startFakeKCM(t, func(op uint16, args []byte) []byte {
+		<-release
+		return nil
+	})
+	t.Cleanup(func() { close(release) })
+	c := resolveFake(t, f, "KCM:")
+	t.Cleanup(func() { c.Close() })
+	const wait = 200 * time.Millisecond
+	check := func(what string, err error, start time.Time, want error) {
+		t.Helper()
+		d := time.Since(start)
+		if !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", what, err, want)
+		}
+		if d < wait-10*time.Millisecond || d > wait+300*time.Millisecond {
+			t.Errorf("%s returned after %v, want about %v (KCMTimeout %v)", what, d, wait, KCMTimeout)
+		}
+	}
+	// A Stamp canceled: its sequence, with no deadline but KCMTimeout, goes on.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(wait, cancel)
+	start := time.Now()
+	_, err := c.Stamp(ctx)
+	check("Stamp canceled", err, start, context.Canceled)
+
+	// Load waits behind that sequence, within its ctx.
+	ctx, cancel = context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	start = time.Now()
+	_, err = c.Load(ctx)
+	check("Load behind a hanging Stamp", err, start, context.DeadlineExceeded)
+
+	// On a cache of their own: a Load canceled in its exchange, a Stamp past its deadline.
+	c2 := resolveFake(t, f, "KCM:")
+	t.Cleanup(func() { c2.Close() })
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(wait, cancel)
+	start = time.Now()
+	_, err = c2.Load(ctx)
+	check("Load canceled", err, start, context.Canceled)
+	c3 := resolveFake(t, f, "KCM:")
+	t.Cleanup(func() { c3.Close() })
+	ctx, cancel = context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	start = time.Now()
+	_, err = c3.Stamp(ctx)
+	check("Stamp", err, start, context.DeadlineExceeded)
+}
+
+// A Stamp never takes the answer of a request sequence that began before it was called (a
+// kdestroy between the two would go unseen), and concurrent callers still share sequences: at
+// most two per wave of simultaneous callers.
+func TestKCMFakeStampNeverStale(t *testing.T) {
+	var mu sync.Mutex
+	var seqs int
+	starts := map[uint64]time.Time{} // fnv64a of the UUID list -> when its sequence began
+	var cur []byte
+	f := startFakeKCM(t, func(op uint16, args []byte) []byte {
+		time.Sleep(10 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		switch op {
+		case kcmOpGetDefaultCache: // the first request of a Stamp sequence of KCM:
+			seqs++
+			cur = binary.BigEndian.AppendUint64(make([]byte, 8), uint64(seqs))
+			starts[fnv64a(cur)] = time.Now()
+			return kcmReply([]byte("7\x00"))
+		case kcmOpGetCredUUIDList:
+			return kcmReply(cur)
+		}
+		return kcmStatus(codeFCCInternal, nil)
+	})
+	c := resolveFake(t, f, "KCM:")
+	t.Cleanup(func() { c.Close() })
+	const waves, callers = 6, 32
+	for w := range waves {
+		go0 := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				<-go0
+				if i%2 == 1 {
+					time.Sleep(time.Duration(i) * time.Millisecond / 2) // some arrive mid-sequence
+				}
+				called := time.Now()
+				s, err := c.Stamp(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				began, ok := starts[s.B]
+				mu.Unlock()
+				if !ok {
+					t.Errorf("wave %d: stamp %+v from no sequence", w, s)
+				} else if began.Before(called) {
+					t.Errorf("wave %d: a call at %v got the answer of a sequence that began %v before it",
+						w, called.Format("15:04:05.000000"), called.Sub(began))
+				}
+			})
+		}
+		close(go0)
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Each wave: the sequence the first caller starts, then at most one for those that came
+	// while it ran, and one for those that came while that one ran (the late half).
+	if seqs > 3*waves {
+		t.Errorf("%d sequences for %d waves of %d callers", seqs, waves, callers)
+	}
+	t.Logf("%d sequences for %d waves of %d callers", seqs, waves, callers)
+}
+
+// Close closes the connection to the daemon, and nothing opens one afterwards.
+func TestKCMFakeClose(t *testing.T) {
+	f := startFakeKCM(t, fakeHandler(func() []byte { return credListResult(fakeCreds) }, nil))
+	c := resolveFake(t, f, "KCM:")
+	mustStamp(t, c)
+	conn := c.(*kcmCache).conn
+	if conn == nil {
+		t.Fatal("no connection after Stamp")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil { // again
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte{0}); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the connection after Close: write gives %v, want net.ErrClosed", err)
+	}
+	if _, err := c.Stamp(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Stamp after Close: %v, want ErrClosed", err)
+	}
+	if _, err := c.Load(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Load after Close: %v, want ErrClosed", err)
+	}
+	if _, accepts := f.seen(); accepts != 1 {
+		t.Errorf("%d connections, want 1 (none after Close)", accepts)
 	}
 }

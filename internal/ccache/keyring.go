@@ -47,6 +47,7 @@ func parseKeyringResidual(residual string) (keyringName, error) {
 
 // parsePrimaryKey reads the payload of krb_ccache:primary (parse_index in cc_keyring.c):
 // u32 version (1), u32 length, the subsidiary name; bytes after it are ignored, as MIT does.
+// The name may be empty.
 func parsePrimaryKey(b []byte) (string, error) {
 	name, err := primaryKeyName(b)
 	return string(name), err
@@ -64,9 +65,8 @@ func primaryKeyName(b []byte) ([]byte, error) {
 	if uint64(l) > uint64(len(b)-8) {
 		return nil, fmt.Errorf("primary key: name length %d, but %d bytes follow", l, len(b)-8)
 	}
-	if l == 0 {
-		return nil, errors.New("primary key: empty name")
-	}
+	// An empty name parses (parse_index); no cache keyring has it, so the collection has no
+	// primary cache (see keyringCache.resolve).
 	return b[8 : 8+l], nil
 }
 

@@ -3,6 +3,7 @@
 package ccache
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,10 +38,20 @@ import (
 // Stamp remembers the key IDs it resolved (the primary key, the cache keyring) and then costs
 // two keyctl(2) calls, KEYCTL_READ of the primary key and KEYCTL_READ of the cache keyring's
 // list of key serials, and no allocation. The stamp is the cache keyring's ID with a hash of
-// that list and of the primary name: kinit clears the cache keyring and adds new keys (new
-// serials), a new ticket adds a serial, kdestroy clears and unlinks the cache keyring, and
-// kswitch or a kinit of another principal rewrites the primary key's name. When a remembered
-// key is gone or the primary names another cache, Stamp resolves again: 3 to 5 keyctl calls.
+// that list and of the primary name. What changes it:
+//
+//   - kinit and kinit -R (renewal) initialize the cache: krcc_initialize clears the cache
+//     keyring and the new keys get new serials;
+//   - kdestroy clears and unlinks the cache keyring;
+//   - kswitch, or a kinit of another principal, rewrites the primary key's name;
+//   - a ticket for a service the cache does not hold yet adds a key, so a serial.
+//
+// What does not: a ticket stored again for a service the cache already holds (kvno after
+// the first expired). krcc_store (cc_keyring.c) add_key()s it with the same description,
+// the server principal, and the kernel updates the existing key in place, keeping its
+// serial. Only the ticket-granting ticket matters to this package's user, and its changes
+// are all seen. When a remembered key is gone or the primary names another cache, Stamp
+// resolves again: 3 to 5 keyctl calls.
 type keyringCache struct {
 	name string // "KEYRING:" + residual
 	kn   keyringName
@@ -72,7 +83,11 @@ func newKeyring(residual string) (Cache, error) {
 // Name is the name as given; for a collection, not the primary cache it resolves to.
 func (c *keyringCache) Name() string { return c.name }
 
-func (c *keyringCache) Stamp() (Stamp, error) {
+// Close does nothing: a KEYRING cache holds nothing open (the links MIT's reader makes too
+// stay, as they do after MIT's).
+func (c *keyringCache) Close() error { return nil }
+
+func (c *keyringCache) Stamp(context.Context) (Stamp, error) {
 	// One thread for the resolution and the reads: possession rights may come from a link in
 	// the process keyring, which Linux keeps per thread for threads that existed before it.
 	runtime.LockOSThread()
@@ -162,7 +177,15 @@ func (c *keyringCache) resolve() (*keyringState, error) {
 				return nil, err
 			}
 		}
-		id, err := unix.KeyctlSearch(col, "keyring", s.subsidiary, 0)
+		var id int
+		var err error
+		if s.subsidiary == "" {
+			// An empty primary name (parse_index accepts it): no cache keyring is named so,
+			// and MIT finds no cache. No search for an empty description.
+			err = unix.ENOKEY
+		} else {
+			id, err = unix.KeyctlSearch(col, "keyring", s.subsidiary, 0)
+		}
 		switch {
 		case err == nil:
 			s.cacheID = id
@@ -254,7 +277,7 @@ func (c *keyringCache) collection() (int, error) {
 // changes under the reader (kinit clears it and adds new keys, kdestroy clears and unlinks
 // it, and keys of an unlinked keyring are no longer possessed: EACCES), Load starts again, up
 // to three times.
-func (c *keyringCache) Load() (*credentials.CCache, error) {
+func (c *keyringCache) Load(context.Context) (*credentials.CCache, error) {
 	runtime.LockOSThread() // as in Stamp
 	defer runtime.UnlockOSThread()
 	var err error

@@ -3,6 +3,7 @@
 package ccache
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -154,11 +155,11 @@ func TestKeyringSession(t *testing.T) {
 						return
 					default:
 					}
-					if _, err := c.Stamp(); err != nil {
+					if _, err := c.Stamp(context.Background()); err != nil {
 						errs <- err
 						return
 					}
-					if _, err := c.Load(); err != nil && !errors.Is(err, ErrNoCache) {
+					if _, err := c.Load(context.Background()); err != nil && !errors.Is(err, ErrNoCache) {
 						errs <- err
 						return
 					}
@@ -214,10 +215,10 @@ func TestKeyringSession(t *testing.T) {
 				r.err = err
 				return
 			}
-			if r.cc, r.err = c.Load(); r.err != nil {
+			if r.cc, r.err = c.Load(context.Background()); r.err != nil {
 				return
 			}
-			if r.s1, r.err = c.Stamp(); r.err != nil {
+			if r.s1, r.err = c.Stamp(context.Background()); r.err != nil {
 				return
 			}
 			// kdestroy as cc_keyring.c does it: clear the cache keyring, unlink it.
@@ -232,13 +233,13 @@ func TestKeyringSession(t *testing.T) {
 				r.err = err
 				return
 			}
-			r.s2, r.err = c.Stamp()
+			r.s2, r.err = c.Stamp(context.Background())
 			// Another thread does not see this thread's keyring.
 			other := make(chan bool)
 			go func() {
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
-				s, _ := c.Stamp()
+				s, _ := c.Stamp(context.Background())
 				other <- s.Present
 			}()
 			r.sameProc = <-other
@@ -399,8 +400,18 @@ func checkLayoutChanges(t *testing.T, c Cache, anchor int, name string) {
 	if s := mustStamp(t, c); s.Present {
 		t.Fatalf("Stamp after switching to a missing cache: %+v", s)
 	}
-	if _, err := c.Load(); !errors.Is(err, ErrNoCache) {
+	if _, err := c.Load(context.Background()); !errors.Is(err, ErrNoCache) {
 		t.Fatalf("Load after switching to a missing cache: %v", err)
+	}
+	// An empty primary name: MIT's parse_index takes it, and no cache has it.
+	if _, err := unix.AddKey("user", krccPrimaryKey, primaryPayload(""), col); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.Stamp(context.Background()); err != nil || s.Present {
+		t.Fatalf("Stamp with an empty primary name: %+v, %v; want not present, no error", s, err)
+	}
+	if _, err := c.Load(context.Background()); !errors.Is(err, ErrNoCache) {
+		t.Fatalf("Load with an empty primary name: %v, want ErrNoCache", err)
 	}
 	if _, err := unix.AddKey("user", krccPrimaryKey, primaryPayload(name), col); err != nil {
 		t.Fatal(err)
@@ -447,12 +458,12 @@ func checkMalformed(t *testing.T, k *harness.KDC) {
 				}
 			}
 			c := mustResolve(t, "KEYRING:process:"+name)
-			_, err := c.Load()
+			_, err := c.Load(context.Background())
 			if err == nil || errors.Is(err, ErrNoCache) {
 				t.Fatalf("Load: %v, want a malformed-input error", err)
 			}
 			t.Logf("Load: %v", err)
-			if _, err := c.Stamp(); (err != nil) != tc.stamp {
+			if _, err := c.Stamp(context.Background()); (err != nil) != tc.stamp {
 				t.Fatalf("Stamp: %v", err)
 			}
 		})

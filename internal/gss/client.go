@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jcmturner/gokrb5/v8/config"
+	"github.com/jcmturner/gokrb5/v8/credentials"
 	"github.com/jcmturner/gokrb5/v8/keytab"
 	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
@@ -75,6 +76,7 @@ type Client struct {
 	attempts   sync.Map      // their number (base 36) -> the attempt's context.Context
 
 	mu        sync.Mutex
+	closed    bool // Close was called
 	gen       uint64
 	cur       *credState // nil until the first check
 	krb5      *config.Config
@@ -140,39 +142,84 @@ func NewClient(cfg ClientConfig) *Client {
 
 var _ negotiation.GSSClient = (*Client)(nil)
 
-// Credentials implements negotiation.GSSClient.
+// ErrClosed is the error of Credentials after Close.
+var ErrClosed = errors.New("gss: the Kerberos client is closed")
+
+// Close closes the credential cache (a KCM cache's connection to its daemon) and waits for its
+// requests in progress to end. Credentials afterwards returns ErrClosed and opens nothing; a
+// session already established is not affected. It may be called more than once.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	// credCache stores under mu and checks closed first: the cache seen here is the last.
+	if rc := c.cache.Load(); rc != nil && rc.cache != nil {
+		return rc.cache.Close()
+	}
+	return nil
+}
+
+// Credentials implements negotiation.GSSClient. Looking at the credential cache (and reading it
+// when it changed) waits until ctx ends at most (KCM; the other types do not wait): then
+// Credentials returns an error that wraps ctx's and the previous decision stays.
 func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, error) {
 	rc, rerr := c.credCache()
+	if errors.Is(rerr, ErrClosed) {
+		return negotiation.GSSCredentials{Missing: rerr.Error()}, rerr
+	}
 	var st ccache.Stamp
 	var serr error
 	if rc != nil && rc.cache != nil {
-		st, serr = rc.cache.Stamp()
+		st, serr = rc.cache.Stamp(ctx)
+		if serr != nil && ended(ctx, serr) {
+			err := fmt.Errorf("gss: checking the credential cache: %w", serr)
+			return negotiation.GSSCredentials{Missing: err.Error()}, err
+		}
+	}
+	c.mu.Lock()
+	if cur := c.reusable(rerr, serr, st); cur != nil {
+		c.mu.Unlock()
+		return cur.describe(true), nil
+	}
+	c.mu.Unlock()
+	// Read the cache without c.mu: a KCM daemon may be slow, and other connects need not
+	// queue behind this one.
+	var data *credentials.CCache
+	var lerr error
+	if rerr == nil && rc.err == nil && serr == nil && st.Present {
+		data, lerr = rc.cache.Load(ctx)
+		if lerr != nil && ended(ctx, lerr) {
+			err := fmt.Errorf("gss: reading the credential cache: %w", lerr)
+			return negotiation.GSSCredentials{Missing: err.Error()}, err
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
-	if cur := c.cur; cur != nil && cur.final && rerr == nil && serr == nil && cur.stamp == st &&
-		(cur.expires.IsZero() || now.Before(cur.expires)) {
-		return cur.describe(true), nil
+	if c.closed {
+		return negotiation.GSSCredentials{Missing: ErrClosed.Error()}, ErrClosed
 	}
+	if cur := c.reusable(rerr, serr, st); cur != nil {
+		return cur.describe(true), nil // decided meanwhile by another connect, from the same stamp
+	}
+	now := c.now()
 	var next *credState
 	var err error
 	switch {
 	case rerr != nil: // krb5.conf could not be read: nothing is decided
 		next, err = &credState{missing: rerr.Error()}, rerr
 	case rc.err != nil: // a name this client cannot read: decided, with the keytab if any
-		next, err = c.load(nil, ccache.Stamp{}, now)
+		next, err = c.load(nil, ccache.Stamp{}, nil, nil, now)
 		next.final = true
 		if next.creds == nil && next.missing == "" {
 			next.missing = rc.err.Error()
 		}
 	case serr != nil: // could not look at the cache: decided again at the next check
-		next, err = c.load(nil, ccache.Stamp{}, now)
+		next, err = c.load(nil, ccache.Stamp{}, nil, nil, now)
 		if next.creds == nil && next.missing == "" {
 			next.missing = serr.Error()
 		}
 	default:
-		next, err = c.load(rc.cache, st, now)
+		next, err = c.load(rc.cache, st, data, lerr, now)
 		next.final = true
 	}
 	if next.creds == nil && next.missing == "" {
@@ -192,6 +239,24 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 	return next.describe(false), err
 }
 
+// ended reports that err, of a cache looked at with ctx, is ctx's end: ctx is done, or err is
+// the deadline that ctx gave a KCM exchange (its socket's deadline may pass just before ctx's
+// timer fires).
+func ended(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// reusable returns the current decision if it still holds for stamp st (nil if not). c.mu is
+// held.
+func (c *Client) reusable(rerr, serr error, st ccache.Stamp) *credState {
+	cur := c.cur
+	if cur != nil && cur.final && rerr == nil && serr == nil && cur.stamp == st &&
+		(cur.expires.IsZero() || c.now().Before(cur.expires)) {
+		return cur
+	}
+	return nil
+}
+
 // credCache resolves the credential cache name once: ClientConfig.CCache, else krb5.conf's
 // default_ccache_name, else MIT's default. A krb5.conf that cannot be read is an error and
 // is tried again at the next call; a name that cannot be resolved is kept as the answer.
@@ -201,6 +266,9 @@ func (c *Client) credCache() (*resolvedCache, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
 	if rc := c.cache.Load(); rc != nil {
 		return rc, nil
 	}
@@ -230,15 +298,16 @@ func (s *credState) describe(reused bool) negotiation.GSSCredentials {
 	return g
 }
 
-// load decides from the credential cache cc (nil: none to read), else the client keytab.
-func (c *Client) load(cc ccache.Cache, st ccache.Stamp, now time.Time) (*credState, error) {
+// load decides from the credential cache cc (nil: none to read) as read (data, or the error
+// lerr of cc.Load), else the client keytab.
+func (c *Client) load(cc ccache.Cache, st ccache.Stamp, data *credentials.CCache, lerr error, now time.Time) (*credState, error) {
 	next := &credState{stamp: st}
 	if cc != nil {
 		typ, _, _ := strings.Cut(cc.Name(), ":") // ccache names always have a type
 		next.source = strings.ToUpper(typ)
 	}
 	if cc != nil && st.Present {
-		creds, expires, err := c.fromCCache(cc, now)
+		creds, expires, err := c.fromCCache(cc, data, lerr, now)
 		if errors.Is(err, ccache.ErrNoCache) { // gone between the stamp and the read
 			err = nil
 			next.missing = "no credential cache at " + cc.Name()
@@ -303,10 +372,9 @@ func (c *Client) config() (*config.Config, error) {
 	return c.krb5, nil
 }
 
-func (c *Client) fromCCache(cache ccache.Cache, now time.Time) (*Credentials, time.Time, error) {
-	cc, err := cache.Load()
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("gss: reading the credential cache: %w", err)
+func (c *Client) fromCCache(cache ccache.Cache, cc *credentials.CCache, lerr error, now time.Time) (*Credentials, time.Time, error) {
+	if lerr != nil {
+		return nil, time.Time{}, fmt.Errorf("gss: reading the credential cache: %w", lerr)
 	}
 	realm := cc.GetClientRealm()
 	tgt, ok := cc.GetEntry(types.PrincipalName{NameType: 2, NameString: []string{"krbtgt", realm}})

@@ -227,6 +227,9 @@ func (m *KCM) start(ctx context.Context, prog string) error {
 	}
 }
 
+// Pid is the daemon's process id: the peer (SO_PEERCRED) of every connection to Socket.
+func (m *KCM) Pid() int { return m.pid }
+
 // Stop stops the daemon and removes Dir. It may be called more than once.
 func (m *KCM) Stop() error {
 	m.stopOnce.Do(func() {
