@@ -363,7 +363,6 @@ func TestBadInput(t *testing.T) {
 		want           []string // substrings of the error
 	}{
 		{"unknown gssencmode", "host=h gssencmode=always", "gssencmode", []string{`"always"`, "disable, prefer, require"}},
-		{"unknown gssdelegation", "host=h gssdelegation=yes", "gssdelegation", []string{"0 or 1"}},
 		{"unknown sslmode", "host=h sslmode=sometimes", "sslmode", []string{"disable, allow, prefer, require, verify-ca, verify-full"}},
 		{"malformed URL", "postgres://user:s3cr3t-pw@host:notaport/db", "port", []string{"1 to 65535"}},
 		{"malformed keyword/value", "host=h password='s3cr3t-pw", "password", []string{"not closed"}},

@@ -81,7 +81,7 @@ var keywords = []Keyword{
 	{"max_protocol_version", "PGMAXPROTOCOLVERSION", "18", Honoured, "as pgx"},
 	{"krbsrvname", "PGKRBSRVNAME", "15", Honoured, ""},
 	{"gsslib", "PGGSSLIB", "15", Honoured, "gssapi is the only library off Windows: sspi is an error, any other value is ignored as libpq ignores it"},
-	{"gssdelegation", "PGGSSDELEGATION", "16", Honoured, "0 or 1; 1 forwards a forwardable ticket-granting ticket (kinit -f) in the GSS context, encrypted or not; without one the connection goes without, as libpq with MIT krb5; servers keep it from PostgreSQL 16 with gss_accept_delegation = on"},
+	{"gssdelegation", "PGGSSDELEGATION", "16", Honoured, "0 or 1 (a value starting with 1 is on, any other off, as libpq reads it); 1 forwards a forwardable ticket-granting ticket (kinit -f) in the GSS context, encrypted or not; without one the connection goes without, as libpq with MIT krb5; servers keep it from PostgreSQL 16 with gss_accept_delegation = on"},
 	{"scram_client_key", "", "18", Rejected, "SCRAM pass-through keys are not supported"},
 	{"scram_server_key", "", "18", Rejected, "SCRAM pass-through keys are not supported"},
 	{"service", "PGSERVICE", "15", Honoured, "pg_service.conf, as pgx reads it"},

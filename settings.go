@@ -75,10 +75,8 @@ func ParseSettings(dsn string) (*Settings, error) {
 	if s.GSSEncMode, err = negotiation.ParseGSSEncMode(gssenc); err != nil {
 		return nil, invalid("gssencmode", src, "one of disable, prefer, require")
 	}
-	deleg, src, _ := kv.get("gssdelegation", "PGGSSDELEGATION")
-	if s.GSSDelegation, err = negotiation.ParseGSSDelegation(deleg); err != nil {
-		return nil, invalid("gssdelegation", src, "0 or 1")
-	}
+	deleg, _, _ := kv.get("gssdelegation", "PGGSSDELEGATION")
+	s.GSSDelegation = negotiation.ParseGSSDelegation(deleg)
 	if err := s.libpqKeys(kv); err != nil {
 		return nil, err
 	}

@@ -135,7 +135,6 @@ func TestParseErrors(t *testing.T) {
 		{"gssencmode escaped space", `host=a gssencmode=\ password=` + secret, nil, "gssencmode", []string{"value not shown"}},
 		{"gssencmode in a URL", "postgres://u:" + secret + "@a/db?gssencmode=a%20b", nil, "gssencmode", []string{"value not shown"}},
 		{"PGGSSENCMODE", "host=a", map[string]string{"PGGSSENCMODE": "bogus"}, "gssencmode", []string{`"bogus"`, "PGGSSENCMODE"}},
-		{"gssdelegation empty before the password", "host=a gssdelegation= password=" + secret, nil, "gssdelegation", []string{"0 or 1"}},
 		{"sslnegotiation empty before the password", "host=a sslnegotiation= password=" + secret, nil, "sslnegotiation", []string{"postgres, direct"}},
 		{"sslnegotiation long", "host=a sslnegotiation=" + strings.Repeat("x", 65), nil, "sslnegotiation", []string{"value not shown"}},
 		// Keys pgx checks.

@@ -239,3 +239,14 @@ func equal(a, b []Method) bool {
 	}
 	return true
 }
+
+// gssdelegation is on when its value starts with '1' (libpq 16, fe-auth.c and
+// fe-secure-gssapi.c test conn->gssdelegation[0] == '1'); nothing is rejected.
+func TestParseGSSDelegation(t *testing.T) {
+	for in, want := range map[string]bool{"": false, "0": false, "1": true, "10": true, "1 ": true,
+		"true": false, "yes": false, "on": false, " 1": false} {
+		if got := ParseGSSDelegation(in); got != want {
+			t.Errorf("ParseGSSDelegation(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

@@ -73,14 +73,9 @@ func ParseGSSEncMode(s string) (GSSEncMode, error) {
 	return 0, errors.New("invalid gssencmode: must be one of disable, prefer, require")
 }
 
-// ParseGSSDelegation parses libpq's gssdelegation: "0" (default) or "1". As for
-// ParseGSSEncMode, the error does not quote the value.
-func ParseGSSDelegation(s string) (bool, error) {
-	switch s {
-	case "", "0":
-		return false, nil
-	case "1":
-		return true, nil
-	}
-	return false, errors.New("invalid gssdelegation: must be 0 or 1")
+// ParseGSSDelegation reads gssdelegation as libpq 16 does: on when the value starts with '1'
+// (fe-auth.c, fe-secure-gssapi.c: conn->gssdelegation[0] == '1'), off otherwise, with no
+// value ever rejected ("true" is off, as in libpq).
+func ParseGSSDelegation(s string) bool {
+	return len(s) > 0 && s[0] == '1'
 }
