@@ -1,7 +1,9 @@
 package negotiation
 
 import (
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,12 +19,24 @@ type Key struct {
 // Cache remembers, per [Key], what servers answered, for a TTL. It also makes concurrent connects
 // to a host whose answer is unknown wait for a single probe. It is safe for concurrent use; the
 // zero value is not usable, use [NewCache].
+//
+// What a connect reads ([Cache.Known], [Cache.Remembered], the check of [Cache.BeginRefresh] that
+// finds nothing to do) takes no lock: the keys are an immutable map and each key's entry an
+// immutable value, both behind atomic pointers. A writer takes mu, copies what it changes and
+// publishes the copy: the map when it adds a key (the keys are the hosts and principals a
+// program connects with: few, and never removed), the entry at every change.
 type Cache struct {
 	ttl time.Duration
 	now func() time.Time
 
-	mu      sync.Mutex
-	entries map[Key]*entry
+	entries atomic.Pointer[map[Key]*slot] // never nil after NewCache; replaced, never changed
+	mu      sync.Mutex                    // held by writers
+}
+
+// slot holds the current entry of one key. The entry it points to is never changed: a writer
+// stores a changed copy, with Cache.mu held.
+type slot struct {
+	e atomic.Pointer[entry]
 }
 
 type entry struct {
@@ -44,18 +58,42 @@ type entry struct {
 // NewCache returns a cache whose answers are trusted for ttl. A ttl of zero or less disables
 // remembering (every connect negotiates as libpq does), but concurrent probes are still shared.
 func NewCache(ttl time.Duration) *Cache {
-	return &Cache{ttl: ttl, now: time.Now, entries: make(map[Key]*entry)}
+	c := &Cache{ttl: ttl, now: time.Now}
+	c.entries.Store(&map[Key]*slot{})
+	return c
 }
 
-// Known returns what is remembered for k and not expired. It does not allocate.
+// Known returns what is remembered for k and not expired. It takes no lock and does not
+// allocate.
 func (c *Cache) Known(k Key) Known {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	return c.known(k)
 }
 
+// load returns k's current entry, nil when there is none; without a lock.
+func (c *Cache) load(k Key) *entry {
+	if s := (*c.entries.Load())[k]; s != nil {
+		return s.e.Load()
+	}
+	return nil
+}
+
+// edit returns k's slot, added when missing, and a copy of its entry for the caller to change
+// and store (s.e.Store(&e)). c.mu is held.
+func (c *Cache) edit(k Key) (s *slot, e entry) {
+	m := *c.entries.Load()
+	if s = m[k]; s == nil {
+		next := make(map[Key]*slot, len(m)+1)
+		maps.Copy(next, m)
+		s = new(slot)
+		s.e.Store(new(entry))
+		next[k] = s
+		c.entries.Store(&next)
+	}
+	return s, *s.e.Load()
+}
+
 func (c *Cache) known(k Key) Known {
-	e := c.entries[k]
+	e := c.load(k)
 	if e == nil {
 		return Known{}
 	}
@@ -84,11 +122,12 @@ func (c *Cache) BeginProbe(k Key, seen Known) (wait <-chan struct{}, p *Probe) {
 	if c.known(k) != seen {
 		return decideAgain, nil
 	}
-	e := c.entry(k)
+	s, e := c.edit(k)
 	if e.probe != nil {
 		return e.probe, nil
 	}
 	e.probe = make(chan struct{})
+	s.e.Store(&e)
 	return nil, &Probe{c: c, k: k, ch: e.probe}
 }
 
@@ -112,8 +151,10 @@ func (p *Probe) End() {
 	p.once.Do(func() {
 		p.c.mu.Lock()
 		defer p.c.mu.Unlock()
-		if e := p.c.entries[p.k]; e != nil && e.probe == p.ch {
+		if s := (*p.c.entries.Load())[p.k]; s != nil && s.e.Load().probe == p.ch {
+			e := *s.e.Load()
 			e.probe = nil
+			s.e.Store(&e)
 		}
 		close(p.ch)
 	})
@@ -128,8 +169,9 @@ func (c *Cache) SetSSL(k Key, a Answer) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entry(k)
+	s, e := c.edit(k)
 	e.ssl, e.sslExp = a, c.now().Add(c.ttl)
+	s.e.Store(&e)
 }
 
 // SetGSS remembers whether GSSAPI encryption could be established with the credentials of
@@ -140,11 +182,12 @@ func (c *Cache) SetGSS(k Key, a Answer, gen uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entry(k)
+	s, e := c.edit(k)
 	e.gss, e.gssExp, e.gssGen = a, c.now().Add(c.ttl), gen
 	if a == AnswerYes {
 		e.strikeExp = time.Time{}
 	}
+	s.e.Store(&e)
 }
 
 // StrikeGSS notes a sign that GSS encryption cannot succeed for k with the credentials of
@@ -157,7 +200,8 @@ func (c *Cache) StrikeGSS(k Key, gen uint64) (remembered bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entry(k)
+	s, e := c.edit(k)
+	defer func() { s.e.Store(&e) }()
 	now := c.now()
 	if e.strikeGen == gen && now.Before(e.strikeExp) {
 		e.strikeExp = time.Time{}
@@ -172,16 +216,9 @@ func (c *Cache) StrikeGSS(k Key, gen uint64) (remembered bool) {
 func (c *Cache) Forget(k Key) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries[k]; e != nil {
+	if s := (*c.entries.Load())[k]; s != nil {
+		e := *s.e.Load()
 		e.ssl, e.gss = AnswerUnknown, AnswerUnknown
+		s.e.Store(&e)
 	}
-}
-
-func (c *Cache) entry(k Key) *entry {
-	e := c.entries[k]
-	if e == nil {
-		e = new(entry)
-		c.entries[k] = e
-	}
-	return e
 }

@@ -28,11 +28,9 @@ func (c *Cache) RefreshAge() time.Duration {
 // Remembered returns what is remembered about m (MethodSSL, or MethodGSS with whatever
 // credentials it was learned with) for k, and when it was learned; AnswerUnknown and the zero
 // time when nothing is or it expired. A negative answer that is asked again and confirmed is
-// learned again: its time moves and its TTL restarts.
+// learned again: its time moves and its TTL restarts. It takes no lock.
 func (c *Cache) Remembered(k Key, m Method) (a Answer, learned time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.entries[k]
+	e := c.load(k)
 	if e == nil {
 		return AnswerUnknown, time.Time{}
 	}
@@ -55,29 +53,44 @@ func (e *entry) answer(m Method) (Answer, time.Time) {
 
 // BeginRefresh claims the background refresh of k for the negative answers behind skipped (a
 // plan's [Plan.Skipped]; gen the credentials generation of its input) that are at least
-// [Cache.RefreshAge] old. It returns nil, without allocating, when there is nothing to refresh:
-// the cache does not remember, no such answer is that old, a refresh of k is running (one at a
-// time per key: concurrent connects must not each open a connection for the same question), or
-// the last one of k ended less than RefreshAge ago (so that a refresh that learns nothing, a
-// timeout, costs at most one connection per key and RefreshAge, not one per connect). The
-// caller must End the Refresh it gets.
+// [Cache.RefreshAge] old. It returns nil, without allocating or taking a lock, when there is
+// nothing to refresh: the cache does not remember, no such answer is that old, a refresh of k
+// is running (one at a time per key: concurrent connects must not each open a connection for
+// the same question), or the last one of k ended less than RefreshAge ago (so that a refresh
+// that learns nothing, a timeout, costs at most one connection per key and RefreshAge, not one
+// per connect). The caller must End the Refresh it gets.
 func (c *Cache) BeginRefresh(k Key, skipped []Method, gen uint64) *Refresh {
 	if c.ttl <= 0 || len(skipped) == 0 {
 		return nil
 	}
+	// Without the lock first: a warm connect finds nothing to do, and must not queue for it.
+	if _, n := c.refreshDue(c.load(k), skipped, gen); n == 0 {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[k]
-	if e == nil || e.refresh != nil {
+	due, n := c.refreshDue(c.load(k), skipped, gen) // again: another writer may have come first
+	if n == 0 {
 		return nil
+	}
+	s, e := c.edit(k)
+	r := &Refresh{c: c, k: k, methods: due, n: uint8(n)}
+	e.refresh = r
+	s.e.Store(&e)
+	return r
+}
+
+// refreshDue returns the methods of skipped whose negative answer in e is due for a refresh
+// (see BeginRefresh), none when a refresh of e's key runs or ended less than RefreshAge ago.
+func (c *Cache) refreshDue(e *entry, skipped []Method, gen uint64) (due [2]Method, n int) {
+	if e == nil || e.refresh != nil {
+		return due, 0
 	}
 	now := c.now()
 	if now.Before(e.refreshAfter) {
-		return nil
+		return due, 0
 	}
 	age := c.RefreshAge()
-	var due [2]Method
-	n := 0
 	for _, m := range skipped {
 		a, exp := e.answer(m)
 		if a != AnswerNo || !now.Before(exp) || now.Sub(exp.Add(-c.ttl)) < age {
@@ -91,12 +104,7 @@ func (c *Cache) BeginRefresh(k Key, skipped []Method, gen uint64) *Refresh {
 			n++
 		}
 	}
-	if n == 0 {
-		return nil
-	}
-	r := &Refresh{c: c, k: k, methods: due, n: uint8(n)}
-	e.refresh = r
-	return r
+	return due, n
 }
 
 // Refresh is the claim on the background refresh of one key (see [Cache.BeginRefresh]).
@@ -124,9 +132,11 @@ func (r *Refresh) End() {
 		c := r.c
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if e := c.entries[r.k]; e != nil && e.refresh == r {
+		if s := (*c.entries.Load())[r.k]; s != nil && s.e.Load().refresh == r {
+			e := *s.e.Load()
 			e.refresh = nil
 			e.refreshAfter = c.now().Add(c.RefreshAge())
+			s.e.Store(&e)
 		}
 	})
 }

@@ -149,7 +149,8 @@ type connectResult struct {
 
 func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context) error, res *connectResult) error {
 	var failed []*HostError
-	order := n.hostOrder()
+	var buf [8]int // the order of up to 8 hosts without an allocation
+	order := n.hostOrder(buf[:0])
 	ps := &pass{}
 	for {
 		for _, i := range order {
@@ -180,11 +181,11 @@ type pass struct {
 }
 
 // hostOrder is the order in which one connect tries the hosts: as written, or shuffled with
-// load_balance_hosts=random.
-func (n *Negotiator) hostOrder() []int {
-	order := make([]int, len(n.cfg.Hosts))
-	for i := range order {
-		order[i] = i
+// load_balance_hosts=random, appended to order. math/rand/v2's top-level functions take no
+// lock (each thread has its own ChaCha8 state).
+func (n *Negotiator) hostOrder(order []int) []int {
+	for i := range n.cfg.Hosts {
+		order = append(order, i)
 	}
 	if n.cfg.LoadBalanceHosts {
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })

@@ -5,23 +5,30 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/jcmturner/gokrb5/v8/credentials"
 )
 
-// fileCache is FILE:path (cc_file.c). Stamp is one stat.
-type fileCache struct{ path string }
+// fileCache is FILE:path (cc_file.c). Stamp is one stat, without an allocation.
+type fileCache struct {
+	path string
+	z    []byte // path NUL-terminated, for the stat
+}
 
 func newFile(path string) (Cache, error) {
 	if path == "" {
 		return nil, errors.New("credential cache FILE: no path")
 	}
-	return &fileCache{path: path}, nil
+	if strings.IndexByte(path, 0) >= 0 {
+		return nil, errors.New("credential cache FILE: the path contains a NUL byte")
+	}
+	return &fileCache{path: path, z: append([]byte(path), 0)}, nil
 }
 
 func (f *fileCache) Name() string { return "FILE:" + f.path }
 
-func (f *fileCache) Stamp(context.Context) (Stamp, error) { return statStamp(f.path) }
+func (f *fileCache) Stamp(context.Context) (Stamp, error) { return statStampZ(f.path, f.z) }
 
 func (f *fileCache) Load(context.Context) (*credentials.CCache, error) { return loadFile(f.path) }
 

@@ -12,7 +12,12 @@ import (
 // statStamp fingerprints a file by device, inode, size, mtime and ctime: one stat.
 func statStamp(path string) (Stamp, error) {
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	return stampOf(path, &st, unix.Stat(path, &st))
+}
+
+// stampOf is the stamp of path from its stat st, or the stat's error err.
+func stampOf(path string, st *unix.Stat_t, err error) (Stamp, error) {
+	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 			return Stamp{}, nil
 		}

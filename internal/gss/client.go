@@ -75,10 +75,14 @@ type Client struct {
 	attemptSeq atomic.Uint64 // numbers the tokens of AuthTokenContext
 	attempts   sync.Map      // their number (base 36) -> the attempt's context.Context
 
+	// closed: Close was called. Set with mu held, read without it.
+	closed atomic.Bool
+	// cur is the current decision, nil until the first check: read without mu (a warm
+	// Credentials takes no lock), replaced with mu held.
+	cur atomic.Pointer[credState]
+
 	mu        sync.Mutex
-	closed    bool // Close was called
 	gen       uint64
-	cur       *credState // nil until the first check
 	krb5      *config.Config
 	krb5Paths []string          // Krb5Conf split, set by NewClient
 	profile   *krb5conf.Profile // read at the first need, then kept
@@ -98,15 +102,17 @@ type resolvedCache struct {
 	err   error        // the name could not be resolved: an unsupported type, a bad token
 }
 
-// credState is one decision about the credentials, with what it was decided from.
+// credState is one decision about the credentials, with what it was decided from. Its fields
+// other than deleg and delegRetry are not changed once it is Client.cur.
 type credState struct {
-	stamp   ccache.Stamp
-	final   bool         // decided from a stamp: reused while the stamp stays the same
-	creds   *Credentials // nil: no usable credentials
-	expires time.Time    // TGT end time; zero for keytab credentials
-	gen     uint64
-	missing string // why there are none
-	source  string // GSSCredentials.Source
+	stamp     ccache.Stamp
+	final     bool         // decided from a stamp: reused while the stamp stays the same
+	creds     *Credentials // nil: no usable credentials
+	principal string       // creds' principal, "" without creds
+	expires   time.Time    // TGT end time; zero for keytab credentials
+	gen       uint64
+	missing   string // why there are none
+	source    string // GSSCredentials.Source
 
 	// The forwarded ticket-granting ticket (Delegate), under Client.mu: nil until an exchange
 	// ends; kept until the credentials change or it expires, or, for a failure, until
@@ -150,7 +156,7 @@ var ErrClosed = errors.New("gss: the Kerberos client is closed")
 // session already established is not affected. It may be called more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	c.closed = true
+	c.closed.Store(true)
 	c.mu.Unlock()
 	// credCache stores under mu and checks closed first: the cache seen here is the last.
 	if rc := c.cache.Load(); rc != nil && rc.cache != nil {
@@ -162,7 +168,14 @@ func (c *Client) Close() error {
 // Credentials implements negotiation.GSSClient. Looking at the credential cache (and reading it
 // when it changed) waits until ctx ends at most (KCM; the other types do not wait): then
 // Credentials returns an error that wraps ctx's and the previous decision stays.
+//
+// When the cache's stamp is the last decision's (and its ticket-granting ticket has not
+// expired) Credentials takes no lock and does not allocate: it costs the stamp (one stat(2) for
+// FILE) and atomic loads.
 func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, error) {
+	if c.closed.Load() {
+		return negotiation.GSSCredentials{Missing: ErrClosed.Error()}, ErrClosed
+	}
 	rc, rerr := c.credCache()
 	if errors.Is(rerr, ErrClosed) {
 		return negotiation.GSSCredentials{Missing: rerr.Error()}, rerr
@@ -176,12 +189,9 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 			return negotiation.GSSCredentials{Missing: err.Error()}, err
 		}
 	}
-	c.mu.Lock()
 	if cur := c.reusable(rerr, serr, st); cur != nil {
-		c.mu.Unlock()
 		return cur.describe(true), nil
 	}
-	c.mu.Unlock()
 	// Read the cache without c.mu: a KCM daemon may be slow, and other connects need not
 	// queue behind this one.
 	var data *credentials.CCache
@@ -195,7 +205,7 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return negotiation.GSSCredentials{Missing: ErrClosed.Error()}, ErrClosed
 	}
 	if cur := c.reusable(rerr, serr, st); cur != nil {
@@ -230,11 +240,14 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 			next.missing = "no credential cache at " + rc.cache.Name()
 		}
 	}
-	if c.cur == nil || next.creds != c.cur.creds || next.expires != c.cur.expires {
+	if cur := c.cur.Load(); cur == nil || next.creds != cur.creds || next.expires != cur.expires {
 		c.gen++
 	}
 	next.gen = c.gen
-	c.cur = next
+	if next.creds != nil {
+		next.principal = next.creds.Principal()
+	}
+	c.cur.Store(next)
 	c.noCreds.Store(next.creds == nil)
 	return next.describe(false), err
 }
@@ -246,10 +259,10 @@ func ended(ctx context.Context, err error) bool {
 	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// reusable returns the current decision if it still holds for stamp st (nil if not). c.mu is
-// held.
+// reusable returns the current decision if it still holds for stamp st (nil if not). It takes
+// no lock.
 func (c *Client) reusable(rerr, serr error, st ccache.Stamp) *credState {
-	cur := c.cur
+	cur := c.cur.Load()
 	if cur != nil && cur.final && rerr == nil && serr == nil && cur.stamp == st &&
 		(cur.expires.IsZero() || c.now().Before(cur.expires)) {
 		return cur
@@ -266,7 +279,7 @@ func (c *Client) credCache() (*resolvedCache, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return nil, ErrClosed
 	}
 	if rc := c.cache.Load(); rc != nil {
@@ -291,11 +304,7 @@ func (c *Client) credCache() (*resolvedCache, error) {
 }
 
 func (s *credState) describe(reused bool) negotiation.GSSCredentials {
-	g := negotiation.GSSCredentials{Valid: s.creds != nil, Generation: s.gen, Reused: reused, Missing: s.missing, Source: s.source}
-	if s.creds != nil {
-		g.Principal = s.creds.Principal()
-	}
-	return g
+	return negotiation.GSSCredentials{Valid: s.creds != nil, Principal: s.principal, Generation: s.gen, Reused: reused, Missing: s.missing, Source: s.source}
 }
 
 // load decides from the credential cache cc (nil: none to read) as read (data, or the error
@@ -431,9 +440,7 @@ func (c *Client) fromKeytab() (*Credentials, error) {
 // gokrb5's cache, or from the KDC) or when ctx ends, whichever comes first: see ticket for what
 // it leaves running then.
 func (c *Client) ServiceTicket(ctx context.Context, host string) (negotiation.GSSSession, bool, error) {
-	c.mu.Lock()
-	cur := c.cur
-	c.mu.Unlock()
+	cur := c.cur.Load()
 	if cur == nil || cur.creds == nil {
 		return nil, false, errors.New("gss: no credentials")
 	}

@@ -414,9 +414,7 @@ func TestDelegationExchange(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := validClient(t, ClientConfig{Krb5Conf: conf, CCache: r.fwdCCache, Delegate: true})
-		c.mu.Lock()
-		cur := c.cur
-		c.mu.Unlock()
+		cur := c.cur.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		start := time.Now()

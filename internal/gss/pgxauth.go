@@ -211,16 +211,12 @@ func (a *authContext) nextGSS() (pgconn.GSS, error) {
 // start begins our exchange; ctx bounds its KDC exchange (context.Background(): gokrb5's own
 // timeouts, shared with other callers, see Client.ticket).
 func (a *authContext) start(ctx context.Context, c *Client, spn string) ([]byte, error) {
-	c.mu.Lock()
-	cur := c.cur
-	c.mu.Unlock()
+	cur := c.cur.Load()
 	if cur == nil || cur.creds == nil {
 		if _, err := c.Credentials(ctx); err != nil {
 			return nil, err
 		}
-		c.mu.Lock()
-		cur = c.cur
-		c.mu.Unlock()
+		cur = c.cur.Load()
 		if cur.creds == nil {
 			return nil, errors.New("gss: the server asked for GSSAPI authentication but no Kerberos credentials are available")
 		}
