@@ -44,8 +44,12 @@ type sealKeys struct {
 	// aes256-cts-hmac-sha1-96 at 16 KiB). SHA-384 (128-byte blocks, no
 	// SHA-NI) gained nothing: its chunk is the whole message.
 	chunk int
-	sum   []byte // scratch for mac.Sum
+	sum   []byte     // scratch for mac.Sum
+	tmp   ctsScratch // scratch for the ciphertext stealing
 }
+
+// ctsScratch holds the blocks the last two CTS blocks are computed in.
+type ctsScratch [3][aes.BlockSize]byte
 
 func newSealKeys(et etype.EType, key []byte, usage uint32) (*sealKeys, error) {
 	ke, err := deriveKey(et, key, common.GetUsageKe(usage))
@@ -213,7 +217,7 @@ func (k *sealKeys) seal(buf []byte) {
 				k.enc.CryptBlocks(c, c)
 			}
 			k.mac.Write(pt[full:])
-			ctsEncryptTail(k.block, pt, full, lastLen)
+			ctsEncryptTail(k.block, &k.tmp, pt, full, lastLen)
 		} else {
 			// The HMAC trails the CBC by one chunk; the last CBC block,
 			// which ciphertext stealing moves, is hashed after the tail.
@@ -225,7 +229,7 @@ func (k *sealKeys) seal(buf []byte) {
 				done = off
 			}
 			k.mac.Write(pt[done : full-bs])
-			ctsEncryptTail(k.block, pt, full, lastLen)
+			ctsEncryptTail(k.block, &k.tmp, pt, full, lastLen)
 			k.mac.Write(pt[full-bs:])
 		}
 	}
@@ -251,10 +255,10 @@ func (k *sealKeys) open(first *[aes.BlockSize]byte, rest, body []byte) bool {
 		if !hmac.Equal(k.sum[:k.hmacLen], mac) {
 			return false
 		}
-		ctsDecryptWith(k.block, k.dec, first, rest, ct)
+		ctsDecryptWith(k.block, k.dec, &k.tmp, first, rest, ct)
 		return true
 	}
-	ctsDecryptWith(k.block, k.dec, first, rest, ct)
+	ctsDecryptWith(k.block, k.dec, &k.tmp, first, rest, ct)
 	k.mac.Write(first[:])
 	k.mac.Write(rest)
 	k.sum = k.mac.Sum(k.sum[:0])
@@ -281,18 +285,20 @@ func ctsEncrypt(block cipher.Block, buf []byte) {
 	}
 	full := n - lastLen // all complete blocks before the last (partial) one
 	cipher.NewCBCEncrypter(block, zeroBlock[:]).CryptBlocks(buf[:full], buf[:full])
-	ctsEncryptTail(block, buf, full, lastLen)
+	ctsEncryptTail(block, new(ctsScratch), buf, full, lastLen)
 }
 
 // ctsEncryptTail finishes ctsEncrypt of buf (more than one block) once
 // buf[:full] is CBC-encrypted: it encrypts the last lastLen bytes (zero
 // padded) chained on the last CBC block and swaps the two, truncating the
 // moved block to lastLen bytes (RFC 3962 §5).
-func ctsEncryptTail(block cipher.Block, buf []byte, full, lastLen int) {
+// tmp is scratch space (passed in so that nothing escapes to the heap per
+// message).
+func ctsEncryptTail(block cipher.Block, tmp *ctsScratch, buf []byte, full, lastLen int) {
 	const bs = aes.BlockSize
-	var prev, last [bs]byte
-	copy(prev[:], buf[full-bs:full]) // E(P[n-1] ^ C[n-2])
-	copy(last[:], buf[full:])        // P[n], zero padded
+	prev, last := &tmp[0], &tmp[1]
+	copy(prev[:], buf[full-bs:full])        // E(P[n-1] ^ C[n-2])
+	clear(last[copy(last[:], buf[full:]):]) // P[n], zero padded
 	subtle.XORBytes(last[:], last[:], prev[:])
 	block.Encrypt(last[:], last[:])
 	copy(buf[full-bs:full], last[:])
@@ -303,12 +309,12 @@ func ctsEncryptTail(block cipher.Block, buf []byte, full, lastLen int) {
 // first plaintext block goes to first, the remaining len(ct)-16 bytes to
 // rest, which must not overlap ct.
 func ctsDecrypt(block cipher.Block, first *[aes.BlockSize]byte, rest, ct []byte) {
-	ctsDecryptWith(block, cipher.NewCBCDecrypter(block, zeroBlock[:]).(cbcMode), first, rest, ct)
+	ctsDecryptWith(block, cipher.NewCBCDecrypter(block, zeroBlock[:]).(cbcMode), new(ctsScratch), first, rest, ct)
 }
 
 // ctsDecryptWith is ctsDecrypt with dec, a CBC decrypter over block whose IV
-// it sets.
-func ctsDecryptWith(block cipher.Block, dec cbcMode, first *[aes.BlockSize]byte, rest, ct []byte) {
+// it sets, and scratch space tmp.
+func ctsDecryptWith(block cipher.Block, dec cbcMode, tmp *ctsScratch, first *[aes.BlockSize]byte, rest, ct []byte) {
 	const bs = aes.BlockSize
 	n := len(ct)
 	if n < bs || len(rest) != n-bs {
@@ -338,7 +344,7 @@ func ctsDecryptWith(block cipher.Block, dec cbcMode, first *[aes.BlockSize]byte,
 		cprev = ct[tail-bs : tail]
 	}
 	cn := ct[tail+bs:] // the stolen, truncated C[n-1] (lastLen bytes)
-	var x, cn1, pn1 [bs]byte
+	x, cn1, pn1 := &tmp[0], &tmp[1], &tmp[2]
 	block.Decrypt(x[:], ct[tail:tail+bs]) // P[n] zero padded ^ C[n-1]
 	copy(cn1[:], cn)
 	copy(cn1[lastLen:], x[lastLen:])
@@ -346,7 +352,7 @@ func ctsDecryptWith(block cipher.Block, dec cbcMode, first *[aes.BlockSize]byte,
 	subtle.XORBytes(pn1[:], pn1[:], cprev)
 	var pn []byte
 	if tail == 0 {
-		*first = pn1
+		*first = *pn1
 		pn = rest[:lastLen]
 	} else {
 		copy(rest[tail-bs:], pn1[:])
