@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -28,13 +29,27 @@ import (
 // direction, under that direction's lock.
 type sealKeys struct {
 	block   cipher.Block
+	enc     cbcMode // CBC encrypter over block, IV reset per message
+	dec     cbcMode // CBC decrypter over block
 	mac     hash.Hash
 	hmacLen int
 	// rfc8009: the checksum is HMAC(Ki, IV | ciphertext) with a zero IV;
 	// otherwise (RFC 3962) HMAC(Ki, confounder | plaintext).
 	rfc8009 bool
-	sum     []byte // scratch for mac.Sum
+	// chunk is how many bytes seal runs through AES-CBC between two HMAC
+	// writes. CBC encryption is a chain of dependent AES rounds that
+	// leaves the CPU's other units idle; alternating it with the HMAC in
+	// chunks of one hash block, small enough for the CPU's reorder window,
+	// lets the two overlap (measured on AMD EPYC with SHA-NI: +20% for
+	// aes256-cts-hmac-sha1-96 at 16 KiB). SHA-384 (128-byte blocks, no
+	// SHA-NI) gained nothing: its chunk is the whole message.
+	chunk int
+	sum   []byte     // scratch for mac.Sum
+	tmp   ctsScratch // scratch for the ciphertext stealing
 }
+
+// ctsScratch holds the blocks the last two CTS blocks are computed in.
+type ctsScratch [3][aes.BlockSize]byte
 
 func newSealKeys(et etype.EType, key []byte, usage uint32) (*sealKeys, error) {
 	ke, err := deriveKey(et, key, common.GetUsageKe(usage))
@@ -50,19 +65,38 @@ func newSealKeys(et etype.EType, key []byte, usage uint32) (*sealKeys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gss: encryption key: %v", err)
 	}
+	enc, ok1 := cipher.NewCBCEncrypter(block, zeroBlock[:]).(cbcMode)
+	dec, ok2 := cipher.NewCBCDecrypter(block, zeroBlock[:]).(cbcMode)
+	if !ok1 || !ok2 {
+		return nil, errors.New("gss: the standard library's AES-CBC has no SetIV")
+	}
 	mac := hmac.New(et.GetHashFunc(), ki)
 	clear(ki)
 	id := et.GetETypeID()
+	chunk := math.MaxInt
+	if mac.BlockSize() == 64 {
+		chunk = 64
+	}
 	return &sealKeys{
 		block:   block,
+		enc:     enc,
+		dec:     dec,
 		mac:     mac,
 		hmacLen: et.GetHMACBitLength() / 8,
 		rfc8009: id == etypeID.AES128_CTS_HMAC_SHA256_128 || id == etypeID.AES256_CTS_HMAC_SHA384_192,
+		chunk:   chunk,
 		sum:     make([]byte, 0, mac.Size()),
 	}, nil
 }
 
 var zeroBlock [aes.BlockSize]byte
+
+// cbcMode is the standard library's CBC cipher.BlockMode, whose SetIV lets
+// one encrypter (and its copy of the AES key schedule) serve every message.
+type cbcMode interface {
+	cipher.BlockMode
+	SetIV(iv []byte)
+}
 
 // deriveKey is et.DeriveKey(key, constant). For the RFC 3962 enctypes
 // (aes128/aes256-cts-hmac-sha1-96) it computes RFC 3961 §5.1 DK itself:
@@ -151,16 +185,53 @@ func decryptMessage(et etype.EType, key []byte, usage uint32, ct []byte) ([]byte
 // seal encrypts buf[:n-hmacLen] in place, where buf holds confounder |
 // message | room for the checksum (len(buf) = n), and writes the checksum into
 // the last hmacLen bytes. len(buf)-hmacLen must be at least one block.
+// The result is ctsEncrypt of the plaintext followed by the HMAC of RFC 3962
+// §6 (over the plaintext) or RFC 8009 §5 (over a zero IV and the ciphertext).
 func (k *sealKeys) seal(buf []byte) {
+	const bs = aes.BlockSize
 	pt := buf[:len(buf)-k.hmacLen]
+	n := len(pt)
 	k.mac.Reset()
-	if !k.rfc8009 {
-		k.mac.Write(pt)
-	}
-	ctsEncrypt(k.block, pt)
 	if k.rfc8009 {
 		k.mac.Write(zeroBlock[:])
-		k.mac.Write(pt)
+	}
+	if n == bs {
+		if !k.rfc8009 {
+			k.mac.Write(pt)
+		}
+		k.block.Encrypt(pt, pt)
+		if k.rfc8009 {
+			k.mac.Write(pt)
+		}
+	} else {
+		lastLen := n % bs
+		if lastLen == 0 {
+			lastLen = bs
+		}
+		full := n - lastLen
+		k.enc.SetIV(zeroBlock[:])
+		if !k.rfc8009 {
+			for off := 0; off < full; off += k.chunk {
+				c := pt[off:min(off+k.chunk, full)]
+				k.mac.Write(c)
+				k.enc.CryptBlocks(c, c)
+			}
+			k.mac.Write(pt[full:])
+			ctsEncryptTail(k.block, &k.tmp, pt, full, lastLen)
+		} else {
+			// The HMAC trails the CBC by one chunk; the last CBC block,
+			// which ciphertext stealing moves, is hashed after the tail.
+			done := 0
+			for off := 0; off < full; off += k.chunk {
+				end := min(off+k.chunk, full)
+				k.enc.CryptBlocks(pt[off:end], pt[off:end])
+				k.mac.Write(pt[done:off])
+				done = off
+			}
+			k.mac.Write(pt[done : full-bs])
+			ctsEncryptTail(k.block, &k.tmp, pt, full, lastLen)
+			k.mac.Write(pt[full-bs:])
+		}
 	}
 	k.sum = k.mac.Sum(k.sum[:0])
 	copy(buf[len(pt):], k.sum[:k.hmacLen])
@@ -170,7 +241,9 @@ func (k *sealKeys) seal(buf []byte) {
 // plaintext block (the confounder) goes to first, the rest to rest, which
 // must have len(body)-hmacLen-16 bytes and must not overlap body. It reports
 // whether the checksum matched; on false the content of rest is undefined.
-// len(body)-hmacLen must be at least one block.
+// len(body)-hmacLen must be at least one block. Unlike seal it runs the CBC
+// and the HMAC one after the other: CBC decryption of independent blocks
+// already keeps the CPU's AES units busy, and chunking only added calls.
 func (k *sealKeys) open(first *[aes.BlockSize]byte, rest, body []byte) bool {
 	ct, mac := body[:len(body)-k.hmacLen], body[len(body)-k.hmacLen:]
 	k.mac.Reset()
@@ -182,10 +255,10 @@ func (k *sealKeys) open(first *[aes.BlockSize]byte, rest, body []byte) bool {
 		if !hmac.Equal(k.sum[:k.hmacLen], mac) {
 			return false
 		}
-		ctsDecrypt(k.block, first, rest, ct)
+		ctsDecryptWith(k.block, k.dec, &k.tmp, first, rest, ct)
 		return true
 	}
-	ctsDecrypt(k.block, first, rest, ct)
+	ctsDecryptWith(k.block, k.dec, &k.tmp, first, rest, ct)
 	k.mac.Write(first[:])
 	k.mac.Write(rest)
 	k.sum = k.mac.Sum(k.sum[:0])
@@ -212,9 +285,20 @@ func ctsEncrypt(block cipher.Block, buf []byte) {
 	}
 	full := n - lastLen // all complete blocks before the last (partial) one
 	cipher.NewCBCEncrypter(block, zeroBlock[:]).CryptBlocks(buf[:full], buf[:full])
-	var prev, last [bs]byte
-	copy(prev[:], buf[full-bs:full]) // E(P[n-1] ^ C[n-2])
-	copy(last[:], buf[full:])        // P[n], zero padded
+	ctsEncryptTail(block, new(ctsScratch), buf, full, lastLen)
+}
+
+// ctsEncryptTail finishes ctsEncrypt of buf (more than one block) once
+// buf[:full] is CBC-encrypted: it encrypts the last lastLen bytes (zero
+// padded) chained on the last CBC block and swaps the two, truncating the
+// moved block to lastLen bytes (RFC 3962 §5).
+// tmp is scratch space (passed in so that nothing escapes to the heap per
+// message).
+func ctsEncryptTail(block cipher.Block, tmp *ctsScratch, buf []byte, full, lastLen int) {
+	const bs = aes.BlockSize
+	prev, last := &tmp[0], &tmp[1]
+	copy(prev[:], buf[full-bs:full])        // E(P[n-1] ^ C[n-2])
+	clear(last[copy(last[:], buf[full:]):]) // P[n], zero padded
 	subtle.XORBytes(last[:], last[:], prev[:])
 	block.Encrypt(last[:], last[:])
 	copy(buf[full-bs:full], last[:])
@@ -225,6 +309,12 @@ func ctsEncrypt(block cipher.Block, buf []byte) {
 // first plaintext block goes to first, the remaining len(ct)-16 bytes to
 // rest, which must not overlap ct.
 func ctsDecrypt(block cipher.Block, first *[aes.BlockSize]byte, rest, ct []byte) {
+	ctsDecryptWith(block, cipher.NewCBCDecrypter(block, zeroBlock[:]).(cbcMode), new(ctsScratch), first, rest, ct)
+}
+
+// ctsDecryptWith is ctsDecrypt with dec, a CBC decrypter over block whose IV
+// it sets, and scratch space tmp.
+func ctsDecryptWith(block cipher.Block, dec cbcMode, tmp *ctsScratch, first *[aes.BlockSize]byte, rest, ct []byte) {
 	const bs = aes.BlockSize
 	n := len(ct)
 	if n < bs || len(rest) != n-bs {
@@ -245,7 +335,8 @@ func ctsDecrypt(block cipher.Block, first *[aes.BlockSize]byte, rest, ct []byte)
 	if tail > 0 {
 		block.Decrypt(first[:], ct[:bs])
 		if tail > bs {
-			cipher.NewCBCDecrypter(block, ct[:bs]).CryptBlocks(rest[:tail-bs], ct[bs:tail])
+			dec.SetIV(ct[:bs])
+			dec.CryptBlocks(rest[:tail-bs], ct[bs:tail])
 		}
 	}
 	cprev := zeroBlock[:]
@@ -253,7 +344,7 @@ func ctsDecrypt(block cipher.Block, first *[aes.BlockSize]byte, rest, ct []byte)
 		cprev = ct[tail-bs : tail]
 	}
 	cn := ct[tail+bs:] // the stolen, truncated C[n-1] (lastLen bytes)
-	var x, cn1, pn1 [bs]byte
+	x, cn1, pn1 := &tmp[0], &tmp[1], &tmp[2]
 	block.Decrypt(x[:], ct[tail:tail+bs]) // P[n] zero padded ^ C[n-1]
 	copy(cn1[:], cn)
 	copy(cn1[lastLen:], x[lastLen:])
@@ -261,7 +352,7 @@ func ctsDecrypt(block cipher.Block, first *[aes.BlockSize]byte, rest, ct []byte)
 	subtle.XORBytes(pn1[:], pn1[:], cprev)
 	var pn []byte
 	if tail == 0 {
-		*first = pn1
+		*first = *pn1
 		pn = rest[:lastLen]
 	} else {
 		copy(rest[tail-bs:], pn1[:])

@@ -145,8 +145,9 @@ type Wrapper struct {
 
 	recvMu   sync.Mutex
 	recvSeq  uint64
-	recvKeys *sealKeys // Ke/Ki for recvUsage, under recvMu
-	recvBuf  []byte    // scratch for rotated or aliased tokens, under recvMu
+	recvKeys *sealKeys           // Ke/Ki for recvUsage, under recvMu
+	recvBuf  []byte              // scratch for rotated or aliased tokens, under recvMu
+	recvConf [aes.BlockSize]byte // the decrypted confounder, under recvMu
 }
 
 // NewWrapper returns a Wrapper for a context whose wrap key is key. initiator
@@ -331,8 +332,7 @@ func (w *Wrapper) Unwrap(dst, token []byte) ([]byte, error) {
 		copy(rotated[n:], body[:r])
 		body = rotated
 	}
-	var confounder [aes.BlockSize]byte
-	if !w.recvKeys.open(&confounder, rest, body) {
+	if !w.recvKeys.open(&w.recvConf, rest, body) {
 		clear(rest)
 		return orig, fmt.Errorf("%w: integrity verification failed", ErrIntegrity)
 	}
