@@ -203,3 +203,15 @@ func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
+
+// ServerVersion returns the major version (for example 15) of the server programs Start runs,
+// so that a test can choose Options.Settings that the server knows before starting it
+// (PostgreSQL refuses to start with an unknown setting). It finds the programs and makes the
+// template cluster as the first Start does, and returns the same errors.
+func ServerVersion(ctx context.Context) (int, error) {
+	e, err := setup(ctx)
+	if err != nil {
+		return 0, interrupted(ctx, "finding the PostgreSQL server", err)
+	}
+	return e.bin.major, nil
+}

@@ -77,6 +77,9 @@ func TestTrustOverTCP(t *testing.T) {
 	if p.Version < 15 {
 		t.Errorf("Version = %d", p.Version)
 	}
+	if v, err := ServerVersion(ctx); err != nil || v != p.Version {
+		t.Errorf("ServerVersion = %d, %v; the server's Version is %d", v, err, p.Version)
+	}
 
 	got := describe(t, ctx, connect(t, ctx, p.DSN("sslmode=disable")))
 	want := session{User: "app", Database: "app", SSL: false, Addr: "127.0.0.1"}
