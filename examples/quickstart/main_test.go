@@ -82,3 +82,23 @@ func TestCompact(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactOtherServer is the DATABASE_URL case: no comparison (no log or proxy to count with),
+// the waterfall of two connects and the request.
+func TestCompactOtherServer(t *testing.T) {
+	pg := harness.StartT(t, harness.Options{})
+	var out bytes.Buffer
+	if err := show(t.Context(), &out, nil, pg.DSN(), options{}); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	t.Logf("output:\n%s", text)
+	for _, want := range []string{"median of the 1\n", "  ssl_request ", "\nwarm ", "\nrequest GET /users/42 "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "pgx stdlib") {
+		t.Error("comparison printed without the throwaway server")
+	}
+}
