@@ -33,7 +33,7 @@ func TestExamplesLeaveNothingBehind(t *testing.T) {
 		exit      int    // the program's exit status
 		says      string // a line of its output
 	}{
-		{name: "quickstart", cmd: []string{quickstart}, says: "== span tree"},
+		{name: "quickstart", cmd: []string{quickstart, "-v"}, says: "== span tree"},
 		// Ctrl-C while the cluster is being made (initdb takes the best part of a second).
 		{name: "quickstart interrupted", cmd: []string{quickstart}, interrupt: "starting a throwaway", exit: 130, says: "quickstart: interrupted"},
 		{name: "jaeger -once", cmd: []string{jaeger, "-jaeger", "-once", "-listen", "127.0.0.1:0"}, says: "spans flushed"},

@@ -1,40 +1,49 @@
-// Command quickstart opens a database/sql pool on pgconnector, connects from several goroutines at
-// once (cold decision cache), then again (warm cache), and prints what was decided and the span
-// tree of every connect.
+// Command quickstart shows what pgconnector saves when it opens PostgreSQL connections for
+// database/sql. On a throwaway local PostgreSQL cluster (TLS off, so sslmode=prefer is answered
+// 'N'), it opens the same number of new connections with pgconnector and with pgx's database/sql
+// driver (github.com/jackc/pgx/v5/stdlib, same connection string) and prints, side by side, the
+// backends the server started, the TCP connections and SSLRequests a proxy in front of it counted,
+// the round trips before the first query and the median connect time. Then the connect waterfall of
+// a cold and a warm pgconnector connection, and the span tree of one request and its statements.
 //
 // In examples/ (the examples' module; from the repository root, bash scripts/quickstart.sh):
 //
 //	go run ./quickstart            # on a throwaway local PostgreSQL cluster
-//	DATABASE_URL=postgres://... go run ./quickstart
+//	DATABASE_URL=postgres://... go run ./quickstart   # waterfall and request only
+//	go run ./quickstart -v         # also connect from 8 goroutines at once, cold then warm, and print every span
 //	go run ./quickstart -json      # also print the spans as the OpenTelemetry stdout exporter writes them
 package main
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/signal"
-	"sort"
-	"strings"
-	"sync"
 	"syscall"
-	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
+// options are the command's flags.
+type options struct {
+	conns   int  // new connections per driver in the comparison
+	workers int  // goroutines connecting at once in the -v rounds
+	verbose bool // -v: also the concurrent rounds and the full span tree
+	json    bool // -json: also every span as the OpenTelemetry stdout exporter writes it
+}
+
 func main() {
-	workers := flag.Int("workers", 8, "goroutines connecting at once")
-	jsonOut := flag.Bool("json", false, "also print every span with the OpenTelemetry stdout exporter")
+	var o options
+	flag.IntVar(&o.conns, "n", 20, "new connections per driver in the comparison, one after the other")
+	flag.IntVar(&o.workers, "workers", 8, "goroutines connecting at once (with -v)")
+	flag.BoolVar(&o.verbose, "v", false, "also connect from -workers goroutines at once, cold then warm, and print every span")
+	flag.BoolVar(&o.json, "json", false, "also print every span with the OpenTelemetry stdout exporter")
 	flag.Parse()
 	log.SetFlags(0)
 	// Ctrl-C, SIGTERM, or a closed stdout (quickstart.sh | head) must not kill the process before
@@ -43,7 +52,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	err := run(ctx, *workers, *jsonOut)
+	err := run(ctx, os.Stdout, o)
 	interrupted := ctx.Err() != nil
 	stop()
 	if interrupted {
@@ -56,173 +65,43 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, workers int, jsonOut bool) error {
+// run starts a throwaway cluster unless DATABASE_URL is set, and shows on it.
+func run(ctx context.Context, w io.Writer, o options) error {
 	dsn := os.Getenv("DATABASE_URL")
+	var pg *harness.Postgres
 	if dsn == "" {
-		fmt.Println("DATABASE_URL is not set: starting a throwaway PostgreSQL cluster (TLS off, trust)...")
+		fmt.Fprintln(w, "DATABASE_URL is not set: starting a throwaway PostgreSQL cluster (TLS off, trust)...")
 		defer harness.Cleanup() // runs after pg.Stop: removes the initdb template too
-		pg, err := harness.Start(ctx, harness.Options{})
+		var err error
+		pg, err = harness.Start(ctx, harness.Options{})
 		if err != nil {
 			return err
 		}
 		defer pg.Stop()
 		dsn = pg.DSN()
-		fmt.Printf("cluster on %s:%d, data in %s\n", pg.Host, pg.Port, pg.DataDir)
+		if o.verbose {
+			fmt.Fprintf(w, "cluster on %s:%d, data in %s\n", pg.Host, pg.Port, pg.DataDir)
+		}
 	}
+	return show(ctx, w, pg, dsn, o)
+}
 
-	// Spans go to an in-memory recorder (printed as a tree below) and, with -json, to the
-	// OpenTelemetry stdout exporter.
-	rec := tracetest.NewSpanRecorder()
-	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(rec)}
-	if jsonOut {
-		exp, err := stdouttrace.New(stdouttrace.WithPrettyPrint())
+// show prints the compact report (compare, waterfall, request) and, with -v, the concurrent rounds.
+// pg is the throwaway server, nil for a DATABASE_URL: then there is no comparison.
+func show(ctx context.Context, w io.Writer, pg *harness.Postgres, dsn string, o options) error {
+	var tpOpts []sdktrace.TracerProviderOption
+	if o.json {
+		exp, err := stdouttrace.New(stdouttrace.WithPrettyPrint(), stdouttrace.WithWriter(w))
 		if err != nil {
 			return err
 		}
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(exp))
 	}
-	tp := sdktrace.NewTracerProvider(tpOpts...)
-	defer tp.Shutdown(ctx)
-	tracer := tp.Tracer("quickstart")
-
-	connector, err := pgconnector.New(dsn, pgconnector.WithTracerProvider(tp))
-	if err != nil {
+	if err := compact(ctx, w, pg, dsn, o.conns, tpOpts); err != nil {
 		return err
 	}
-	db := sql.OpenDB(connector)
-	defer db.Close()
-	db.SetMaxIdleConns(0) // every query opens a new connection, so that each round shows connects
-
-	for _, round := range []string{"cold cache", "warm cache"} {
-		rctx, span := tracer.Start(ctx, "round: "+round)
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		start := time.Now()
-		for i := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var backend int
-				if err := db.QueryRowContext(rctx, "select pg_backend_pid()").Scan(&backend); err != nil {
-					errs <- fmt.Errorf("worker %d: %w", i, err)
-				}
-			}()
-		}
-		wg.Wait()
-		span.End()
-		close(errs)
-		for err := range errs {
-			return err
-		}
-		fmt.Printf("\n== %s: %d goroutines connected in %v\n", round, workers, time.Since(start).Round(time.Millisecond))
-		printDecisions(rec.Ended(), span.SpanContext().SpanID().String())
+	if o.verbose {
+		return rounds(ctx, w, dsn, o.workers, tpOpts)
 	}
-
-	printTree(rec.Ended())
 	return nil
-}
-
-// printDecisions summarises the connects of one round from their spans' attributes.
-func printDecisions(spans []sdktrace.ReadOnlySpan, parent string) {
-	counts := map[string]int{}
-	var keys []string
-	for _, s := range spans {
-		if s.Name() != "postgresql.connect" || s.Parent().SpanID().String() != parent {
-			continue
-		}
-		a := map[string]string{}
-		for _, kv := range s.Attributes() {
-			a[string(kv.Key)] = kv.Value.Emit()
-		}
-		// The plan is on the decision event of the host connected to (one event per host tried).
-		plan := map[string]string{}
-		for _, ev := range s.Events() {
-			if ev.Name != "decision" {
-				continue
-			}
-			e := map[string]string{}
-			for _, kv := range ev.Attributes {
-				e[string(kv.Key)] = kv.Value.Emit()
-			}
-			if e["server.address"] == a["server.address"] && e["server.port"] == a["server.port"] {
-				plan = e
-			}
-		}
-		d := fmt.Sprintf("plan %-9s transport %-5s cache hit %-5s", plan["pgconnector.plan"], a["pgconnector.transport"], a["pgconnector.cache.hit"])
-		if sk := plan["pgconnector.plan.skipped"]; sk != "" {
-			d += " skipped " + sk
-		}
-		if plan["pgconnector.probe.waited"] == "true" {
-			d += " (waited for another connection's probe)"
-		}
-		if counts[d] == 0 {
-			keys = append(keys, d)
-		}
-		counts[d]++
-	}
-	sort.Slice(keys, func(i, j int) bool { // the probe first, then the connects that waited for it
-		return counts[keys[i]] < counts[keys[j]] || counts[keys[i]] == counts[keys[j]] && keys[i] < keys[j]
-	})
-	for _, k := range keys {
-		fmt.Printf("   %2d connect(s): %s\n", counts[k], k)
-	}
-}
-
-// printTree prints the recorded spans as a tree, each with its project and connection attributes.
-func printTree(spans []sdktrace.ReadOnlySpan) {
-	children := map[string][]sdktrace.ReadOnlySpan{}
-	var roots []sdktrace.ReadOnlySpan
-	ids := map[string]bool{}
-	for _, s := range spans {
-		ids[s.SpanContext().SpanID().String()] = true
-	}
-	for _, s := range spans {
-		p := s.Parent().SpanID().String()
-		if s.Parent().IsValid() && ids[p] {
-			children[p] = append(children[p], s)
-		} else {
-			roots = append(roots, s)
-		}
-	}
-	byStart := func(ss []sdktrace.ReadOnlySpan) {
-		sort.Slice(ss, func(i, j int) bool { return ss[i].StartTime().Before(ss[j].StartTime()) })
-	}
-	var walk func(s sdktrace.ReadOnlySpan, depth int)
-	walk = func(s sdktrace.ReadOnlySpan, depth int) {
-		fmt.Printf("%s%s %v%s%s\n", strings.Repeat("  ", depth), s.Name(),
-			s.EndTime().Sub(s.StartTime()).Round(10*time.Microsecond), attrs(s.Attributes()), status(s))
-		for _, ev := range s.Events() {
-			if ev.Name == "decision" { // one per host tried, with its plan
-				fmt.Printf("%s(event) decision%s\n", strings.Repeat("  ", depth+1), attrs(ev.Attributes))
-			}
-		}
-		kids := children[s.SpanContext().SpanID().String()]
-		byStart(kids)
-		for _, k := range kids {
-			walk(k, depth+1)
-		}
-	}
-	byStart(roots)
-	fmt.Println("\n== span tree")
-	for _, r := range roots {
-		walk(r, 0)
-	}
-}
-
-func attrs(kv []attribute.KeyValue) string {
-	var b strings.Builder
-	for _, a := range kv {
-		k := string(a.Key)
-		if strings.HasPrefix(k, "pgconnector.") || k == "server.address" || k == "server.port" || k == "network.peer.address" {
-			fmt.Fprintf(&b, " %s=%s", strings.TrimPrefix(k, "pgconnector."), a.Value.Emit())
-		}
-	}
-	return b.String()
-}
-
-func status(s sdktrace.ReadOnlySpan) string {
-	if s.Status().Code.String() == "Error" {
-		return "  ERROR: " + s.Status().Description
-	}
-	return ""
 }
