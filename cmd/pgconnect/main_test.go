@@ -171,3 +171,84 @@ func TestUsage(t *testing.T) {
 		t.Errorf("exit %d, %q", code, errOut.String())
 	}
 }
+
+// kerberos starts a KDC with the user alice, puts her ticket in a credential cache and points
+// the environment at them, as a client with a ticket would run the command.
+func kerberos(t *testing.T) *harness.KDC {
+	t.Helper()
+	k := harness.StartKDCT(t, harness.KDCOptions{})
+	if _, err := k.AddPrincipal("alice"); err != nil {
+		t.Fatal(err)
+	}
+	ccache := filepath.Join(t.TempDir(), "alice.ccache")
+	if err := k.Kinit(ccache, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range k.Env(ccache) {
+		name, value, _ := strings.Cut(kv, "=")
+		t.Setenv(name, value)
+	}
+	return k
+}
+
+func gssServer(t *testing.T, k *harness.KDC, hba string) *harness.Postgres {
+	t.Helper()
+	p := harness.StartT(t, harness.Options{GSS: &harness.GSSOptions{KDC: k, Keytab: true}, HBA: []string{hba}})
+	if err := p.CreateRole("alice"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// With a ticket: a hostgssenc server is reached over GSS encryption; a server whose pg_hba has
+// only hostnogssenc lines answers 'G' and then refuses, which costs libpq a second socket on every
+// connect and pgconnector only until it remembers.
+func TestExplainGSS(t *testing.T) {
+	k := kerberos(t)
+	enc := gssServer(t, k, "hostgssenc all all 127.0.0.1/32 gss include_realm=0 krb_realm="+k.Realm)
+	nogss := gssServer(t, k, "hostnogssenc all all 127.0.0.1/32 trust")
+
+	t.Run("hostgssenc", func(t *testing.T) {
+		code, out, _ := explainT(t, "-json", "host=localhost port="+strconv.Itoa(enc.Port)+" user=alice dbname="+enc.Database)
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		rep := decodeT(t, out)
+		for _, cn := range rep.Connects {
+			if cn.Transport != "gss" || cn.Auth != "gss-or-trust" || !strings.Contains(stepNames(cn), "gssenc_request") || !strings.Contains(stepNames(cn), "gss_context") {
+				t.Errorf("%s: %s, auth %s, steps %s", cn.Run, cn.Transport, cn.Auth, stepNames(cn))
+			}
+			if len(cn.Decisions) != 1 || cn.Decisions[0].Credentials != "valid" || !strings.HasPrefix(cn.Decisions[0].Plan, "gss") {
+				t.Errorf("%s: decisions %+v", cn.Run, cn.Decisions)
+			}
+		}
+		c := rep.Compare[0]
+		if c.Libpq.Transport != "gss" || c.Libpq.Sockets != 1 || !c.Answers.GSSEstablished || c.Pgx.Note == "" {
+			t.Errorf("compare %+v", c)
+		}
+	})
+	t.Run("hostnogssenc", func(t *testing.T) {
+		code, out, _ := explainT(t, "-n", "3", "-json", "host=localhost port="+strconv.Itoa(nogss.Port)+" user=alice dbname="+nogss.Database)
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		rep := decodeT(t, out)
+		last := rep.Connects[len(rep.Connects)-1]
+		cold := rep.Connects[0]
+		if cold.Transport != "plain" || cold.Sockets != 2 || !strings.Contains(stepNames(cold), "gssenc_request") || !strings.Contains(stepNames(cold), "fallback") {
+			t.Errorf("cold: %s, %d sockets, steps %s", cold.Transport, cold.Sockets, stepNames(cold))
+		}
+		if last.Transport != "plain" || last.Sockets != 1 || strings.Contains(stepNames(last), "gssenc_request") {
+			t.Errorf("%s: %s, %d sockets, steps %s", last.Run, last.Transport, last.Sockets, stepNames(last))
+		}
+		c := rep.Compare[0]
+		if c.Answers.GSS != "G" || c.Answers.GSSEstablished || c.Libpq.Sockets != 2 || c.Libpq.Backends != 2 || c.Pgx.Sockets != 2 {
+			t.Errorf("compare %+v", c)
+		}
+		code, out, _ = explainT(t, "host=localhost port="+strconv.Itoa(nogss.Port)+" user=alice dbname="+nogss.Database)
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		wantIn(t, out, "gss.answer=G", "Kerberos credentials: valid", "libpq  2 socket(s), 2 backend(s)", "GSS refused after 'G'")
+	})
+}
