@@ -91,7 +91,16 @@ func stepNote(st Step) string {
 		parts = append(parts, k+"="+st.Attrs[k])
 	}
 	if st.Error != "" {
-		parts = append(parts, "error: "+st.Error)
+		msg := st.Error
+		// pgx's "failed to connect to `user=... database=...`: addr (host): server error: " says
+		// again what the connect's lines say.
+		for _, sep := range []string{"server error: ", "dial error: "} {
+			if i := strings.LastIndex(msg, sep); i >= 0 {
+				msg = msg[i+len(sep):]
+				break
+			}
+		}
+		parts = append(parts, "error: "+msg)
 	}
 	if len(parts) == 0 {
 		return ""
