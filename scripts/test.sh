@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Every Go module of the repository, the library (.) first: beside it, with a go.mod of its own,
-# the benchmark command (cmd/pgconnect-bench) and the examples with their end-to-end tests
+# the explain command (cmd/pgconnect), the benchmark command (cmd/pgconnect-bench) and the examples with their end-to-end tests
 # (examples). ./... stops at a nested go.mod, so each module is run on its own.
 mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -not -path './.git/*' -printf '%h\n' | sort)
 

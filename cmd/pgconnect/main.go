@@ -1,0 +1,366 @@
+// Command pgconnect explains how pgconnector connects to a server.
+//
+//	pgconnect explain [-n N] [-json] [-timeout D] [DSN]
+//
+// connects to the DSN (or, without one, what the PG* environment says, as libpq) once cold and N
+// times warm (default 1) with one connector, and prints per connect the decision and why (the
+// modes, the plan, what the cache remembered, the Kerberos credentials), each step with its
+// duration as a text waterfall, the result (host, transport, server version, authentication
+// method), and what libpq and pgx would have spent on the same server: sockets, backends and
+// round trips, estimated from the server's answers with their rules (see EstimateLibpq and
+// EstimatePgx). The steps come from the connector's spans (README, Spans). -json prints the same
+// as one JSON document. The exit status is 1 when a connect fails, and the output names the step
+// that failed; 2 for bad arguments. The password is never printed.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/pgconnector/pgconnector"
+	"github.com/pgconnector/pgconnector/negotiation"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: pgconnect explain [-n N] [-json] [-timeout D] [DSN]
+
+Connects once cold and N times warm, and explains each connect. Without a DSN,
+the PG* environment (PGHOST, PGPORT, PGUSER, PGSSLMODE, PGGSSENCMODE...) applies.
+`
+
+// Report is what explain prints, -json as it is.
+type Report struct {
+	Target     string    `json:"target"` // host, port, user, dbname and modes; never the password
+	SSLMode    string    `json:"sslmode"`
+	GSSEncMode string    `json:"gssencmode"`
+	Connects   []Connect `json:"connects"`
+	// Compare is what libpq and pgx would have spent per connect, per host connected to,
+	// estimated from the server's answers.
+	Compare []Comparison `json:"compare,omitempty"`
+	// FailedStep and Error say why the last connect failed; empty on success.
+	FailedStep string `json:"failed_step,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Connect is one connect: its decisions, steps and result.
+type Connect struct {
+	Run        string     `json:"run"` // cold, warm 1, warm 2, ...
+	DurationMS float64    `json:"duration_ms"`
+	Decisions  []Decision `json:"decisions"`
+	Steps      []Step     `json:"steps"`
+	Host       string     `json:"host,omitempty"`
+	Port       int64      `json:"port,omitempty"`
+	Transport  string     `json:"transport,omitempty"` // plain, tls, gss
+	Auth       string     `json:"auth,omitempty"`      // pgconnector.auth.method of the startup
+	Server     string     `json:"server_version,omitempty"`
+	CacheHit   *bool      `json:"cache_hit,omitempty"`
+	Sockets    int64      `json:"sockets"`
+	RoundTrips int        `json:"round_trips"` // before the StartupMessage, counted as Cost counts
+	FailedStep string     `json:"failed_step,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	Answers    Answers    `json:"answers"`
+}
+
+// Decision is one host's plan, from the connect span's decision event.
+type Decision struct {
+	Host        string `json:"host"`
+	Port        int64  `json:"port"`
+	Plan        string `json:"plan"`
+	Skipped     string `json:"skipped,omitempty"`
+	CacheHit    *bool  `json:"cache_hit,omitempty"`
+	ProbeWaited bool   `json:"probe_waited,omitempty"`
+	Credentials string `json:"gss_credentials,omitempty"`
+}
+
+// Step is one child span of the connect: its start relative to the connect's and its duration.
+type Step struct {
+	Name       string            `json:"name"` // the span name without "postgresql."
+	StartMS    float64           `json:"start_ms"`
+	DurationMS float64           `json:"duration_ms"`
+	Attrs      map[string]string `json:"attributes,omitempty"`
+	Error      string            `json:"error,omitempty"`
+}
+
+// Comparison is what libpq and pgx would have spent on one host.
+type Comparison struct {
+	Host    string  `json:"host"`
+	Port    int64   `json:"port"`
+	Answers Answers `json:"answers"`
+	Libpq   Cost    `json:"libpq"`
+	Pgx     Cost    `json:"pgx"`
+	Basis   string  `json:"basis"`
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "explain" {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	warm := fs.Int("n", 1, "warm connects after the cold one")
+	asJSON := fs.Bool("json", false, "print one JSON document")
+	timeout := fs.Duration("timeout", 30*time.Second, "time limit of each connect")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() > 1 || *warm < 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	rep, err := explain(fs.Arg(0), *warm, *timeout)
+	if err != nil {
+		fmt.Fprintln(stderr, "pgconnect:", err)
+		return 2
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "pgconnect:", err)
+			return 1
+		}
+	} else {
+		printText(stdout, rep)
+	}
+	if rep.FailedStep != "" || rep.Error != "" {
+		if *asJSON {
+			fmt.Fprintf(stderr, "pgconnect: failed at %s: %s\n", rep.FailedStep, rep.Error)
+		}
+		return 1
+	}
+	return 0
+}
+
+// explain connects once cold and warm times warm with one connector and reports each connect.
+// The error is for a connection string that does not parse; a failed connect is in the report.
+func explain(dsn string, warm int, timeout time.Duration) (*Report, error) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	c, err := pgconnector.New(dsn, pgconnector.WithTracerProvider(tp))
+	if err != nil {
+		return nil, err // a *ParseError: names the key, never the password
+	}
+	defer c.Close()
+	s := c.Settings()
+	rep := &Report{GSSEncMode: s.GSSEncMode.String(), Target: target(s)}
+	if len(s.Hosts) > 0 {
+		rep.SSLMode = s.Hosts[0].SSLMode.String()
+	}
+	seen := 0
+	hosts := map[string]*Comparison{}
+	var order []string
+	for i := 0; i <= warm; i++ {
+		name := "cold"
+		if i > 0 {
+			name = fmt.Sprintf("warm %d", i)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		conn, err := c.ConnectPgx(ctx, nil)
+		version := ""
+		if err == nil {
+			version = conn.PgConn().ParameterStatus("server_version")
+			conn.Close(ctx)
+		}
+		cancel()
+		spans := rec.Ended()
+		cn := fromSpans(spans[seen:])
+		seen = len(spans)
+		cn.Run, cn.Server = name, version
+		if err != nil {
+			if cn.FailedStep == "" {
+				cn.FailedStep = "connect"
+			}
+			cn.Error = errorText(err)
+			rep.Connects = append(rep.Connects, cn)
+			rep.FailedStep, rep.Error = cn.FailedStep, cn.Error
+			break
+		}
+		key := fmt.Sprintf("%s:%d", cn.Host, cn.Port)
+		cmp := hosts[key]
+		if cmp == nil {
+			cmp = &Comparison{Host: cn.Host, Port: cn.Port}
+			hosts[key] = cmp
+			order = append(order, key)
+		}
+		merge(&cmp.Answers, cn.Answers)
+		rep.Connects = append(rep.Connects, cn)
+	}
+	creds := false
+	for _, cn := range rep.Connects {
+		for _, d := range cn.Decisions {
+			creds = creds || d.Credentials == "valid"
+		}
+	}
+	m := Modes{SSLMode: rep.SSLMode, GSSEncMode: rep.GSSEncMode, Credentials: creds}
+	for _, k := range order {
+		cmp := hosts[k]
+		cmp.Libpq = EstimateLibpq(m, cmp.Answers)
+		cmp.Pgx = EstimatePgx(m, cmp.Answers)
+		cmp.Basis = "estimated from the server's answers"
+		rep.Compare = append(rep.Compare, *cmp)
+	}
+	return rep, nil
+}
+
+// merge keeps what any connect learned of the server (a warm connect may not ask).
+func merge(dst *Answers, a Answers) {
+	if a.SSL != "" {
+		dst.SSL = a.SSL
+	}
+	if a.GSS != "" {
+		dst.GSS = a.GSS
+	}
+	dst.GSSEstablished = dst.GSSEstablished || a.GSSEstablished
+}
+
+// errorText is the connect error (which never holds a secret) without the "pgconnector: host
+// H:P (addr): step: " prefix that the failed step already says, for a one-host connect.
+func errorText(err error) string {
+	var ce *negotiation.ConnectError
+	if errors.As(err, &ce) && len(ce.Hosts) == 1 && ce.Hosts[0].Step != "" {
+		msg := ce.Hosts[0].Error()
+		if i := strings.Index(msg, ": "+ce.Hosts[0].Step+": "); i >= 0 {
+			return msg[i+len(ce.Hosts[0].Step)+4:]
+		}
+		return msg
+	}
+	return err.Error()
+}
+
+// target describes the connection string without its password.
+func target(s *pgconnector.Settings) string {
+	var hosts []string
+	for _, h := range s.Hosts {
+		hosts = append(hosts, fmt.Sprintf("%s:%d", h.Host, h.Port))
+	}
+	return fmt.Sprintf("%s user=%s dbname=%s", strings.Join(hosts, ","), s.Config.User, s.Config.Database)
+}
+
+// fromSpans builds a Connect from the spans one connect ended: its postgresql.connect span
+// (the last one, should there be several) and that span's children.
+func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
+	var root sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() == "postgresql.connect" {
+			root = s
+		}
+	}
+	var cn Connect
+	if root == nil {
+		return cn
+	}
+	t0 := root.StartTime()
+	cn.DurationMS = ms(root.EndTime().Sub(t0))
+	ra := attrs(root.Attributes())
+	cn.Host, cn.Port = ra["server.address"].AsString(), ra["server.port"].AsInt64()
+	cn.Transport = ra["pgconnector.transport"].AsString()
+	cn.Sockets = ra["pgconnector.attempts"].AsInt64()
+	if v, ok := ra["pgconnector.cache.hit"]; ok {
+		b := v.AsBool()
+		cn.CacheHit = &b
+	}
+	for _, e := range root.Events() {
+		if e.Name != "decision" {
+			continue
+		}
+		ea := attrs(e.Attributes)
+		d := Decision{
+			Host: ea["server.address"].AsString(), Port: ea["server.port"].AsInt64(),
+			Plan: ea["pgconnector.plan"].AsString(), Skipped: ea["pgconnector.plan.skipped"].AsString(),
+			ProbeWaited: ea["pgconnector.probe.waited"].AsBool(),
+		}
+		if v, ok := ea["pgconnector.gss.credentials"]; ok {
+			d.Credentials = "none"
+			if v.AsBool() {
+				d.Credentials = "valid"
+			}
+		}
+		if v, ok := ea["pgconnector.cache.hit"]; ok {
+			b := v.AsBool()
+			d.CacheHit = &b
+		}
+		cn.Decisions = append(cn.Decisions, d)
+	}
+	var kids []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Parent().SpanID() == root.SpanContext().SpanID() && s.Parent().TraceID() == root.SpanContext().TraceID() {
+			kids = append(kids, s)
+		}
+	}
+	sort.SliceStable(kids, func(i, j int) bool { return kids[i].StartTime().Before(kids[j].StartTime()) })
+	for _, s := range kids {
+		name := strings.TrimPrefix(s.Name(), "postgresql.")
+		st := Step{Name: name, StartMS: ms(s.StartTime().Sub(t0)), DurationMS: ms(s.EndTime().Sub(s.StartTime())), Attrs: map[string]string{}}
+		sa := attrs(s.Attributes())
+		for _, kv := range s.Attributes() {
+			k := string(kv.Key)
+			if strings.HasPrefix(k, "pgconnector.") || k == "tls.protocol.version" || k == "network.peer.port" || k == "error.type" {
+				st.Attrs[strings.TrimPrefix(k, "pgconnector.")] = kv.Value.Emit()
+			}
+		}
+		if s.Status().Code == codes.Error {
+			st.Error = s.Status().Description
+			if st.Error == "" {
+				st.Error = "failed"
+			}
+			cn.FailedStep = name
+		}
+		switch name {
+		case "tcp_connect", "ssl_request", "gssenc_request", "tls_handshake", "gss_context":
+			if st.Error == "" || name != "tcp_connect" {
+				cn.RoundTrips++
+			}
+		}
+		switch name {
+		case "ssl_request":
+			if v := sa["pgconnector.ssl.answer"].AsString(); v != "" {
+				cn.Answers.SSL = v
+			}
+		case "gssenc_request":
+			if v := sa["pgconnector.gss.answer"].AsString(); v != "" {
+				cn.Answers.GSS = v
+			}
+		case "startup":
+			if st.Error == "" {
+				cn.Auth = sa["pgconnector.auth.method"].AsString()
+			}
+		}
+		if len(st.Attrs) == 0 {
+			st.Attrs = nil
+		}
+		cn.Steps = append(cn.Steps, st)
+	}
+	if cn.Transport == "gss" {
+		cn.Answers.GSSEstablished = true
+		cn.Answers.GSS = "G"
+	}
+	return cn
+}
+
+func attrs(kvs []attribute.KeyValue) map[string]attribute.Value {
+	m := make(map[string]attribute.Value, len(kvs))
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value
+	}
+	return m
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

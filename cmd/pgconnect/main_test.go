@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
+)
+
+func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
+
+// explainT runs the command with args and returns its exit code and what it printed.
+func explainT(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(append([]string{"explain"}, args...), &out, &errOut)
+	t.Logf("exit %d\n%s%s", code, out.String(), errOut.String())
+	return code, out.String(), errOut.String()
+}
+
+// noKerberos points the Kerberos environment at nothing, so that GSS is not tried.
+func noKerberos(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("KRB5_CONFIG", filepath.Join(dir, "krb5.conf"))
+	t.Setenv("KRB5CCNAME", "FILE:"+filepath.Join(dir, "none"))
+	t.Setenv("KRB5_CLIENT_KTNAME", "")
+}
+
+func wantIn(t *testing.T, out string, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q", s)
+		}
+	}
+}
+
+func decodeT(t *testing.T, out string) Report {
+	t.Helper()
+	var rep Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not one JSON document: %v", err)
+	}
+	return rep
+}
+
+func stepNames(cn Connect) string {
+	var names []string
+	for _, s := range cn.Steps {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// A server without TLS: the cold connect asks (SSLRequest, 'N', plaintext on the same socket),
+// the warm ones go straight to the startup; libpq pays the SSLRequest every time, pgx a second
+// socket and backend.
+func TestExplainPlain(t *testing.T) {
+	noKerberos(t)
+	p := harness.StartT(t, harness.Options{Auth: "scram-sha-256"})
+	code, out, _ := explainT(t, "-n", "2", p.DSN())
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if strings.Contains(out, p.Password) {
+		t.Fatal("the output holds the password")
+	}
+	wantIn(t, out, "cold connect", "warm 1 connect", "warm 2 connect",
+		"plan ssl,plain", "cache miss: asks the server", "plan plain (left out: ssl, remembered), cache hit",
+		"ssl_request", "ssl.answer=N", "tcp_connect", "startup",
+		"over plain", "auth scram-sha-256",
+		"estimated from the server's answers",
+		"libpq  1 socket(s), 1 backend(s), 2 round trip(s) before startup, plain",
+		"pgx    2 socket(s), 2 backend(s), 3 round trip(s) before startup, plain")
+
+	code, out, _ = explainT(t, "-json", p.DSN())
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	rep := decodeT(t, out)
+	if len(rep.Connects) != 2 || rep.SSLMode != "prefer" || rep.GSSEncMode != "prefer" {
+		t.Fatalf("%d connects, sslmode %q, gssencmode %q", len(rep.Connects), rep.SSLMode, rep.GSSEncMode)
+	}
+	cold, warm := rep.Connects[0], rep.Connects[1]
+	if got := stepNames(cold); !strings.HasSuffix(got, "tcp_connect,ssl_request,fallback,startup") {
+		t.Errorf("cold steps %s", got)
+	}
+	if got := stepNames(warm); strings.Contains(got, "ssl_request") || !strings.Contains(got, "startup") {
+		t.Errorf("warm steps %s", got)
+	}
+	if cold.Transport != "plain" || warm.Transport != "plain" || cold.Sockets != 1 || cold.RoundTrips != 2 || warm.RoundTrips != 1 {
+		t.Errorf("cold %s %d sockets %d round trips, warm %s %d round trips", cold.Transport, cold.Sockets, cold.RoundTrips, warm.Transport, warm.RoundTrips)
+	}
+	if cold.CacheHit == nil || *cold.CacheHit || warm.CacheHit == nil || !*warm.CacheHit {
+		t.Errorf("cache hit cold %v warm %v", cold.CacheHit, warm.CacheHit)
+	}
+	if cold.Server == "" || cold.Auth != "scram-sha-256" {
+		t.Errorf("server %q auth %q", cold.Server, cold.Auth)
+	}
+	for _, s := range cold.Steps {
+		if s.StartMS < 0 || s.DurationMS < 0 || s.StartMS+s.DurationMS > cold.DurationMS+0.001 {
+			t.Errorf("step %s at %.3f ms for %.3f ms, outside the connect's %.3f ms", s.Name, s.StartMS, s.DurationMS, cold.DurationMS)
+		}
+	}
+	if len(rep.Compare) != 1 || rep.Compare[0].Pgx.Sockets != 2 || rep.Compare[0].Libpq.Sockets != 1 || rep.Compare[0].Answers.SSL != "N" {
+		t.Errorf("compare %+v", rep.Compare)
+	}
+}
+
+// A server with TLS: SSLRequest, 'S', TLS handshake, every time, for all three.
+func TestExplainTLS(t *testing.T) {
+	noKerberos(t)
+	p := harness.StartT(t, harness.Options{TLS: true})
+	code, out, _ := explainT(t, "-json", p.DSN("sslmode=verify-full", "sslrootcert="+p.CAFile))
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	rep := decodeT(t, out)
+	for _, cn := range rep.Connects {
+		if cn.Transport != "tls" || !strings.Contains(stepNames(cn), "ssl_request,tls_handshake,startup") {
+			t.Errorf("%s: %s, steps %s", cn.Run, cn.Transport, stepNames(cn))
+		}
+	}
+	c := rep.Compare[0]
+	if c.Answers.SSL != "S" || c.Libpq.Transport != "tls" || c.Pgx.Transport != "tls" || c.Libpq.Sockets != 1 || c.Pgx.Sockets != 1 || c.Pgx.RoundTrips != 3 {
+		t.Errorf("compare %+v", c)
+	}
+	code, out, _ = explainT(t, p.DSN())
+	if code != 0 {
+		t.Fatal(code)
+	}
+	wantIn(t, out, "tls_handshake", "over tls", "ssl.answer=S", "tls.protocol.version=1.3")
+}
+
+// A closed port: exit 1, naming the step.
+func TestExplainClosedPort(t *testing.T) {
+	noKerberos(t)
+	port := harness.FreePort(t)
+	dsn := "host=127.0.0.1 port=" + strconv.Itoa(port) + " user=app password=s3cret-pw dbname=app connect_timeout=5"
+	code, out, errOut := explainT(t, dsn)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	wantIn(t, out, "failed at tcp_connect: ", "refused")
+	code, out, errOut2 := explainT(t, "-json", dsn)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	rep := decodeT(t, out)
+	if rep.FailedStep != "tcp_connect" || !strings.Contains(rep.Error, "refused") || len(rep.Connects) != 1 {
+		t.Errorf("failed_step %q, error %q, %d connects", rep.FailedStep, rep.Error, len(rep.Connects))
+	}
+	for _, s := range []string{out, errOut, errOut2} {
+		if strings.Contains(s, "s3cret-pw") {
+			t.Error("the output holds the password")
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "usage") {
+		t.Errorf("exit %d, %q", code, errOut.String())
+	}
+	if code := run([]string{"explain", "host=x sslmode=bogus password=s3cret-pw"}, &out, &errOut); code != 2 || strings.Contains(errOut.String(), "s3cret-pw") || !strings.Contains(errOut.String(), "sslmode") {
+		t.Errorf("exit %d, %q", code, errOut.String())
+	}
+}
+
+// kerberos starts a KDC with the user alice, puts her ticket in a credential cache and points
+// the environment at them, as a client with a ticket would run the command.
+func kerberos(t *testing.T) *harness.KDC {
+	t.Helper()
+	k := harness.StartKDCT(t, harness.KDCOptions{})
+	if _, err := k.AddPrincipal("alice"); err != nil {
+		t.Fatal(err)
+	}
+	ccache := filepath.Join(t.TempDir(), "alice.ccache")
+	if err := k.Kinit(ccache, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range k.Env(ccache) {
+		name, value, _ := strings.Cut(kv, "=")
+		t.Setenv(name, value)
+	}
+	return k
+}
+
+func gssServer(t *testing.T, k *harness.KDC, hba string) *harness.Postgres {
+	t.Helper()
+	p := harness.StartT(t, harness.Options{GSS: &harness.GSSOptions{KDC: k, Keytab: true}, HBA: []string{hba}})
+	if err := p.CreateRole("alice"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// With a ticket: a hostgssenc server is reached over GSS encryption; a server whose pg_hba has
+// only hostnogssenc lines answers 'G' and then refuses, which costs libpq a second socket on every
+// connect and pgconnector only until it remembers.
+func TestExplainGSS(t *testing.T) {
+	k := kerberos(t)
+	enc := gssServer(t, k, "hostgssenc all all 127.0.0.1/32 gss include_realm=0 krb_realm="+k.Realm)
+	nogss := gssServer(t, k, "hostnogssenc all all 127.0.0.1/32 trust")
+
+	t.Run("hostgssenc", func(t *testing.T) {
+		code, out, _ := explainT(t, "-json", "host=localhost port="+strconv.Itoa(enc.Port)+" user=alice dbname="+enc.Database)
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		rep := decodeT(t, out)
+		for _, cn := range rep.Connects {
+			if cn.Transport != "gss" || cn.Auth != "gss-or-trust" || !strings.Contains(stepNames(cn), "gssenc_request") || !strings.Contains(stepNames(cn), "gss_context") {
+				t.Errorf("%s: %s, auth %s, steps %s", cn.Run, cn.Transport, cn.Auth, stepNames(cn))
+			}
+			if len(cn.Decisions) != 1 || cn.Decisions[0].Credentials != "valid" || !strings.HasPrefix(cn.Decisions[0].Plan, "gss") {
+				t.Errorf("%s: decisions %+v", cn.Run, cn.Decisions)
+			}
+		}
+		c := rep.Compare[0]
+		if c.Libpq.Transport != "gss" || c.Libpq.Sockets != 1 || !c.Answers.GSSEstablished || c.Pgx.Note == "" {
+			t.Errorf("compare %+v", c)
+		}
+	})
+	t.Run("hostnogssenc", func(t *testing.T) {
+		code, out, _ := explainT(t, "-n", "3", "-json", "host=localhost port="+strconv.Itoa(nogss.Port)+" user=alice dbname="+nogss.Database)
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		rep := decodeT(t, out)
+		last := rep.Connects[len(rep.Connects)-1]
+		cold := rep.Connects[0]
+		if cold.Transport != "plain" || cold.Sockets != 2 || !strings.Contains(stepNames(cold), "gssenc_request") || !strings.Contains(stepNames(cold), "fallback") {
+			t.Errorf("cold: %s, %d sockets, steps %s", cold.Transport, cold.Sockets, stepNames(cold))
+		}
+		if last.Transport != "plain" || last.Sockets != 1 || strings.Contains(stepNames(last), "gssenc_request") {
+			t.Errorf("%s: %s, %d sockets, steps %s", last.Run, last.Transport, last.Sockets, stepNames(last))
+		}
+		c := rep.Compare[0]
+		if c.Answers.GSS != "G" || c.Answers.GSSEstablished || c.Libpq.Sockets != 2 || c.Libpq.Backends != 2 || c.Pgx.Sockets != 2 {
+			t.Errorf("compare %+v", c)
+		}
+		code, out, _ = explainT(t, "host=localhost port="+strconv.Itoa(nogss.Port)+" user=alice dbname="+nogss.Database)
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		wantIn(t, out, "gss.answer=G", "Kerberos credentials: valid", "libpq  2 socket(s), 2 backend(s)", "GSS refused after 'G'")
+	})
+}
