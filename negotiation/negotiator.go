@@ -836,6 +836,9 @@ func (at *attempt) endStartup(err error) {
 }
 
 func sqlState(err error) string {
+	if err == nil {
+		return "" // and no allocation for errors.As's target on every successful startup
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code

@@ -205,13 +205,16 @@ func (m *Metrics) connectStart(ctx context.Context, _ negotiation.ConnectStartIn
 }
 
 func (m *Metrics) decision(ctx context.Context, info negotiation.DecisionInfo) {
+	// The attributes are built only for a counter that records: with no meter provider set,
+	// a decision costs no allocation here.
 	if use := info.Plan.CacheUse(); use != negotiation.CacheUseNone {
-		var a [2]attribute.KeyValue
-		attrs := metric.WithAttributes(appendServer(a[:0], info.Host, info.Port)...)
+		counter := m.misses
 		if use == negotiation.CacheUseHit {
-			m.hits.Add(ctx, 1, attrs)
-		} else {
-			m.misses.Add(ctx, 1, attrs)
+			counter = m.hits
+		}
+		if counter.Enabled(ctx) {
+			var a [2]attribute.KeyValue
+			counter.Add(ctx, 1, metric.WithAttributes(appendServer(a[:0], info.Host, info.Port)...))
 		}
 	}
 	if st, _ := ctx.Value(metricsConnectKey{}).(*connectMetrics); st != nil {

@@ -116,6 +116,8 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 
+	checkWrap(t, rep.Wrap)
+
 	herds := 0
 	for _, h := range rep.Herd {
 		if h.Errors != 0 {
@@ -171,7 +173,7 @@ func TestParseFlags(t *testing.T) {
 		want string // part of the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-scenarios", "1,7"}, `-scenarios: "7" is not a number from 1 to 6`},
+		{[]string{"-scenarios", "1,8"}, `-scenarios: "8" is not a number from 1 to 7`},
 		{[]string{"-scenarios", "one"}, `-scenarios: "one"`},
 		{[]string{"-fake-clients", "0"}, `-fake-clients: "0"`},
 		{[]string{"-conns", "0"}, "-conns must be at least 1"},
@@ -232,4 +234,29 @@ func TestRender(t *testing.T) {
 	if _, err := readReport(filepath.Join(dir, "benchmarks.md")); err == nil || !strings.Contains(err.Error(), "benchmarks.md") {
 		t.Errorf("reading markdown as a report: %v, want an error naming the file", err)
 	}
+}
+
+// checkWrap checks scenario 7's figures: every enctype internal/gss seals
+// with, each rate measured, each floor below both of its primitives.
+func checkWrap(t *testing.T, rows []WrapResult) {
+	t.Helper()
+	if len(rows) != len(wrapEnctypes) {
+		t.Fatalf("%d wrap results, want %d", len(rows), len(wrapEnctypes))
+	}
+	for i, w := range rows {
+		if want := wrapEnctypes[i].hmac; w.HMAC != want || !strings.HasPrefix(w.Enctype, "aes") {
+			t.Errorf("wrap result %d: enctype %q with HMAC %q, want an aes enctype with %s", i, w.Enctype, w.HMAC, want)
+		}
+		if w.CBCEncrypt <= 0 || w.CBCDecrypt <= 0 || w.HMACRate <= 0 || w.Wrap <= 0 || w.Unwrap <= 0 {
+			t.Errorf("%s: a rate was not measured: %+v", w.Enctype, w)
+		}
+		if w.FloorWrap >= min(w.CBCEncrypt, w.HMACRate) || w.FloorUnwrap >= min(w.CBCDecrypt, w.HMACRate) || w.FloorWrap <= 0 {
+			t.Errorf("%s: floor %.0f / %.0f not below its primitives: %+v", w.Enctype, w.FloorWrap, w.FloorUnwrap, w)
+		}
+	}
+}
+
+// TestWrapRates measures scenario 7 with the -quick benchmark time.
+func TestWrapRates(t *testing.T) {
+	checkWrap(t, wrapRates(true))
 }

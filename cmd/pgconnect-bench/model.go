@@ -19,6 +19,7 @@ type Report struct {
 	Connect    []ConnectResult    `json:"connect"`    // scenarios 1, 2, 3, 4 (connect rate) and 5
 	Throughput []ThroughputResult `json:"throughput"` // scenario 4
 	Herd       []HerdResult       `json:"herd"`       // scenario 6
+	Wrap       []WrapResult       `json:"wrap"`       // scenario 7
 	Targets    []Target           `json:"targets"`    // the targets, checked against this run (checkTargets)
 	// WarmDecision is the warm decision path measured in process (its
 	// allocations and time), as target lines.
@@ -97,6 +98,24 @@ type HerdResult struct {
 	Backends       int    `json:"backends"`
 }
 
+// WrapResult is scenario 7 for one enctype: MB/s (1e6 bytes) of plaintext
+// through internal/gss's Wrap and Unwrap, one 16 KiB PostgreSQL GSS packet per
+// operation on one goroutine, beside the standard library's primitives over
+// the same length. Each figure is a median of rounds taken in turns.
+type WrapResult struct {
+	Enctype    string  `json:"enctype"`     // for example "aes256-cts-hmac-sha1-96"
+	CBCEncrypt float64 `json:"cbc_encrypt"` // AES-CBC encryption (crypto/cipher), MB/s
+	CBCDecrypt float64 `json:"cbc_decrypt"` // AES-CBC decryption, MB/s
+	HMAC       string  `json:"hmac"`        // the HMAC's hash, for example "SHA-1"
+	HMACRate   float64 `json:"hmac_rate"`   // keyed HMAC (crypto/hmac), MB/s
+	// FloorWrap and FloorUnwrap are one pass of CBC and one of HMAC, one
+	// after the other: 1/(1/CBC + 1/HMAC), MB/s.
+	FloorWrap   float64 `json:"floor_wrap"`
+	FloorUnwrap float64 `json:"floor_unwrap"`
+	Wrap        float64 `json:"wrap"`   // gss.Wrapper.Wrap, MB/s
+	Unwrap      float64 `json:"unwrap"` // gss.Wrapper.Unwrap, MB/s
+}
+
 // Target is one of the targets the benchmark is held to, as measured.
 type Target struct {
 	Name string `json:"name"` // what is compared, for example "scenario 1: pgconnector warm / libpq default"
@@ -113,4 +132,5 @@ var scenarioTitles = map[int]string{
 	4: "full GSS: pg_hba hostgssenc only",
 	5: "client-bound: fake server, no fork",
 	6: "cold herd: concurrent first connections",
+	7: "GSS wrap and unwrap per core",
 }

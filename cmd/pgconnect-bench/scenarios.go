@@ -301,7 +301,7 @@ func (l *lab) herd(ctx context.Context, pg *harness.Postgres, server string, tic
 	return nil
 }
 
-// clientBound is scenario 5: the fake server, 1, 2 and 16 clients, with and
+// clientBound is scenario 5: the fake server, 1, 8 and 64 clients (-fake-clients), with and
 // without a ticket.
 func (l *lab) clientBound(ctx context.Context) error {
 	fs, err := harness.StartFakeServer()

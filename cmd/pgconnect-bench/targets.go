@@ -110,6 +110,14 @@ func checkTargets(r *Report) []Target {
 			ratio(prefix+"its gssencmode=disable", d, find(5, c.Clients, peerNoGSS, false), 0.98, false)
 			ratio(prefix+"libpq default", d, find(5, c.Clients, peerLibpqDefault, tk), 1.0, true)
 		}
+		d, pgx := find(5, c.Clients, peerDefault, false), find(5, c.Clients, peerPgxExplicit, false)
+		prefix := fmt.Sprintf("scenario 5, %s, no ticket: pgconnector default / ", plural(c.Clients, "client"))
+		ratio(prefix+"pgx sslmode=disable, connections/s", d, pgx, 1.0, false)
+		if d != nil && pgx != nil && d.CPU > 0 && pgx.CPU > 0 {
+			x := float64(d.CPU) / float64(pgx.CPU)
+			ts = append(ts, Target{Name: prefix + "pgx sslmode=disable, client CPU per connection",
+				Want: "<= 1.05x", Got: fmt.Sprintf("%.2fx (%s / %s)", x, micros(d.CPU), micros(pgx.CPU)), Met: x <= 1.05})
+		}
 	}
 	for _, h := range r.Herd {
 		if h.Family != "pgconnector" {
