@@ -275,13 +275,12 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 // the *pgx.Conn under it.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	var conn driver.Conn
-	var t target
-	if c.statements != nil {
-		ctx = context.WithValue(ctx, targetKey{}, &t)
-	}
+	var host string // the host and port of the attempt that connected, as written in the DSN
+	var port uint16
 	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
 		var err error
 		conn, err = c.stdlib.Connect(ctx)
+		host, port, _ = negotiation.AttemptHost(ctx)
 		return err
 	})
 	if err != nil {
@@ -293,7 +292,7 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if sc, ok := conn.(*stdlib.Conn); ok { // always, from stdlib.GetConnector
 		conn = &pgxConn{Conn: sc}
 	}
-	return c.statements.WrapConn(conn, t.host, t.port), nil
+	return c.statements.WrapConn(conn, host, port), nil
 }
 
 // configureAttempt configures one connection attempt of a negotiation, for database/sql (the
@@ -301,9 +300,6 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if err := c.negotiator.Configure(ctx, &cfg.Config); err != nil {
 		return err
-	}
-	if t, _ := ctx.Value(targetKey{}).(*target); t != nil {
-		t.host, t.port = cfg.Host, cfg.Port // this attempt's; the last one is the one that succeeds
 	}
 	// GSS authentication (pg_hba method gss without GSS encryption) with this
 	// connector's credentials: see internal/gss, pgxauth.go.
@@ -314,14 +310,6 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 	return nil
 }
 
-// target is the host and port one Connect's connection went to, as written in the connection
-// string: its statement spans' server.address and server.port.
-type target struct {
-	host string
-	port uint16
-}
-
-type targetKey struct{}
 
 // OpenDB returns sql.OpenDB(c) with the pool metrics of the returned sql.DB reported to the
 // meter provider: db.client.connection.count (idle, used), db.client.connection.max (when

@@ -86,6 +86,8 @@ type Negotiator struct {
 	cfg   Config
 	trace Trace
 	bg    background // the background refreshes, until Close
+	// literal holds the one address of each host that needs no lookup (literalAddrs).
+	literal map[*Host][]string
 }
 
 // NewNegotiator returns a Negotiator for cfg. cfg.Hosts must not be empty.
@@ -103,7 +105,7 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 		d := &net.Dialer{KeepAlive: 5 * time.Minute}
 		cfg.DialFunc = d.DialContext
 	}
-	n := &Negotiator{cfg: cfg}
+	n := &Negotiator{cfg: cfg, literal: literalAddrs(cfg.Hosts)}
 	if cfg.Trace != nil {
 		n.trace = *cfg.Trace
 	}
@@ -322,13 +324,34 @@ func (n *Negotiator) waitProbe(ctx context.Context, h *Host, wait <-chan struct{
 	return err
 }
 
+// resolve returns h's addresses: hostaddr, an IP address or a Unix socket directory as written
+// (made once, in NewNegotiator), with no lookup and no timer; else a DNS lookup bounded by the
+// host's connect_timeout.
+func (n *Negotiator) resolve(ctx context.Context, b *budget, h *Host) ([]string, error) {
+	if a := n.literal[h]; a != nil {
+		return a, nil
+	}
+	lctx, cancel := b.context(ctx, "")
+	defer cancel()
+	return n.lookup(lctx, h)
+}
+
+// literalAddrs returns, for each host that needs no lookup, its one address.
+func literalAddrs(hosts []Host) map[*Host][]string {
+	m := make(map[*Host][]string, len(hosts))
+	for i := range hosts {
+		h := &hosts[i]
+		switch _, err := netip.ParseAddr(h.Host); {
+		case h.HostAddr != "":
+			m[h] = []string{h.HostAddr}
+		case h.UnixSocket(), err == nil:
+			m[h] = []string{h.Host}
+		}
+	}
+	return m
+}
+
 func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
-	if h.HostAddr != "" {
-		return []string{h.HostAddr}, nil
-	}
-	if _, err := netip.ParseAddr(h.Host); err == nil || h.UnixSocket() {
-		return []string{h.Host}, nil
-	}
 	dctx := ctx
 	if n.trace.DNSStart != nil {
 		dctx = n.trace.DNSStart(ctx, HostInfo{Host: h.Host, Port: h.Port})
@@ -357,16 +380,14 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 	open func(context.Context) error, res *connectResult, ps *pass,
 ) (final, stale bool, herr *HostError) {
 	defer probe.End()
-	lctx, cancel := b.context(ctx, "")
-	addrs, err := n.lookup(lctx, h)
-	cancel()
+	addrs, err := n.resolve(ctx, b, h)
 	if err != nil {
 		return ctx.Err() != nil, false, &HostError{Host: h.Host, Port: h.Port, Step: "DNS lookup", Err: err}
 	}
 	caller, _ := ctx.Deadline()
-	for _, addr := range addrs {
+	for i, addr := range addrs {
 		actx, cancel := b.context(ctx, addr)
-		r := n.tryAddr(actx, caller, h, key, addr, plan, in, probe, open, res, ps)
+		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, probe, open, res, ps)
 		cancel()
 		// The others waited for what this host's first address would teach: it has.
 		probe.End()
@@ -393,15 +414,16 @@ type addrResult struct {
 
 // tryAddr runs the plan's methods on one address, each after the previous one failed as
 // judge allows. caller is the deadline of the caller's context.
-func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key Key, addr string, plan Plan, in Input, probe *Probe,
+func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key Key, one []string, plan Plan, in Input, probe *Probe,
 	open func(context.Context) error, res *connectResult, ps *pass,
 ) (r addrResult) {
+	addr := one[0]
 	var reuse net.Conn
 	var reuseReq request
 	defer func() { closeConn(reuse) }()
 	methods := plan.Methods()
 	for i, m := range methods {
-		at := &attempt{n: n, host: h, key: key, addr: addr, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse()}
+		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse()}
 		// The probe of a plan that starts with SSL ends with the answer to SSLRequest; one
 		// that starts with GSS ends when the first address is done (GSS can still fail
 		// after 'G', during authentication).
@@ -600,22 +622,28 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	if at.method == MethodSSL || at.method == MethodDirectSSL {
 		cfg.TLSConfig = at.host.TLSConfig
 	}
-	cfg.LookupFunc = at.lookup
+	// LookupFunc and AfterNetConnect are called during the connect only, with ctx (which carries
+	// the attempt): package functions, not closures made per attempt. DialFunc also serves
+	// CancelRequest, whose context does not carry the attempt.
+	cfg.LookupFunc = lookupAttempt
 	cfg.DialFunc = at.dial
 	// connect_timeout is the negotiator's (Config.ConnectTimeout), in ctx: pgx would give every
 	// attempt a full one of its own.
 	cfg.ConnectTimeout = 0
-	afterNetConnect := cfg.AfterNetConnect
-	cfg.AfterNetConnect = func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
-		out, err := at.afterNetConnect(ctx, conn)
-		if err == nil && afterNetConnect != nil {
-			out, err = afterNetConnect(ctx, cfg, out)
+	if afterNetConnect := cfg.AfterNetConnect; afterNetConnect != nil {
+		cfg.AfterNetConnect = func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
+			out, err := at.afterNetConnect(ctx, conn)
+			if err == nil {
+				out, err = afterNetConnect(ctx, cfg, out)
+			}
+			if err != nil && out == nil {
+				// pgx calls Close on what AfterNetConnect returns, even with an error.
+				out = conn
+			}
+			return out, err
 		}
-		if err != nil && out == nil {
-			// pgx calls Close on what AfterNetConnect returns, even with an error.
-			out = conn
-		}
-		return out, err
+	} else {
+		cfg.AfterNetConnect = afterNetConnectAttempt
 	}
 	buildFrontend := cfg.BuildFrontend
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
@@ -633,6 +661,17 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 
 type attemptKey struct{}
 
+// AttemptHost returns the host and port, as written in the connection string, of the attempt
+// ctx carries: in the open function given to [Negotiator.Connect], where the attempt's
+// connection goes. ok is false for a context that carries no attempt.
+func AttemptHost(ctx context.Context) (host string, port uint16, ok bool) {
+	at, _ := ctx.Value(attemptKey{}).(*attempt)
+	if at == nil {
+		return "", 0, false
+	}
+	return at.host.Host, at.host.Port, true
+}
+
 // attempt is one pgx connection attempt: one host, one address, one method. Its dial function
 // stays in the connection's pgx configuration and also serves CancelRequest, so what it touches
 // after the connect is safe for concurrent use.
@@ -641,6 +680,7 @@ type attempt struct {
 	host   *Host
 	key    Key
 	addr   string
+	addrs  []string // []string{addr}, shared: pgx's LookupFunc answer (lookupAttempt)
 	method Method
 	known  Known
 	cache  CacheUse // what the cache did for the plan of this attempt's host
@@ -724,8 +764,23 @@ func (at *attempt) hostError(err error) *HostError {
 	return &HostError{Host: at.host.Host, Port: at.host.Port, Addr: at.addr, Method: at.method, Step: st.String(), Err: err}
 }
 
-func (at *attempt) lookup(ctx context.Context, host string) ([]string, error) {
-	return []string{at.addr}, nil
+// lookupAttempt is pgx's LookupFunc during an attempt: the one address the attempt is for.
+func lookupAttempt(ctx context.Context, host string) ([]string, error) {
+	at, _ := ctx.Value(attemptKey{}).(*attempt)
+	if at == nil {
+		return nil, errors.New("pgconnector: address lookup outside a connection attempt")
+	}
+	return at.addrs, nil
+}
+
+// afterNetConnectAttempt is pgx's AfterNetConnect during an attempt, when the configuration
+// had none of its own.
+func afterNetConnectAttempt(ctx context.Context, _ *pgconn.Config, conn net.Conn) (net.Conn, error) {
+	at, _ := ctx.Value(attemptKey{}).(*attempt)
+	if at == nil {
+		return conn, errors.New("pgconnector: connection outside a connection attempt")
+	}
+	return at.afterNetConnect(ctx, conn)
 }
 
 func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn, error) {

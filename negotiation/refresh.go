@@ -212,9 +212,7 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 	plan.add(m)
 
 	b := n.newBudget()
-	lctx, cancel := b.context(ctx, "")
-	addrs, err := n.lookup(lctx, h)
-	cancel()
+	addrs, err := n.resolve(ctx, b, h)
 	if err != nil {
 		return RefreshInconclusive, 0, err
 	}
@@ -224,9 +222,9 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 	// Any server answers the question, whatever target_session_attrs wants of a session: the
 	// refresh asks about the transport, and checking the server's state would cost a query.
 	ps := pass{anyServer: true}
-	for _, addr := range addrs {
+	for i, addr := range addrs {
 		actx, cancel := b.context(ctx, addr)
-		r := n.tryAddr(actx, caller, h, key, addr, plan, in, nil, open, &res, &ps)
+		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, nil, open, &res, &ps)
 		cancel()
 		if r.herr != nil {
 			err = r.herr
