@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -97,6 +98,7 @@ type StatementConfig struct {
 // per text and server, for the first 256 texts; later ones are worked out at each call.
 type Statements struct {
 	cfg      StatementConfig
+	tp       trace.TracerProvider
 	tracer   trace.Tracer
 	duration dbconv.ClientOperationDuration
 	servers  sync.Map // serverKey -> *server
@@ -121,6 +123,7 @@ func NewStatements(cfg StatementConfig) *Statements {
 	}
 	return &Statements{
 		cfg: cfg,
+		tp:  tp,
 		tracer: tp.Tracer(ScopeName,
 			trace.WithInstrumentationVersion(Version),
 			trace.WithSchemaURL(semconv.SchemaURL)),
@@ -141,25 +144,36 @@ func meter(mp metric.MeterProvider) metric.Meter {
 // here hands out conn, already open. The returned connection claims every optional interface of
 // database/sql/driver; those conn lacks fall back as sqlmw decides (IsValid: true).
 func (s *Statements) WrapConn(conn driver.Conn, host string, port uint16) driver.Conn {
-	ic := &interceptor{s: s, srv: s.server(host, port)}
-	c, err := sqlmw.Driver(openedConn{conn}, ic).(driver.DriverContext).OpenConnector("")
-	if err == nil {
-		var wc driver.Conn
-		if wc, err = c.Connect(context.Background()); err == nil {
-			return wc
-		}
+	srv := s.server(host, port)
+	if srv.connector == nil {
+		return conn
 	}
-	otel.Handle(err) // unreachable: openedConn never fails
-	return conn
+	wc, err := srv.connector.Connect(context.WithValue(context.Background(), openedConnKey{}, conn))
+	if err != nil {
+		otel.Handle(err) // unreachable: openedConn never fails
+		return conn
+	}
+	return wc
 }
 
-// openedConn is the driver, connector and driver.Connector of one connection already open.
-type openedConn struct{ conn driver.Conn }
+// openedConn is the driver, and its driver.Connector, that hands out the connection already
+// open that the context carries (openedConnKey): sqlmw's connector of a server, made once,
+// wraps each connection of that server as it comes out of it.
+type openedConn struct{}
 
-func (o openedConn) Open(string) (driver.Conn, error)               { return o.conn, nil }
+type openedConnKey struct{}
+
+func (o openedConn) Open(string) (driver.Conn, error)               { return nil, errNotOpened }
 func (o openedConn) OpenConnector(string) (driver.Connector, error) { return o, nil }
-func (o openedConn) Connect(context.Context) (driver.Conn, error)   { return o.conn, nil }
 func (o openedConn) Driver() driver.Driver                          { return o }
+func (o openedConn) Connect(ctx context.Context) (driver.Conn, error) {
+	if c, _ := ctx.Value(openedConnKey{}).(driver.Conn); c != nil {
+		return c, nil
+	}
+	return nil, errNotOpened
+}
+
+var errNotOpened = errors.New("pgconnector/tracing: no open connection to wrap")
 
 type serverKey struct {
 	host string
@@ -174,6 +188,9 @@ type server struct {
 	texts sync.Map // textKey -> *textInfo
 	n     atomic.Int32
 	sets  sync.Map // operation -> attribute.Set of a success's measurement
+	// connector is sqlmw's connector over openedConn with this server's interceptor: it wraps
+	// the connections of this server (WrapConn).
+	connector driver.Connector
 }
 
 type textKey struct {
@@ -212,6 +229,8 @@ func (s *Statements) server(host string, port uint16) *server {
 	for _, op := range []string{OperationBegin, OperationCommit, OperationRollback, OperationPing} {
 		srv.calls[op] = s.newStatement(srv, op, "")
 	}
+	ic := &interceptor{s: s, srv: srv}
+	srv.connector, _ = sqlmw.Driver(openedConn{}, ic).(driver.DriverContext).OpenConnector("") // never fails: openedConn's does not
 	got, _ := s.servers.LoadOrStore(key, srv)
 	return got.(*server)
 }
@@ -323,6 +342,10 @@ func (ic *interceptor) begin(ctx context.Context, st *statement) (context.Contex
 		if n := f(ctx, st.op, st.text); n != "" {
 			name = n
 		}
+	}
+	if unsetGlobal(ic.s.tp) {
+		c.span = noopSpan // no provider yet: the span would not record
+		return ctx, c
 	}
 	ctx, c.span = ic.s.tracer.Start(ctx, name, st.opts...)
 	return ctx, c
