@@ -44,6 +44,7 @@ func NewTrace(tp trace.TracerProvider, opts ...Option) *negotiation.Trace {
 		}
 	}
 	t := &tracer{
+		tp: tp,
 		tracer: tp.Tracer(ScopeName,
 			trace.WithInstrumentationVersion(Version),
 			trace.WithSchemaURL(semconv.SchemaURL)),
@@ -82,6 +83,7 @@ func NewTrace(tp trace.TracerProvider, opts ...Option) *negotiation.Trace {
 }
 
 type tracer struct {
+	tp     trace.TracerProvider
 	tracer trace.Tracer
 	cfg    config
 	// Start options made once, so that starting a span allocates no option slice.
@@ -191,6 +193,9 @@ func endStep(ctx context.Context, key stepKey, err error, def string) {
 }
 
 func (t *tracer) connectStart(ctx context.Context, info negotiation.ConnectStartInfo) context.Context {
+	if unsetGlobal(t.tp) {
+		return ctx // no provider yet: the connect and its steps would not record
+	}
 	// The attributes go in at start so that a sampler sees them (db.system.name is required at
 	// creation by the database semantic conventions).
 	var a [6]attribute.KeyValue
