@@ -71,9 +71,10 @@ type Client struct {
 	now        func() time.Time
 	authSecret string // set by Register: see pgxauth.go
 
-	noCreds    atomic.Bool   // the last credentials check found none (read without mu)
-	attemptSeq atomic.Uint64 // numbers the tokens of AuthTokenContext
-	attempts   sync.Map      // their number (base 36) -> the attempt's context.Context
+	noCreds    atomic.Bool               // the last credentials check found none (read without mu)
+	attemptSeq atomic.Uint64             // numbers the tokens of AuthTokenContext
+	lastToken  atomic.Pointer[hostToken] // the last AuthToken made, for the next one to the same host
+	attempts   sync.Map                  // their number (base 36) -> the attempt's context.Context
 
 	// closed: Close was called. Set with mu held, read without it.
 	closed atomic.Bool

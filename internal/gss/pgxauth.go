@@ -111,8 +111,16 @@ func installProvider() {
 // with c's credentials and service principal. c must be registered. The token holds c's
 // secret: it is for pgx's Config, not for logs.
 func (c *Client) AuthToken(host string) string {
-	return tokenPrefix + c.authSecret + ":" + host
+	if t := c.lastToken.Load(); t != nil && t.host == host {
+		return t.token // most connectors connect to one host: no string built per connect
+	}
+	t := &hostToken{host: host, token: tokenPrefix + c.authSecret + ":" + host}
+	c.lastToken.Store(t)
+	return t.token
 }
+
+// hostToken is the AuthToken of one host.
+type hostToken struct{ host, token string }
 
 // AuthTokenContext is AuthToken for one connection attempt whose context is ctx: the KDC
 // exchange of its GSS authentication (pg_hba method gss, which pgx runs with no context) then
