@@ -57,6 +57,7 @@ const maxFailures = 10
 
 type clientSpec struct {
 	Kind     string `json:"kind"`
+	Peer     string `json:"peer"` // the peer's name in the report, for the profile's file name
 	DSN      string `json:"dsn"`
 	Workload string `json:"workload"`
 	Clients  int    `json:"clients"`
@@ -124,7 +125,19 @@ func startProfile(spec clientSpec) (stop func(), err error) {
 	if dir == "" {
 		return func() {}, nil
 	}
-	name := fmt.Sprintf("%s-%s-%d.pprof", spec.Kind, spec.Workload, os.Getpid())
+	// For example "pgx_sslmode_disable-connect-c8-1234.pprof": the peer, the workload, the
+	// clients and the process, so that the profiles of one peer can be merged (go tool pprof).
+	peer := spec.Peer
+	if peer == "" {
+		peer = spec.Kind
+	}
+	peer = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, peer)
+	name := fmt.Sprintf("%s-%s-c%d-%d.pprof", peer, spec.Workload, spec.Clients, os.Getpid())
 	f, err := os.Create(filepath.Join(dir, name))
 	if err != nil {
 		return nil, err

@@ -80,7 +80,7 @@ func (r *runner) connectRun(ctx context.Context, p peer, krbEnv []string, client
 	if p.Kind == kindPgbench {
 		return r.pgbenchRun(ctx, p, env, clients, conns, mark)
 	}
-	spec := clientSpec{Kind: p.Kind, DSN: p.DSN, Workload: workConnect, Clients: clients, Conns: conns, Warm: p.Warm}
+	spec := clientSpec{Kind: p.Kind, Peer: p.Name, DSN: p.DSN, Workload: workConnect, Clients: clients, Conns: conns, Warm: p.Warm}
 	res, err := r.child(ctx, env, spec, mark)
 	if err != nil {
 		return outcome{}, err
