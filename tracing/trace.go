@@ -124,7 +124,7 @@ type connectState struct {
 // that has already ended, if the negotiation code nests a step in one: the connect decides.)
 // A span that does not record is not marked either: ending it would do nothing.
 func (t *tracer) startStep(ctx context.Context, key stepKey, name string) (context.Context, trace.Span) {
-	if !traced(ctx) {
+	if unsetGlobal(t.tp) || !traced(ctx) {
 		return ctx, nil
 	}
 	ctx, span := t.tracer.Start(ctx, name, t.internal...)
@@ -487,7 +487,7 @@ func (t *tracer) startupDone(ctx context.Context, info negotiation.StartupDoneIn
 }
 
 func (t *tracer) fallback(ctx context.Context, info negotiation.FallbackInfo) {
-	if !traced(ctx) {
+	if unsetGlobal(t.tp) || !traced(ctx) {
 		return // as startStep
 	}
 	now := time.Now()
