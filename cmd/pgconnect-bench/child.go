@@ -38,8 +38,11 @@ const childEnv = "PGCONNECT_BENCH_CHILD"
 const (
 	kindPgconnector     = "pgconnector"      // one Connector for the whole run: warm cache
 	kindPgconnectorCold = "pgconnector-cold" // a new Connector (empty cache) per connection
-	kindPgx             = "pgx"              // pgx v5 stdlib
-	kindPq              = "pq"               // lib/pq
+	// kindPgconnectorNoStmt is kindPgconnector with WithStatementSpans(false): the connections
+	// are pgx's own, with no statement tracer around them.
+	kindPgconnectorNoStmt = "pgconnector-nostmt"
+	kindPgx               = "pgx" // pgx v5 stdlib
+	kindPq                = "pq"  // lib/pq
 )
 
 // Workloads (clientSpec.Workload).
@@ -163,6 +166,8 @@ func connectorFor(kind, dsn string) (driver.Connector, error) {
 	switch kind {
 	case kindPgconnector, kindPgconnectorCold:
 		return pgconnector.New(dsn)
+	case kindPgconnectorNoStmt:
+		return pgconnector.New(dsn, pgconnector.WithStatementSpans(false))
 	case kindPgx:
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {

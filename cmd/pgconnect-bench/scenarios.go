@@ -98,6 +98,7 @@ const (
 	peerPgxDefault    = "pgx default"
 	peerPgxExplicit   = "pgx sslmode=disable"
 	peerPcExplicit    = "pgconnector gssencmode=disable sslmode=disable"
+	peerPcBare        = "pgconnector gssencmode=disable sslmode=disable, statement spans off"
 	peerWarm          = "pgconnector warm"
 	peerDefault       = "pgconnector default"
 	peerNoGSS         = "pgconnector gssencmode=disable"
@@ -318,11 +319,16 @@ func (l *lab) clientBound(ctx context.Context) error {
 		{Name: peerPgxDefault, Family: "pgx", Kind: kindPgx, DSN: dsn, Warm: true},
 		{Name: peerPgxExplicit, Family: "pgx", Kind: kindPgx, DSN: dsn + " sslmode=disable", Warm: true},
 		{Name: "lib/pq sslmode=prefer", Family: "lib/pq", Kind: kindPq, DSN: dsn + " sslmode=prefer", Warm: true},
+		// What the connector adds to pgx, layer by layer: the negotiation alone (statement
+		// spans off, modes that leave nothing to decide), the statement tracing, the default
+		// modes' credentials check.
+		{Name: peerPcBare, Family: "pgconnector", Kind: kindPgconnectorNoStmt, DSN: dsn + " gssencmode=disable sslmode=disable", Warm: true},
+		{Name: peerPcExplicit, Family: "pgconnector", Kind: kindPgconnector, DSN: dsn + " gssencmode=disable sslmode=disable", Warm: true},
 		{Name: peerNoGSS, Family: "pgconnector", Kind: kindPgconnector, DSN: dsn + " gssencmode=disable", Warm: true},
 		{Name: peerDefault, Family: "pgconnector", Kind: kindPgconnector, DSN: dsn, Warm: true},
 		{Name: peerDefault, Family: "pgconnector", Kind: kindPgconnector, DSN: dsn, Warm: true},
 	}
-	tickets := []bool{false, true, false, false, false, false, false, false, true}
+	tickets := []bool{false, true, false, false, false, false, false, false, false, false, true}
 	for _, clients := range l.cfg.fakeClients {
 		if err := l.storm(ctx, 5, fakeCounter{fs}, peers, tickets, clients, l.cfg.fakeConns); err != nil {
 			return err
