@@ -310,7 +310,6 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 	return nil
 }
 
-
 // OpenDB returns sql.OpenDB(c) with the pool metrics of the returned sql.DB reported to the
 // meter provider: db.client.connection.count (idle, used), db.client.connection.max (when
 // SetMaxOpenConns set one), pgconnector.connection.waits and pgconnector.connection.wait_time,
