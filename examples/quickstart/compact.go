@@ -77,17 +77,17 @@ func (t *tally) median() time.Duration {
 }
 
 // compact prints the comparison with pgx's driver (on the throwaway server pg only), the connect
-// waterfall of the first (cold) and second (warm) pgconnector connection, and one request's span
+// waterfall of the first (cold) pgconnector connection and the median of the warm ones, and one request's span
 // tree.
 func compact(ctx context.Context, w io.Writer, pg *harness.Postgres, dsn string, n int, tpOpts []sdktrace.TracerProviderOption) error {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(append(tpOpts, sdktrace.WithSpanProcessor(rec))...)
 	var connector *pgconnector.Connector
+	var proxy *harness.Proxy
 	var err error
 	if pg != nil {
 		// The comparison's connections go through a proxy that counts what each driver sends.
-		proxy, err := harness.NewProxy(pg.Addr())
-		if err != nil {
+		if proxy, err = harness.NewProxy(pg.Addr()); err != nil {
 			return err
 		}
 		defer proxy.Close()
@@ -96,28 +96,27 @@ func compact(ctx context.Context, w io.Writer, pg *harness.Postgres, dsn string,
 		if connector, err = pgconnector.New(dsn, pgconnector.WithTracerProvider(tp)); err != nil {
 			return err
 		}
-		if err := compare(ctx, w, pg, proxy, dsn, connector, n); err != nil {
-			return err
-		}
+	} else if connector, err = pgconnector.New(dsn, pgconnector.WithTracerProvider(tp)); err != nil {
+		return err
 	}
-	// The waterfall's and the request's connector is, on the throwaway server, the comparison's:
-	// its first connect was cold, its second warm.
-	if pg == nil {
-		// Another server: two connections, for the waterfall.
-		if connector, err = pgconnector.New(dsn, pgconnector.WithTracerProvider(tp)); err != nil {
+	// One pool for the comparison, the waterfall and the request: closing it closes the
+	// connector, so it is closed once, at the end.
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	db.SetMaxIdleConns(0) // every Conn is a new connection
+	if pg != nil {
+		if err := compare(ctx, w, pg, proxy, dsn, db, n); err != nil {
 			return err
 		}
-		db := sql.OpenDB(connector)
-		db.SetMaxIdleConns(0)
+	} else {
+		// Another server: two connections, for the waterfall.
 		for range 2 {
 			conn, err := db.Conn(ctx)
 			if err != nil {
-				db.Close()
 				return err
 			}
 			conn.Close()
 		}
-		db.Close()
 	}
 	spans := rec.Ended()
 	connects := named(spans, tracing.SpanConnect)
@@ -129,12 +128,13 @@ func compact(ctx context.Context, w io.Writer, pg *harness.Postgres, dsn string,
 	warm := append([]sdktrace.ReadOnlySpan(nil), connects[1:]...)
 	sort.SliceStable(warm, func(i, j int) bool { return dur(warm[i]) < dur(warm[j]) })
 	waterfall(w, spans, connects[0], warm[len(warm)/2], len(warm))
-	return request(ctx, w, tp, rec, connector)
+	db.SetMaxIdleConns(2) // database/sql's default: the request's statements share a connection, as in a service
+	return request(ctx, w, tp, rec, db)
 }
 
 // compare opens n new connections with each driver, alternately, through proxy in front of pg,
 // with the same connection string dsn (sslmode unset: prefer), and prints the table.
-func compare(ctx context.Context, w io.Writer, pg *harness.Postgres, proxy *harness.Proxy, dsn string, connector *pgconnector.Connector, n int) error {
+func compare(ctx context.Context, w io.Writer, pg *harness.Postgres, proxy *harness.Proxy, dsn string, pc *sql.DB, n int) error {
 	// Warm the server up (first backend, catalog caches) on a connection of neither driver.
 	warm, err := sql.Open("pgx", pg.DSN("sslmode=disable"))
 	if err != nil {
@@ -146,15 +146,12 @@ func compare(ctx context.Context, w io.Writer, pg *harness.Postgres, proxy *harn
 		return err
 	}
 
-	pc := sql.OpenDB(connector)
-	defer pc.Close()
 	px, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return err
 	}
 	defer px.Close()
-	pc.SetMaxIdleConns(0) // every Conn is a new connection
-	px.SetMaxIdleConns(0)
+	px.SetMaxIdleConns(0) // every Conn is a new connection, as with pc
 
 	rows := []*tally{{name: "pgconnector"}, {name: "pgx stdlib"}}
 	for range n {
@@ -224,9 +221,7 @@ func stepNote(s sdktrace.ReadOnlySpan) string {
 
 // request runs one request's statements under a span of its own, as a service's handler would,
 // and prints that span's tree.
-func request(ctx context.Context, w io.Writer, tp *sdktrace.TracerProvider, rec *tracetest.SpanRecorder, connector *pgconnector.Connector) error {
-	db := sql.OpenDB(connector)
-	defer db.Close()
+func request(ctx context.Context, w io.Writer, tp *sdktrace.TracerProvider, rec *tracetest.SpanRecorder, db *sql.DB) error {
 	rctx, span := tp.Tracer("quickstart").Start(ctx, "request GET /users/42")
 	var name string
 	var sessions int
@@ -272,10 +267,18 @@ func request(ctx context.Context, w io.Writer, tp *sdktrace.TracerProvider, rec 
 			walk(k, prefix, b)
 		}
 	}
+	var failed []string
 	for _, s := range spans {
 		if s.SpanContext().SpanID() == span.SpanContext().SpanID() {
 			walk(s, "", "")
 		}
+		if s.SpanContext().TraceID() == span.SpanContext().TraceID() && status(s) != "" {
+			failed = append(failed, s.Name()+status(s))
+		}
+	}
+	if len(failed) > 0 {
+		// The request succeeded, but a span under it (a connect step) recorded an error.
+		return fmt.Errorf("spans of the request recorded errors: %s", strings.Join(failed, "; "))
 	}
 	return nil
 }

@@ -40,12 +40,18 @@ type options struct {
 
 func main() {
 	var o options
-	flag.IntVar(&o.conns, "n", 20, "new connections per driver in the comparison, one after the other")
+	flag.IntVar(&o.conns, "n", 20, "new connections per driver in the comparison, one after the other (at least 2: a cold one and a warm one)")
 	flag.IntVar(&o.workers, "workers", 8, "goroutines connecting at once (with -v)")
 	flag.BoolVar(&o.verbose, "v", false, "also connect from -workers goroutines at once, cold then warm, and print every span")
 	flag.BoolVar(&o.json, "json", false, "also print every span with the OpenTelemetry stdout exporter")
 	flag.Parse()
 	log.SetFlags(0)
+	if o.conns < 2 {
+		log.Fatalf("quickstart: -n %d: want at least 2 new connections per driver, a cold one and a warm one", o.conns)
+	}
+	if o.workers < 1 {
+		log.Fatalf("quickstart: -workers %d: want at least 1", o.workers)
+	}
 	// Ctrl-C, SIGTERM, or a closed stdout (quickstart.sh | head) must not kill the process before
 	// the deferred Stop of the throwaway cluster: cancel instead, and let a write to a closed pipe
 	// fail (EPIPE) rather than end the program.
