@@ -120,8 +120,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if fs.NArg() > 1 || *warm < 0 {
-		fmt.Fprint(stderr, usage)
+	switch {
+	case fs.NArg() > 1:
+		fmt.Fprintf(stderr, "pgconnect: %q after the DSN: flags go before it, and the DSN is one argument (quote it)\n", fs.Arg(1))
+		return 2
+	case *warm < 0:
+		fmt.Fprintf(stderr, "pgconnect: -n %d: want 0 or more warm connects\n", *warm)
+		return 2
+	case *timeout <= 0:
+		fmt.Fprintf(stderr, "pgconnect: -timeout %v: want a positive duration\n", *timeout)
 		return 2
 	}
 	rep, err := explain(fs.Arg(0), *warm, *timeout)

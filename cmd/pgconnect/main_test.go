@@ -170,6 +170,19 @@ func TestUsage(t *testing.T) {
 	if code := run([]string{"explain", "host=x sslmode=bogus password=s3cret-pw"}, &out, &errOut); code != 2 || strings.Contains(errOut.String(), "s3cret-pw") || !strings.Contains(errOut.String(), "sslmode") {
 		t.Errorf("exit %d, %q", code, errOut.String())
 	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"explain", "host=x", "-n", "2"}, `"-n" after the DSN: flags go before it`},
+		{[]string{"explain", "-n", "-1", "host=x"}, "-n -1: want 0 or more"},
+		{[]string{"explain", "-timeout", "0s", "host=x"}, "-timeout 0s: want a positive duration"},
+	} {
+		errOut.Reset()
+		if code := run(tt.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tt.want) {
+			t.Errorf("%q: exit %d, %q, want 2 and %q", tt.args, code, errOut.String(), tt.want)
+		}
+	}
 }
 
 // kerberos starts a KDC with the user alice, puts her ticket in a credential cache and points
