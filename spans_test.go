@@ -198,6 +198,11 @@ func TestSpanTree(t *testing.T) {
 				t.Errorf("span tree:\n%s\nwant:\n%s", got, tt.want)
 			}
 			for _, s := range rec.Ended() {
+				// A step's error says its cause, not pgx's "failed to connect to `user=...`:
+				// addr (host): server error: " around it.
+				if d := s.Status().Description; strings.Contains(d, "failed to connect to") || strings.Contains(d, "server error:") {
+					t.Errorf("span %s status %q: pgx's wrapper, want the cause", s.Name(), d)
+				}
 				for _, kv := range s.Attributes() {
 					if v := kv.Value.Emit(); strings.Contains(v, tlsSrv.Password) || strings.Contains(v, "wrong") && kv.Key != "pgconnector.fallback.reason" {
 						t.Errorf("span %s attribute %s = %q holds a password", s.Name(), kv.Key, v)

@@ -886,7 +886,11 @@ func (at *attempt) endStartup(err error) {
 	at.startupCtx = nil
 	at.startupMu.Unlock()
 	if sctx != nil && at.n.trace.StartupDone != nil {
-		at.n.trace.StartupDone(sctx, StartupDoneInfo{AuthMethod: at.authMethod, SQLState: sqlState(err), Err: err})
+		info := StartupDoneInfo{AuthMethod: at.authMethod, SQLState: sqlState(err)}
+		if err != nil {
+			info.Err = cause(err)
+		}
+		at.n.trace.StartupDone(sctx, info)
 	}
 }
 

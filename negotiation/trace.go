@@ -161,7 +161,10 @@ type StartupDoneInfo struct {
 	AuthMethod string
 	// SQLState is the SQLSTATE of a server error, if any.
 	SQLState string
-	Err      error
+	// Err is why the startup failed, with pgx's wrappers peeled off (its "failed to connect to
+	// `user=... database=...`: addr (host): step: " prefix says again what the connect's own
+	// attributes say); errors.Is and errors.As see what pgx's error wrapped.
+	Err error
 }
 
 // FallbackInfo is why a connect went on with the next method.
