@@ -119,6 +119,23 @@ func checkTargets(r *Report) []Target {
 				Want: "<= 1.05x", Got: fmt.Sprintf("%.2fx (%s / %s)", x, micros(d.CPU), micros(pgx.CPU)), Met: x <= 1.05})
 		}
 	}
+	// Scenario 7: GSS wrap and unwrap of the default enctype at 500 MB/s per core or more.
+	for _, w := range r.Wrap {
+		if w.Enctype != "aes256-cts-hmac-sha1-96" {
+			continue
+		}
+		for _, op := range []struct {
+			name        string
+			rate, floor float64
+		}{{"wrap", w.Wrap, w.FloorWrap}, {"unwrap", w.Unwrap, w.FloorUnwrap}} {
+			ts = append(ts, Target{
+				Name: fmt.Sprintf("scenario 7: GSS %s, %s, one core, MB/s", op.name, w.Enctype),
+				Want: ">= 500",
+				Got:  fmt.Sprintf("%.0f (%.2fx its AES-CBC + HMAC floor)", op.rate, op.rate/op.floor),
+				Met:  op.rate >= 500,
+			})
+		}
+	}
 	for _, h := range r.Herd {
 		if h.Family != "pgconnector" {
 			continue
