@@ -258,7 +258,11 @@ func target(s *pgconnector.Settings) string {
 	for _, h := range s.Hosts {
 		hosts = append(hosts, fmt.Sprintf("%s:%d", h.Host, h.Port))
 	}
-	return fmt.Sprintf("%s user=%s dbname=%s", strings.Join(hosts, ","), s.Config.User, s.Config.Database)
+	db := s.Config.Database
+	if db == "" {
+		db = s.Config.User // the server's default: a database named as the user
+	}
+	return fmt.Sprintf("%s user=%s dbname=%s", strings.Join(hosts, ","), s.Config.User, db)
 }
 
 // fromSpans builds a Connect from the spans one connect ended: its postgresql.connect span

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/pgconnector/pgconnector"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -264,4 +265,21 @@ func TestExplainGSS(t *testing.T) {
 		}
 		wantIn(t, out, "gss.answer=G", "Kerberos credentials: valid", "libpq  2 socket(s), 2 backend(s)", "GSS refused after 'G'")
 	})
+}
+
+// TestTarget checks the connection line: the hosts, the user, and the database, which without
+// dbname is the user's name, as the server takes it; never the password.
+func TestTarget(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"host=db1,db2 port=5433,5434 user=app password=s3cret-pw dbname=shop": "db1:5433,db2:5434 user=app dbname=shop",
+		"host=db1 port=5432 user=app password=s3cret-pw":                      "db1:5432 user=app dbname=app",
+	} {
+		s, err := pgconnector.ParseSettings(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := target(s); got != want {
+			t.Errorf("target(%q) = %q, want %q", dsn, got, want)
+		}
+	}
 }
