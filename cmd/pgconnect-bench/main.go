@@ -112,6 +112,11 @@ func parseFlags(args []string) (config, error) {
 	if c.fakeClients, err = intList("-fake-clients", fakeClients, 1, 1024); err != nil {
 		return c, err
 	}
+	if c.quick {
+		// Two connections per client at the most clients: a client's connect latency is measured
+		// from its previous connection on, so a client with one has none.
+		c.fakeConns = max(c.fakeConns, 2*slices.Max(c.fakeClients))
+	}
 	for _, v := range []struct {
 		name string
 		n    int
