@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // Module is the import path prefix of this module's packages.
@@ -163,4 +164,27 @@ func (s Sample) String() string {
 		fmt.Fprintf(&b, " %s", fr.Function)
 	}
 	return b.String()
+}
+
+// Check fails t for each mutex sample of this module's code (a lock of the module that
+// goroutines of the storm waited for), and logs the first five other mutex samples and the
+// first five block samples, for the reader of a failure.
+func (r Result) Check(t testing.TB) {
+	t.Helper()
+	others := 0
+	for _, s := range r.Mutex {
+		switch {
+		case s.Ours():
+			t.Errorf("a lock of the module contended: %v", s)
+		case others < 5:
+			others++
+			t.Logf("mutex (not the module's): %v", s)
+		}
+	}
+	for i, s := range r.Block {
+		if i == 5 {
+			break
+		}
+		t.Logf("block: %v", s)
+	}
 }

@@ -92,19 +92,7 @@ func TestWarmCredentialsStormSharesNoLock(t *testing.T) {
 	if bad.Load() != 0 {
 		t.Fatalf("%d decisions were not the warm plan with the same credentials", bad.Load())
 	}
-	for i, s := range res.Mutex {
-		if s.Ours() {
-			t.Errorf("a lock of the module contended in the warm decision: %v", s)
-		} else if i < 5 {
-			t.Logf("mutex (not the module's): %v", s)
-		}
-	}
-	for i, s := range res.Block {
-		if i == 5 {
-			break
-		}
-		t.Logf("block: %v", s)
-	}
+	res.Check(t) // no lock of the module contended in the warm decision
 
 	if runtime.GOMAXPROCS(0) < 2 {
 		return // one P: the control's callers seldom overlap
