@@ -109,8 +109,8 @@ func compact(ctx context.Context, w io.Writer, pg *harness.Postgres, dsn string,
 			return err
 		}
 	} else {
-		// Another server: two connections, for the waterfall.
-		for range 2 {
+		// Another server: n connections, for the waterfall.
+		for range n {
 			conn, err := db.Conn(ctx)
 			if err != nil {
 				return err
@@ -180,8 +180,12 @@ func compare(ctx context.Context, w io.Writer, pg *harness.Postgres, proxy *harn
 func waterfall(w io.Writer, spans []sdktrace.ReadOnlySpan, cold, warm sdktrace.ReadOnlySpan, warmN int) {
 	const width = 40
 	scale := max(dur(cold), dur(warm))
-	fmt.Fprintf(w, "\nconnect waterfall, pgconnector: the first connect (cold) and the median of the %d\n", warmN)
-	fmt.Fprintln(w, "later ones (warm); offset from the connect's start, duration:")
+	later := fmt.Sprintf("the median of the %d later ones (warm)", warmN)
+	if warmN == 1 {
+		later = "the second one (warm)"
+	}
+	fmt.Fprintf(w, "\nconnect waterfall, pgconnector: the first connect (cold) and\n%s; offset from the\n", later)
+	fmt.Fprintln(w, "connect's start, duration, on the slower one's scale:")
 	for _, c := range []struct {
 		label string
 		s     sdktrace.ReadOnlySpan

@@ -22,11 +22,13 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
@@ -40,6 +42,10 @@ type options struct {
 
 func main() {
 	var o options
+	flag.Usage = func() {
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: bash scripts/quickstart.sh [flags]  (or go run ./quickstart [flags] in examples/)")
+		flag.PrintDefaults()
+	}
 	flag.IntVar(&o.conns, "n", 20, "new connections per driver in the comparison, one after the other (at least 2: a cold one and a warm one)")
 	flag.IntVar(&o.workers, "workers", 8, "goroutines connecting at once (with -v)")
 	flag.BoolVar(&o.verbose, "v", false, "also connect from -workers goroutines at once, cold then warm, and print every span")
@@ -89,7 +95,23 @@ func run(ctx context.Context, w io.Writer, o options) error {
 			fmt.Fprintf(w, "cluster on %s:%d, data in %s\n", pg.Host, pg.Port, pg.DataDir)
 		}
 	}
+	if pg == nil {
+		fmt.Fprintln(w, "DATABASE_URL is set: connecting to "+serverOf(dsn))
+	}
 	return show(ctx, w, pg, dsn, o)
+}
+
+// serverOf names the host(s) and port(s) of dsn, without anything else of it (a password).
+func serverOf(dsn string) string {
+	s, err := pgconnector.ParseSettings(dsn)
+	if err != nil {
+		return "it (the connect will say what is wrong with it)"
+	}
+	var hosts []string
+	for _, h := range s.Hosts {
+		hosts = append(hosts, fmt.Sprintf("%s:%d", h.Host, h.Port))
+	}
+	return strings.Join(hosts, ",")
 }
 
 // show prints the compact report (compare, waterfall, request) and, with -v, the concurrent rounds.

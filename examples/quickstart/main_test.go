@@ -88,17 +88,33 @@ func TestCompact(t *testing.T) {
 func TestCompactOtherServer(t *testing.T) {
 	pg := harness.StartT(t, harness.Options{})
 	var out bytes.Buffer
-	if err := show(t.Context(), &out, nil, pg.DSN(), options{}); err != nil {
+	if err := show(t.Context(), &out, nil, pg.DSN(), options{conns: 2}); err != nil {
 		t.Fatal(err)
 	}
 	text := out.String()
 	t.Logf("output:\n%s", text)
-	for _, want := range []string{"median of the 1\n", "  ssl_request ", "\nwarm ", "\nrequest GET /users/42 "} {
+	for _, want := range []string{"(cold) and\nthe second one (warm); offset", "  ssl_request ", "\nwarm ", "\nrequest GET /users/42 "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 	if strings.Contains(text, "pgx stdlib") {
 		t.Error("comparison printed without the throwaway server")
+	}
+}
+
+// TestServerOf checks the line that says which server a DATABASE_URL names: its hosts and
+// ports, never its password.
+func TestServerOf(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://app:s3cret@db1:5433,db2:5434/shop": "db1:5433,db2:5434",
+		"host=db port=5432 user=app password=s3cret":   "db:5432",
+	} {
+		if got := serverOf(dsn); got != want {
+			t.Errorf("serverOf(%q) = %q, want %q", dsn, got, want)
+		}
+	}
+	if got := serverOf("host=db sslmode=bogus password=s3cret"); strings.Contains(got, "s3cret") {
+		t.Errorf("serverOf of a bad DSN = %q: holds the password", got)
 	}
 }
