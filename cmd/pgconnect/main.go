@@ -122,7 +122,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case fs.NArg() > 1:
-		fmt.Fprintf(stderr, "pgconnect: %q after the DSN: flags go before it, and the DSN is one argument (quote it)\n", fs.Arg(1))
+		fmt.Fprintf(stderr, "pgconnect: %q after the DSN: the DSN is one argument (quote it), and flags go before it\n", fs.Arg(1))
 		return 2
 	case *warm < 0:
 		fmt.Fprintf(stderr, "pgconnect: -n %d: want 0 or more warm connects\n", *warm)

@@ -175,7 +175,7 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"explain", "host=x", "-n", "2"}, `"-n" after the DSN: flags go before it`},
+		{[]string{"explain", "host=x", "-n", "2"}, `"-n" after the DSN: the DSN is one argument (quote it), and flags go before it`},
 		{[]string{"explain", "-n", "-1", "host=x"}, "-n -1: want 0 or more"},
 		{[]string{"explain", "-timeout", "0s", "host=x"}, "-timeout 0s: want a positive duration"},
 	} {
