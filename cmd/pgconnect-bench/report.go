@@ -92,6 +92,10 @@ servers on loopback, and in a process of its own:
   other half (` + "`-pin`" + `), as on separate hosts: a client's CPU time does not slow the server.
 - Scenarios 1-3 use ` + "`trust`" + `, so that authentication (the same for every peer) does not hide the
   negotiation; scenario 4 uses ` + "`gss`" + `, which the server skips under GSS encryption.
+- **Telemetry**: pgconnector runs as an application that has set no OpenTelemetry provider: with
+  the global default providers it starts no span and records no measurement, though its statement
+  tracer (sqlmw) still wraps each connection. What spans cost with an SDK is measured by the root
+  package's ` + "`BenchmarkConnectTracing`" + ` and ` + "`BenchmarkStatementTracing`" + `.
 
 `)
 }
