@@ -6,82 +6,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
+// TestDIR runs MIT's kinit, kswitch and kdestroy on a DIR collection (checkCollection).
 func TestDIR(t *testing.T) {
-	k := harness.StartKDCT(t, harness.KDCOptions{})
-	for _, p := range []string{"alice", "bob"} {
-		if _, err := k.AddPrincipal(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := filepath.Join(t.TempDir(), "cc")
-	name := "DIR:" + dir
-	c := mustResolve(t, name)
-	if c.Name() != name {
+	k := collectionKDC(t)
+	name := "DIR:" + filepath.Join(t.TempDir(), "cc")
+	if c := mustResolve(t, name); c.Name() != name {
 		t.Fatalf("Name %q, want %q", c.Name(), name)
 	}
-	checkGone(t, c) // no directory yet
-
-	if err := k.KinitName(name, "alice", 0); err != nil {
-		t.Fatal(err)
-	}
-	checkMatchesKlist(t, k, c, name, "alice")
-	s1 := stampChanged(t, c, Stamp{}, "the first kinit")
-
-	if err := k.KinitName(name, "alice", 0); err != nil {
-		t.Fatal(err)
-	}
-	s2 := stampChanged(t, c, s1, "kinit of the same principal")
-
-	// A second principal: kinit makes a new tkt file and the primary names it.
-	if err := k.KinitName(name, "bob", 0); err != nil {
-		t.Fatal(err)
-	}
-	checkMatchesKlist(t, k, c, name, "bob")
-	s3 := stampChanged(t, c, s2, "kinit of another principal")
-
-	if err := k.Kswitch(name, "alice"); err != nil {
-		t.Fatal(err)
-	}
-	checkMatchesKlist(t, k, c, name, "alice")
-	s4 := stampChanged(t, c, s3, "kswitch")
-	if s4 == s2 {
-		t.Fatal("Stamp after kswitch back equals the one before the switch away")
-	}
-
-	// The subsidiary form names one file of the collection.
-	primary, err := os.ReadFile(filepath.Join(dir, "primary"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := "DIR::" + filepath.Join(dir, strings.TrimSuffix(string(primary), "\n"))
-	cs := mustResolve(t, sub)
-	checkMatchesKlist(t, k, cs, sub, "alice")
-	ss := mustStamp(t, cs)
-	if err := k.Kswitch(name, "bob"); err != nil {
-		t.Fatal(err)
-	}
-	if s := mustStamp(t, cs); s != ss {
-		t.Fatalf("Stamp of %s changed after kswitch to another cache", sub)
-	}
-	checkMatchesKlist(t, k, cs, sub, "alice")
-	s5 := stampChanged(t, c, s4, "kswitch to bob")
-
-	if err := k.Kdestroy(name, false); err != nil { // bob's cache, the primary
-		t.Fatal(err)
-	}
-	if s := mustStamp(t, c); s == s5 {
-		t.Fatal("Stamp unchanged after kdestroy")
-	}
-	checkGone(t, c)
-	checkMatchesKlist(t, k, cs, sub, "alice") // the other cache stays
-	if err := k.Kdestroy(name, true); err != nil {
-		t.Fatal(err)
-	}
-	checkGone(t, cs)
+	checkCollection(t, k, name)
 }
 
 func TestDIRNames(t *testing.T) {

@@ -106,3 +106,86 @@ func stampChanged(t *testing.T, c Cache, old Stamp, what string) Stamp {
 	}
 	return s
 }
+
+var ticketCacheRE = regexp.MustCompile(`(?m)^Ticket cache: (\S+)$`)
+
+// resolvedName is the name of the cache klist shows for name: a collection's primary.
+func resolvedName(t *testing.T, k *harness.KDC, name string) string {
+	t.Helper()
+	out, err := k.KlistName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ticketCacheRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("klist %s shows no ticket cache:\n%s", name, out)
+	}
+	return m[1]
+}
+
+// collectionKDC starts a KDC with the principals alice and bob.
+func collectionKDC(t *testing.T) *harness.KDC {
+	k := harness.StartKDCT(t, harness.KDCOptions{})
+	for _, p := range []string{"alice", "bob"} {
+		if _, err := k.AddPrincipal(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k
+}
+
+// checkCollection runs kinit, kswitch and kdestroy on the collection name (DIR or KEYRING) and
+// checks Load and Stamp after each.
+func checkCollection(t *testing.T, k *harness.KDC, name string) {
+	c := mustResolve(t, name)
+	checkGone(t, c)
+	if err := k.KinitName(name, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	checkMatchesKlist(t, k, c, name, "alice")
+	s1 := stampChanged(t, c, Stamp{}, "the first kinit")
+
+	if err := k.KinitName(name, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	checkMatchesKlist(t, k, c, name, "alice")
+	s2 := stampChanged(t, c, s1, "kinit of the same principal")
+
+	if err := k.KinitName(name, "bob", 0); err != nil { // a new cache, made the primary
+		t.Fatal(err)
+	}
+	checkMatchesKlist(t, k, c, name, "bob")
+	s3 := stampChanged(t, c, s2, "kinit of another principal")
+
+	if err := k.Kswitch(name, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	checkMatchesKlist(t, k, c, name, "alice")
+	s4 := stampChanged(t, c, s3, "kswitch")
+
+	// One cache of the collection by its full name.
+	sub := resolvedName(t, k, name)
+	cs := mustResolve(t, sub)
+	checkMatchesKlist(t, k, cs, sub, "alice")
+	ss := mustStamp(t, cs)
+	if err := k.Kswitch(name, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustStamp(t, cs); s != ss {
+		t.Fatalf("Stamp of %s changed after kswitch to another cache", sub)
+	}
+	s5 := stampChanged(t, c, s4, "kswitch to bob")
+
+	if err := k.Kdestroy(name, false); err != nil { // bob's cache, the primary
+		t.Fatal(err)
+	}
+	if s := mustStamp(t, c); s == s5 {
+		t.Fatal("Stamp unchanged after kdestroy")
+	}
+	checkGone(t, c)
+	checkMatchesKlist(t, k, cs, sub, "alice") // the other cache stays
+	if err := k.Kdestroy(sub, false); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, cs)
+}

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -27,22 +26,6 @@ import (
 // one stays on one thread.
 func lockThread() { runtime.LockOSThread() }
 
-var ticketCacheRE = regexp.MustCompile(`(?m)^Ticket cache: (\S+)$`)
-
-// resolvedName is the name of the cache klist shows for name: a collection's primary.
-func resolvedName(t *testing.T, k *harness.KDC, name string) string {
-	t.Helper()
-	out, err := k.KlistName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := ticketCacheRE.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("klist %s shows no ticket cache:\n%s", name, out)
-	}
-	return m[1]
-}
-
 func randomName(t testing.TB) string {
 	b := make([]byte, 6)
 	if _, err := rand.Read(b); err != nil {
@@ -51,79 +34,13 @@ func randomName(t testing.TB) string {
 	return hex.EncodeToString(b)
 }
 
-func keyringKDC(t *testing.T) *harness.KDC {
-	k := harness.StartKDCT(t, harness.KDCOptions{})
-	for _, p := range []string{"alice", "bob"} {
-		if _, err := k.AddPrincipal(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return k
-}
-
-// checkCollection runs kinit, kswitch and kdestroy on the KEYRING collection name and checks
-// Load and Stamp after each.
-func checkCollection(t *testing.T, k *harness.KDC, name string) {
-	c := mustResolve(t, name)
-	checkGone(t, c)
-	if err := k.KinitName(name, "alice", 0); err != nil {
-		t.Fatal(err)
-	}
-	checkMatchesKlist(t, k, c, name, "alice")
-	s1 := stampChanged(t, c, Stamp{}, "the first kinit")
-
-	if err := k.KinitName(name, "alice", 0); err != nil {
-		t.Fatal(err)
-	}
-	checkMatchesKlist(t, k, c, name, "alice")
-	s2 := stampChanged(t, c, s1, "kinit of the same principal")
-
-	if err := k.KinitName(name, "bob", 0); err != nil { // a new cache, made the primary
-		t.Fatal(err)
-	}
-	checkMatchesKlist(t, k, c, name, "bob")
-	s3 := stampChanged(t, c, s2, "kinit of another principal")
-
-	if err := k.Kswitch(name, "alice"); err != nil {
-		t.Fatal(err)
-	}
-	checkMatchesKlist(t, k, c, name, "alice")
-	s4 := stampChanged(t, c, s3, "kswitch")
-
-	// One cache of the collection by its full name.
-	sub := resolvedName(t, k, name)
-	cs := mustResolve(t, sub)
-	checkMatchesKlist(t, k, cs, sub, "alice")
-	ss := mustStamp(t, cs)
-	if err := k.Kswitch(name, "bob"); err != nil {
-		t.Fatal(err)
-	}
-	if s := mustStamp(t, cs); s != ss {
-		t.Fatalf("Stamp of %s changed after kswitch to another cache", sub)
-	}
-	s5 := stampChanged(t, c, s4, "kswitch to bob")
-
-	if err := k.Kdestroy(name, false); err != nil { // bob's cache, the primary
-		t.Fatal(err)
-	}
-	if s := mustStamp(t, c); s == s5 {
-		t.Fatal("Stamp unchanged after kdestroy")
-	}
-	checkGone(t, c)
-	checkMatchesKlist(t, k, cs, sub, "alice") // the other cache stays
-	if err := k.Kdestroy(sub, false); err != nil {
-		t.Fatal(err)
-	}
-	checkGone(t, cs)
-}
-
 // TestKeyringSession: KEYRING:session, the legacy form, concurrent use, and caches written by
 // this process in the process and thread keyrings.
 func TestKeyringSession(t *testing.T) {
 	if !harness.InPrivateSessionKeyring(t) {
 		return
 	}
-	k := keyringKDC(t)
+	k := collectionKDC(t)
 	t.Run("session", func(t *testing.T) { checkCollection(t, k, "KEYRING:session:pgc") })
 	t.Run("legacy", func(t *testing.T) {
 		name := "KEYRING:pgclegacy"
@@ -259,7 +176,7 @@ func TestKeyringSession(t *testing.T) {
 // TestKeyringUser kinits into KEYRING:user, shared by every process of the uid, under a new
 // collection name that the harness destroys at the test's end, or after a killed test.
 func TestKeyringUser(t *testing.T) {
-	k := keyringKDC(t)
+	k := collectionKDC(t)
 	checkCollection(t, k, harness.UserKeyringCache(t))
 }
 
@@ -268,7 +185,7 @@ func TestKeyringUser(t *testing.T) {
 // test's end, or after a killed test.
 func TestKeyringPersistent(t *testing.T) {
 	name, _ := harness.PersistentKeyringCache(t)
-	checkCollection(t, keyringKDC(t), name)
+	checkCollection(t, collectionKDC(t), name)
 }
 
 // cacheKeys is one cache read key by key: its principal record and its credential records.
