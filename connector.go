@@ -301,6 +301,17 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 	if err := c.negotiator.Configure(ctx, &cfg.Config); err != nil {
 		return err
 	}
+	// The password file's entry for this attempt's host, read now as libpq reads it at each
+	// connect (passfile.go): only when no password was given, in the connection string,
+	// PGPASSWORD or the pgx configuration (PgxConfig); WithBeforeConnect, below, may still set one.
+	if cfg.Password == "" && c.settings.passfile != "" {
+		host, port, _ := negotiation.AttemptHost(ctx)
+		pw, err := passwordFromFile(c.settings.passfile, host, port, cfg.Database, cfg.User)
+		if err != nil {
+			return &negotiation.AbortError{Err: err}
+		}
+		cfg.Password = pw
+	}
 	// GSS authentication (pg_hba method gss without GSS encryption) with this
 	// connector's credentials: see internal/gss, pgxauth.go.
 	cfg.KerberosSpn = c.gss.AuthTokenContext(ctx, cfg.Host) // the KDC wait ends with ctx
