@@ -21,7 +21,9 @@ import (
 
 // Settings is a parsed connection string.
 type Settings struct {
-	// Config is what pgx parsed, without the libpq keys (see [Keywords]) in RuntimeParams.
+	// Config is what pgx parsed, without the libpq keys (see [Keywords]) in RuntimeParams. Its
+	// Password is the connection string's or PGPASSWORD's only: the password file is read at each
+	// connect, for each host apart (passfile.go).
 	Config *pgx.ConnConfig
 	// Hosts are the hosts of the connection string in order, each with its sslmode and hostaddr.
 	Hosts []negotiation.Host
