@@ -277,6 +277,7 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	var conn driver.Conn
 	var host string // the host and port of the attempt that connected, as written in the DSN
 	var port uint16
+	ctx, note := withPassfileNote(ctx)
 	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
 		var err error
 		conn, err = c.stdlib.Connect(ctx)
@@ -284,7 +285,7 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, note.wrap(err)
 	}
 	if c.statements == nil {
 		return conn, nil
@@ -306,10 +307,11 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 	// PGPASSWORD or the pgx configuration (PgxConfig); WithBeforeConnect, below, may still set one.
 	if cfg.Password == "" && c.settings.passfile != "" {
 		host, port, _ := negotiation.AttemptHost(ctx)
-		pw, err := passwordFromFile(c.settings.passfile, host, port, cfg.Database, cfg.User)
+		pw, ignored, err := passwordFromFile(c.settings.passfile, host, port, cfg.Database, cfg.User)
 		if err != nil {
 			return &negotiation.AbortError{Err: err}
 		}
+		notePassfile(ctx, ignored)
 		cfg.Password = pw
 	}
 	// GSS authentication (pg_hba method gss without GSS encryption) with this

@@ -2,6 +2,8 @@ package pgconnector
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -9,8 +11,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 
 	"github.com/jackc/pgpassfile"
+
+	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // The password file (libpq-pgpass.html; fe-connect.c, pqConnectOptions2 and passwordFromFile),
@@ -81,72 +86,128 @@ func defaultSocketDir() string {
 // matches host (as written in the connection string, else the hostaddr), port, dbname and user,
 // or "" when none does. dbname "" means user, libpq's default. As libpq, it returns "" without an
 // error when user is "", when the file does not exist or cannot be read, when it is not a regular
-// file (a FIFO or a device is never opened) or when its group or others have any access (libpq
-// warns on standard error and ignores it). The error is a file larger than maxPassfileSize, or a
-// line of more than 64 KiB, and never holds the file's content.
+// file (a FIFO or a device is never opened) or when its group or others have any access; for the
+// last two, ignored is libpq's warning (which libpq prints on standard error). The error is a
+// file larger than maxPassfileSize, or a line of more than 64 KiB, and never holds the file's
+// content.
 //
 // Entries are parsed by github.com/jackc/pgpassfile, pgx's parser: fields split at unescaped
 // colons, \: and \\ unescaped, "*" matching anything. libpq reads a few malformed lines otherwise
 // (a line with more than five fields: libpq takes the fifth as the password, pgpassfile skips the
 // line; leading and trailing white space: libpq keeps it, pgpassfile trims it; a backslash before
 // another character: libpq drops it); well-formed lines mean the same in both.
-func passwordFromFile(path, host string, port uint16, dbname, user string) (string, error) {
+func passwordFromFile(path, host string, port uint16, dbname, user string) (password, ignored string, err error) {
 	if dbname == "" {
 		dbname = user
 	}
 	if path == "" || user == "" {
-		return "", nil
+		return "", "", nil
 	}
-	data, err := readPassfile(path)
+	data, ignored, err := readPassfile(path)
 	if err != nil || data == nil {
-		return "", err
+		return "", ignored, err
 	}
 	defer clear(data)
 	pf, err := pgpassfile.ParsePassfile(bytes.NewReader(data))
 	if err != nil {
-		return "", fmt.Errorf("pgconnector: password file %q: %v", path, err)
+		return "", "", fmt.Errorf("pgconnector: password file %q: %v", path, err)
 	}
-	return pf.FindPassword(passfileHost(host), strconv.Itoa(int(port)), dbname, user), nil
+	return pf.FindPassword(passfileHost(host), strconv.Itoa(int(port)), dbname, user), "", nil
 }
 
 // readPassfile reads the password file at path, or returns nil (no error) for a file libpq would
-// ignore. The type and permissions are checked before the file is opened, and again on what was
-// opened (a file swapped in between is ignored); the open does not block.
-func readPassfile(path string) ([]byte, error) {
+// ignore, with libpq's warning for a file of another type or with group or other access. The
+// type and permissions are checked before the file is opened, and again on what was opened (a
+// file swapped in between is ignored); the open does not block.
+func readPassfile(path string) (data []byte, ignored string, err error) {
 	fi, err := os.Stat(path) // libpq stats the path too: a symbolic link is followed
-	if err != nil || !passfileUsable(fi) {
-		return nil, nil
+	if err != nil {
+		return nil, "", nil
+	}
+	if ignored := passfileIgnored(path, fi); ignored != "" {
+		return nil, ignored, nil
 	}
 	f, err := openNonblocking(path)
 	if err != nil {
-		return nil, nil
+		return nil, "", nil
 	}
 	defer f.Close()
 	opened, err := f.Stat()
-	if err != nil || !os.SameFile(fi, opened) || !passfileUsable(opened) {
-		return nil, nil
+	if err != nil || !os.SameFile(fi, opened) {
+		return nil, "", nil
 	}
+	if ignored := passfileIgnored(path, opened); ignored != "" {
+		return nil, ignored, nil
+	}
+	tooLarge := fmt.Errorf("pgconnector: password file %q is larger than %d bytes: not read", path, maxPassfileSize)
 	if opened.Size() > maxPassfileSize {
-		return nil, fmt.Errorf("pgconnector: password file %q is larger than %d bytes: not read", path, maxPassfileSize)
+		return nil, "", tooLarge
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxPassfileSize+1))
-	if err != nil {
+	data, err = io.ReadAll(io.LimitReader(f, maxPassfileSize+1))
+	if err != nil || len(data) > maxPassfileSize {
 		clear(data)
-		return nil, nil
+		if err != nil {
+			return nil, "", nil
+		}
+		return nil, "", tooLarge
 	}
-	if len(data) > maxPassfileSize {
-		clear(data)
-		return nil, fmt.Errorf("pgconnector: password file %q is larger than %d bytes: not read", path, maxPassfileSize)
-	}
-	return data, nil
+	return data, "", nil
 }
 
-// passfileUsable reports whether libpq would read a password file of this type and mode: a
-// regular file, and off Windows one without any group or other permission (libpq: "password file
-// ... has group or world access; permissions should be u=rw (0600) or less").
-func passfileUsable(fi fs.FileInfo) bool {
-	if !fi.Mode().IsRegular() {
-		return false
+// passfileIgnored returns libpq's warning for a password file it does not read (fe-connect.c,
+// passwordFromFile): one that is not a regular file, or, off Windows, one that its group or
+// others may access; "" for a file libpq reads.
+func passfileIgnored(path string, fi fs.FileInfo) string {
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Sprintf("password file %q is not a plain file", path)
+	case runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0:
+		return fmt.Sprintf("password file %q has group or world access; permissions should be u=rw (0600) or less", path)
 	}
-	return runtime.GOOS == "windows" || fi.Mode().Perm()&0o077 == 0
+	return ""
 }
+
+// passfileNote carries, through the context of one connect, libpq's warning for a password file
+// that was not read, which the connect's error gets when it is [negotiation.ErrNoPassword].
+type passfileNote struct {
+	mu  sync.Mutex
+	msg string
+}
+
+type passfileNoteKey struct{}
+
+// withPassfileNote returns ctx with a new note for configureAttempt to fill.
+func withPassfileNote(ctx context.Context) (context.Context, *passfileNote) {
+	n := &passfileNote{}
+	return context.WithValue(ctx, passfileNoteKey{}, n), n
+}
+
+// notePassfile records msg in the note ctx carries, if any.
+func notePassfile(ctx context.Context, msg string) {
+	if n, ok := ctx.Value(passfileNoteKey{}).(*passfileNote); ok && msg != "" {
+		n.mu.Lock()
+		n.msg = msg
+		n.mu.Unlock()
+	}
+}
+
+// wrap adds the warning to err when err is the refusal of a password request for want of a
+// password: why the file gave none.
+func (n *passfileNote) wrap(err error) error {
+	n.mu.Lock()
+	msg := n.msg
+	n.mu.Unlock()
+	if msg == "" || !errors.Is(err, negotiation.ErrNoPassword) {
+		return err
+	}
+	return &passfileIgnoredError{err: err, msg: msg}
+}
+
+// passfileIgnoredError is a connect's error with the warning libpq would have printed.
+type passfileIgnoredError struct {
+	err error
+	msg string
+}
+
+func (e *passfileIgnoredError) Error() string { return e.err.Error() + " (" + e.msg + ")" }
+func (e *passfileIgnoredError) Unwrap() error { return e.err }

@@ -144,6 +144,13 @@ func TestMultiHostPassfileMatchesPsql(t *testing.T) {
 				if got != want {
 					t.Errorf("%s: connector %s (%s), psql %s (%s)", api, got, msg, want, psqlMsg)
 				}
+				// libpq's warning for a file it does not read is in the error.
+				if _, warning, ok := strings.Cut(psqlMsg, "WARNING: "); ok {
+					warning, _, _ = strings.Cut(warning, "\n")
+					if !strings.Contains(msg, warning) {
+						t.Errorf("%s: the error %q does not say %q", api, msg, warning)
+					}
+				}
 				for _, secret := range []string{pa, pc} {
 					if strings.Contains(msg, secret) {
 						t.Errorf("%s: the error holds a password: %s", api, msg)
@@ -178,7 +185,7 @@ func TestPassfileBeforeConnectWins(t *testing.T) {
 
 // TestPassfileNotAPlainFile: a FIFO as password file is not opened (libpq: "password file ... is
 // not a plain file", ignored): the connect does not wait for a writer and fails as psql does,
-// with no password.
+// with no password, its error saying libpq's warning.
 func TestPassfileNotAPlainFile(t *testing.T) {
 	srv := harness.StartT(t, harness.Options{Auth: "scram-sha-256"})
 	fifo := filepath.Join(t.TempDir(), "pgpass")
@@ -197,7 +204,10 @@ func TestPassfileNotAPlainFile(t *testing.T) {
 	}()
 	select {
 	case msg := <-done:
-		if !strings.Contains(msg, "no password supplied") {
+		_, warning, _ := strings.Cut(psqlMsg, "WARNING: ")
+		warning, _, _ = strings.Cut(warning, "\n")
+		t.Logf("connector: %s", msg)
+		if !strings.Contains(msg, "no password supplied") || !strings.Contains(warning, "is not a plain file") || !strings.Contains(msg, warning) {
 			t.Errorf("connector: %s; psql: %s", msg, psqlMsg)
 		}
 	case <-time.After(30 * time.Second):
@@ -227,22 +237,26 @@ func TestPasswordFromFile(t *testing.T) {
 		port             uint16
 		dbname, user     string
 		want             string
+		ignored          string // libpq's warning
 		err              string
 	}{
-		{"no host: localhost", entries, "", 5432, "app", "app", "pw-localhost", ""},
-		{"another socket directory: itself", entries, "/sockets/other", 5432, "app", "app", "pw-other", ""},
-		{"name, port, database, user", entries, "db.example", 6432, "app", "app", "pw-db", ""},
-		{"database defaults to the user", entries, "db.example", 6432, "", "app", "pw-db", ""},
-		{"another port", entries, "db.example", 5432, "app", "app", "", ""},
-		{"another user", entries, "db.example", 6432, "app", "bob", "", ""},
-		{"no user: no lookup", entries, "127.0.0.1", 5432, "app", "", "", ""},
-		{"no such file", filepath.Join(dir, "none"), "127.0.0.1", 5432, "app", "app", "", ""},
-		{"a directory", dir, "127.0.0.1", 5432, "app", "app", "", ""},
-		{"group and others may read it", open, "127.0.0.1", 5432, "app", "app", "", ""},
-		{"larger than 1 MiB", big, "127.0.0.1", 5432, "app", "app", "", "is larger than 1048576 bytes"},
+		{"no host: localhost", entries, "", 5432, "app", "app", "pw-localhost", "", ""},
+		{"another socket directory: itself", entries, "/sockets/other", 5432, "app", "app", "pw-other", "", ""},
+		{"name, port, database, user", entries, "db.example", 6432, "app", "app", "pw-db", "", ""},
+		{"database defaults to the user", entries, "db.example", 6432, "", "app", "pw-db", "", ""},
+		{"another port", entries, "db.example", 5432, "app", "app", "", "", ""},
+		{"another user", entries, "db.example", 6432, "app", "bob", "", "", ""},
+		{"no user: no lookup", entries, "127.0.0.1", 5432, "app", "", "", "", ""},
+		{"no such file", filepath.Join(dir, "none"), "127.0.0.1", 5432, "app", "app", "", "", ""},
+		{"a directory", dir, "127.0.0.1", 5432, "app", "app", "", "is not a plain file", ""},
+		{"group and others may read it", open, "127.0.0.1", 5432, "app", "app", "", "has group or world access; permissions should be u=rw (0600) or less", ""},
+		{"larger than 1 MiB", big, "127.0.0.1", 5432, "app", "app", "", "", "is larger than 1048576 bytes"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := pgconnector.PasswordFromFile(tt.path, tt.host, tt.port, tt.dbname, tt.user)
+			got, ignored, err := pgconnector.PasswordFromFile(tt.path, tt.host, tt.port, tt.dbname, tt.user)
+			if !strings.Contains(ignored, tt.ignored) || (tt.ignored == "") != (ignored == "") {
+				t.Errorf("ignored %q, want %q", ignored, tt.ignored)
+			}
 			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
 				t.Fatalf("error %v, want %q", err, tt.err)
 			}
@@ -257,7 +271,7 @@ func TestPasswordFromFile(t *testing.T) {
 	// libpq's DEFAULT_PGSOCKET_DIR on Debian, which psql 15 here is built with, is pgx's
 	// default host when it exists.
 	if _, err := os.Stat("/var/run/postgresql"); err == nil {
-		if got, _ := pgconnector.PasswordFromFile(entries, "/var/run/postgresql", 5432, "app", "app"); got != "pw-localhost" {
+		if got, _, _ := pgconnector.PasswordFromFile(entries, "/var/run/postgresql", 5432, "app", "app"); got != "pw-localhost" {
 			t.Errorf("default socket directory: %q, want the localhost entry", got)
 		}
 	}

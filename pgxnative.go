@@ -184,6 +184,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 	)
 	// The open function of Connect, with pgconn instead of the stdlib connector: one attempt,
 	// configured by Negotiator.Configure, whose established session is taken from pgconn.
+	ctx, note := withPassfileNote(ctx)
 	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
 		cfg := base.Copy()
 		var rec *replay.Recorder
@@ -216,7 +217,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, note.wrap(err)
 	}
 	g := replay.Greeting{
 		NegotiateProtocolVersion: npv,
