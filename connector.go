@@ -277,6 +277,7 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	var conn driver.Conn
 	var host string // the host and port of the attempt that connected, as written in the DSN
 	var port uint16
+	ctx, note := withPassfileNote(ctx)
 	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
 		var err error
 		conn, err = c.stdlib.Connect(ctx)
@@ -284,7 +285,7 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, note.wrap(err)
 	}
 	if c.statements == nil {
 		return conn, nil
@@ -300,6 +301,18 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if err := c.negotiator.Configure(ctx, &cfg.Config); err != nil {
 		return err
+	}
+	// The password file's entry for this attempt's host, read now as libpq reads it at each
+	// connect (passfile.go): only when no password was given, in the connection string,
+	// PGPASSWORD or the pgx configuration (PgxConfig); WithBeforeConnect, below, may still set one.
+	if cfg.Password == "" && c.settings.passfile != "" {
+		host, port, _ := negotiation.AttemptHost(ctx)
+		pw, ignored, err := passwordFromFile(c.settings.passfile, host, port, cfg.Database, cfg.User)
+		if err != nil {
+			return &negotiation.AbortError{Err: err}
+		}
+		notePassfile(ctx, ignored)
+		cfg.Password = pw
 	}
 	// GSS authentication (pg_hba method gss without GSS encryption) with this
 	// connector's credentials: see internal/gss, pgxauth.go.

@@ -41,7 +41,8 @@ import (
 //
 // Its host, port, TLS, Kerberos, dial and lookup settings are not used: the connector's, from its
 // connection string, are. The others are the connection's: user, password and database (the
-// negotiation authenticates with them), run-time parameters, min/max_protocol_version,
+// negotiation authenticates with them; a Password left empty is each host's password-file entry,
+// looked up at each attempt as for database/sql), run-time parameters, min/max_protocol_version,
 // require_auth, channel_binding and sslcertmode (checked during the negotiation), and pgx's hooks:
 // BuildFrontend, OnNotice and OnPgError serve each attempt of the negotiation (the notices and
 // errors of the startup come there) and the connection pgx returns; AfterNetConnect runs on each
@@ -183,6 +184,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 	)
 	// The open function of Connect, with pgconn instead of the stdlib connector: one attempt,
 	// configured by Negotiator.Configure, whose established session is taken from pgconn.
+	ctx, note := withPassfileNote(ctx)
 	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
 		cfg := base.Copy()
 		var rec *replay.Recorder
@@ -215,7 +217,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, note.wrap(err)
 	}
 	g := replay.Greeting{
 		NegotiateProtocolVersion: npv,

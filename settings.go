@@ -21,7 +21,9 @@ import (
 
 // Settings is a parsed connection string.
 type Settings struct {
-	// Config is what pgx parsed, without the libpq keys (see [Keywords]) in RuntimeParams.
+	// Config is what pgx parsed, without the libpq keys (see [Keywords]) in RuntimeParams. Its
+	// Password is the connection string's or PGPASSWORD's only: the password file is read at each
+	// connect, for each host apart (passfile.go).
 	Config *pgx.ConnConfig
 	// Hosts are the hosts of the connection string in order, each with its sslmode and hostaddr.
 	Hosts []negotiation.Host
@@ -40,6 +42,10 @@ type Settings struct {
 	// keepalives_count and tcp_user_timeout; nil when none is given (pgx's dialer is kept).
 	Keepalives *Keepalives
 
+	// passfile is the password file to look each host up in at connect time (passfile.go), or ""
+	// when the connection string or PGPASSWORD gives the password, which every host gets.
+	passfile string
+
 	// pgxConnString returns the connection string pgx parsed (the one given, with the keys
 	// libpq's rules add), from which PgxPoolConfig reads pgxpool's keys. A function, so that
 	// printing a Settings never shows it: it may hold the password.
@@ -56,7 +62,9 @@ func ParseSettings(dsn string) (*Settings, error) {
 	if err != nil {
 		return nil, err
 	}
-	dsn1 := appendKeys(dsn, extra)
+	// An empty passfile: pgx would look the password file up for the first host and give that
+	// password to every host; the connector looks it up per host (passfile.go).
+	dsn1, noPassfile := withoutPassfile(appendKeys(dsn, extra))
 	cfg, err := pgx.ParseConfig(dsn1)
 	if err != nil {
 		return nil, fromPgx(err, dsn)
@@ -69,6 +77,9 @@ func ParseSettings(dsn string) (*Settings, error) {
 		return nil, invalid("sslnegotiation", source{value: cfg.SSLNegotiation, env: src.env, known: true}, "one of postgres, direct")
 	}
 	s := &Settings{Config: cfg, pgxConnString: func() string { return dsn1 }}
+	if noPassfile && cfg.Password == "" { // libpq: a password set but empty reads the file too
+		s.passfile = passfilePath(o)
+	}
 	kv := &keyValues{params: maps.Clone(cfg.RuntimeParams)}
 
 	gssenc, src, _ := kv.get("gssencmode", "PGGSSENCMODE")
@@ -340,6 +351,12 @@ func appendKeys(dsn string, pairs [][2]string) string {
 		n := len(dsn) - len(strings.TrimRight(dsn, `\`))
 		if n%2 == 1 {
 			dsn = dsn[:len(dsn)-1]
+		}
+		// A last key with nothing after its "=" has the empty value; written so, or the pair
+		// added would become its value (white space after "=" is skipped).
+		if kv, unclosed := scanKeywordValue(dsn); unclosed == "" && len(kv) > 0 && kv[len(kv)-1][1] == "" &&
+			strings.HasSuffix(strings.TrimRight(dsn, " \t\n\r\v\f"), "=") {
+			dsn = strings.TrimRight(dsn, " \t\n\r\v\f") + "''"
 		}
 	}
 	var b strings.Builder

@@ -194,6 +194,14 @@ func checkPeer(c net.Conn, want string) error {
 	return nil
 }
 
+// ErrNoPassword is the client's refusal to answer a password request (AuthenticationCleartextPassword,
+// AuthenticationMD5Password or AuthenticationSASL) when the attempt has no password: none in the
+// connection string or PGPASSWORD, and no entry of the password file for the attempt's host.
+// libpq refuses in the same place with "fe_sendauth: no password supplied" (fe-auth.c,
+// pg_fe_sendauth, pg_SASL_init) and tries no other host; so does the connector. Nothing is sent
+// to the server.
+var ErrNoPassword = errors.New("no password supplied")
+
 // AbortError is an error of the caller's own code during an attempt (a connection hook, say): it
 // says nothing about the server, and another host or method would meet it again, so the connect
 // stops there. It unwraps to the cause.

@@ -647,7 +647,10 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	}
 	buildFrontend := cfg.BuildFrontend
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return buildFrontend(&authObserver{r: r, at: at}, w)
+		// pgx builds the frontend when it connects, after every hook that may set the password.
+		// An OAuth token provider answers AuthenticationSASL (OAUTHBEARER) without one.
+		noPassword := cfg.Password == "" && cfg.OAuthTokenProvider == nil
+		return buildFrontend(&authObserver{r: r, at: at, noPassword: noPassword}, w)
 	}
 	cfg.ValidateConnect = nil
 	if tsa := at.n.cfg.TargetSessionAttrs; tsa != TargetAny && !at.anyServer {

@@ -47,7 +47,7 @@ const (
 	classRejected                   // ErrGSSRejected
 	classUnverified                 // ErrGSSUnverified
 	classServer                     // an ErrorResponse after the StartupMessage (a SQLSTATE)
-	classClientRefused              // the client refused the server: requirepeer, require_auth, channel_binding, sslcertmode
+	classClientRefused              // the client refused the server: requirepeer, require_auth, channel_binding, sslcertmode, no password
 )
 
 // clientChecks are the messages with which pgx fails a connection whose server does not meet
@@ -59,7 +59,7 @@ var clientChecks = []string{"require_auth check failed: ", "channel binding chec
 func clientRefused(err error) bool {
 	var rp *RequirePeerError
 	var ab *AbortError
-	if errors.As(err, &rp) || errors.As(err, &ab) {
+	if errors.As(err, &rp) || errors.As(err, &ab) || errors.Is(err, ErrNoPassword) {
 		return true
 	}
 	for e := err; e != nil; e = errors.Unwrap(e) {

@@ -243,6 +243,9 @@ type authObserver struct {
 	skip int  // body bytes of the current message still to pass
 	last bool // the message being skipped ends the phase (ReadyForQuery)
 	auth bool // AuthenticationOk has come
+	// noPassword: the attempt has no password, and a password request fails it with
+	// ErrNoPassword before pgx sees the request.
+	noPassword bool
 }
 
 func (o *authObserver) Read(b []byte) (int, error) {
@@ -313,6 +316,13 @@ func (o *authObserver) observe(p []byte) error {
 					continue
 				}
 				code := uint32(o.hdr[5])<<24 | uint32(o.hdr[6])<<16 | uint32(o.hdr[7])<<8 | uint32(o.hdr[8])
+				if o.noPassword && (code == 3 || code == 5 || code == 10) {
+					// libpq: "fe_sendauth: no password supplied" (fe-auth.c, pg_fe_sendauth).
+					if o.at.authMethod == "" {
+						o.at.authMethod = authMethodName(code)
+					}
+					return ErrNoPassword
+				}
 				if o.at.authMethod == "" {
 					o.at.authMethod = authMethodName(code)
 					if code == 0 && o.at.method == MethodGSS {

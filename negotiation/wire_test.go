@@ -343,3 +343,41 @@ func TestQuietBeforeTheClientSpeaks(t *testing.T) {
 		})
 	}
 }
+
+// An attempt without a password refuses the server's password request (cleartext, MD5, SASL)
+// before pgx reads it, as libpq does (fe-auth.c, pg_fe_sendauth: "no password supplied"), and the
+// connect stops there; requests that need no password pass.
+func TestAuthObserverNoPassword(t *testing.T) {
+	ok := backendMsg('R', authBody(0))
+	for _, tt := range []struct {
+		name   string
+		stream []byte
+		refuse bool
+	}{
+		{"cleartext", append(backendMsg('R', authBody(3)), ok...), true},
+		{"md5", append(backendMsg('R', authBody(5, 1, 2, 3, 4)), ok...), true},
+		{"scram", append(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), ok...), true},
+		{"trust", ok, false},
+		{"gss", append(backendMsg('R', authBody(7)), ok...), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			at := &attempt{}
+			got, err := io.ReadAll(&authObserver{r: iotest.OneByteReader(bytes.NewReader(tt.stream)), at: at, noPassword: true})
+			if !tt.refuse {
+				if err != nil || !bytes.Equal(got, tt.stream) {
+					t.Fatalf("read %d of %d bytes, error %v", len(got), len(tt.stream), err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNoPassword) {
+				t.Fatalf("error %v, want ErrNoPassword", err)
+			}
+			if len(got) >= 9 {
+				t.Errorf("%d bytes of the request reached pgx", len(got))
+			}
+			if c := classify(context.Background(), err); c != classClientRefused {
+				t.Errorf("class %d, want classClientRefused (the connect stops)", c)
+			}
+		})
+	}
+}

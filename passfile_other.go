@@ -1,0 +1,10 @@
+//go:build !unix
+
+package pgconnector
+
+import "os"
+
+// openNonblocking opens path for reading (no FIFO to block on here).
+func openNonblocking(path string) (*os.File, error) {
+	return os.Open(path)
+}
