@@ -22,7 +22,7 @@ type HostError struct {
 	Port   uint16
 	Addr   string // the address of the last attempt (ip:port, or the socket path); "" before one
 	Method Method // the method of the last attempt; 0 before one
-	Step   string // the step that failed: "TCP connect", "SSLRequest", "TLS handshake", "GSSENCRequest", "service ticket", "GSS context", "startup"; "" before a socket
+	Step   string // the step that failed: "TCP connect", "SSLRequest", "TLS handshake", "GSSENCRequest", "service ticket", "GSS context", "startup"; "GSS credentials" for a check of the Kerberos credentials that did not finish (before any socket); "" before a socket otherwise
 	Err    error
 }
 

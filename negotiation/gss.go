@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -15,7 +16,13 @@ import (
 // for concurrent use.
 type GSSClient interface {
 	// Credentials reports the client's Kerberos credentials. It is called once per connect
-	// and per host, so it must be cheap when nothing changed (a stat, no parse).
+	// and per host, so it must be cheap when nothing changed (a stat, no parse). ctx carries
+	// the host's connect_timeout (the check counts against the host's budget, as the wait
+	// for the first address does) and the caller's deadline: Credentials must return when it
+	// ends. An error that wraps context.DeadlineExceeded, context.Canceled or
+	// os.ErrDeadlineExceeded (or any error once ctx has ended) is a check that did not finish:
+	// the host fails with it at the step "GSS credentials", whatever gssencmode; any other
+	// error counts as no credentials (libpq: gss_acquire_cred failed).
 	Credentials(ctx context.Context) (GSSCredentials, error)
 	// ServiceTicket obtains a ticket for the server's service principal (krbsrvname@host, host
 	// as written in the connection string, or krbspn) and returns a session ready to establish
@@ -92,23 +99,49 @@ var (
 	errGSSRefused = errors.New("server refused GSSENCRequest")
 )
 
-// credentials asks the GSS client for the credentials to use with h, reporting the check.
-func (n *Negotiator) credentials(ctx context.Context, h *Host) GSSCredentials {
+// stepGSSCredentials is the HostError.Step of a credentials check that did not finish.
+const stepGSSCredentials = "GSS credentials"
+
+// credentials asks the GSS client for the credentials to use with h, reporting the check. The
+// check counts against h's connect_timeout (b, from the host's start, as what comes before the
+// first address does) and the caller's ctx.
+//
+// A check that did not finish (see GSSClient.Credentials: the budget or ctx ended, a KCM daemon
+// that does not answer) fails the host with herr, step "GSS credentials": it is no proof that
+// there are no credentials, so even under gssencmode=prefer the connect does not go on without
+// GSS encryption (policy.go: nothing learned from timeouts may turn encryption off), and nothing
+// is remembered from it. libpq with MIT krb5 would still be blocked in gss_acquire_cred there
+// (fe-gssapi-common.c, pg_GSS_have_cred_cache; cc_kcm.c sets no timeout); like libpq at
+// connect_timeout's end, the connect goes on with the next host unless the caller's ctx ended.
+// Any other error of the check counts as no credentials, as libpq takes a failed
+// gss_acquire_cred.
+func (n *Negotiator) credentials(ctx context.Context, b *budget, h *Host) (GSSCredentials, *HostError) {
 	if n.cfg.GSS == nil || n.cfg.GSSEncMode == GSSEncModeDisable || h.UnixSocket() {
-		return GSSCredentials{}
+		return GSSCredentials{}, nil
 	}
-	cctx := ctx
+	bctx, cancel := b.context(ctx, "")
+	defer cancel()
+	cctx := bctx
 	if n.trace.GSSCredentialsStart != nil {
-		cctx = n.trace.GSSCredentialsStart(ctx)
+		cctx = n.trace.GSSCredentialsStart(bctx)
 	}
-	creds, err := n.cfg.GSS.Credentials(ctx)
+	creds, err := n.cfg.GSS.Credentials(bctx)
 	if err != nil {
 		creds = GSSCredentials{}
 	}
 	if n.trace.GSSCredentialsDone != nil {
 		n.trace.GSSCredentialsDone(cctx, GSSCredentialsInfo{Valid: creds.Valid, Reused: creds.Reused, Source: creds.Source, Err: err})
 	}
-	return creds
+	if err == nil || bctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return creds, nil
+	}
+	caller, _ := ctx.Deadline()
+	if lb, ok := n.timeoutError(bctx, caller, err).(*labeled); ok {
+		// Not "msg: err", which cause would peel as one of pgx's labels.
+		err = &labeled{err: err, msg: lb.msg + " in the credentials check: " + err.Error()}
+	}
+	return creds, &HostError{Host: h.Host, Port: h.Port, Step: stepGSSCredentials, Err: err}
 }
 
 // GSSRequiredError is the failure of a host under gssencmode=require: GSSAPI encryption could

@@ -199,7 +199,10 @@ func (n *Negotiator) hostOrder(order []int) []int {
 // final reports that no other host should be tried.
 func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, ps *pass) (final bool, herr *HostError) {
 	b := n.newBudget()
-	creds := n.credentials(ctx, h)
+	creds, cerr := n.credentials(ctx, b, h)
+	if cerr != nil {
+		return ctx.Err() != nil, cerr
+	}
 	key := Key{Host: h.Host, HostAddr: h.HostAddr, Port: h.Port, Principal: creds.Principal}
 	retried := false
 	for {

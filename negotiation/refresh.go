@@ -190,9 +190,13 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 		UnixSocket: h.UnixSocket(),
 		Known:      n.cfg.Cache.Known(key),
 	}
+	b := n.newBudget()
 	switch m {
 	case MethodGSS:
-		creds := n.credentials(ctx, h)
+		creds, herr := n.credentials(ctx, b, h)
+		if herr != nil {
+			return RefreshInconclusive, 0, herr
+		}
 		if !creds.Valid || creds.Principal != key.Principal ||
 			in.Known.GSS != AnswerNo || in.Known.GSSGeneration != creds.Generation {
 			return RefreshSuperseded, 0, nil
@@ -211,7 +215,6 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 	var plan Plan
 	plan.add(m)
 
-	b := n.newBudget()
 	addrs, err := n.resolve(ctx, b, h)
 	if err != nil {
 		return RefreshInconclusive, 0, err

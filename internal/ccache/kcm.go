@@ -29,11 +29,19 @@ import (
 // reports unsupported operations and transport failures in the outer code with L = 0, Heimdal
 // always inside. Replies over 10 MiB are refused (MAX_REPLY_SIZE).
 //
-// Every exchange (and the connect) has a deadline on the socket: KCMTimeout, or the caller's
-// context's deadline when that comes first; a context canceled ends the exchange at once. One
-// connection per Cache is kept open and reused, reopened once when a reused one fails
-// (cc_kcm.c reconnects once on EPIPE; the daemon may have been restarted or have closed an
-// idle connection), and closed by Close.
+// A request sequence (one Load, one Stamp: the connect and every request and reply) has one
+// deadline on the socket, shared by all its exchanges: KCMTimeout from the start of the
+// sequence, or the caller's context's deadline when that comes first; a context canceled ends
+// the exchange at once. A daemon that answers each request just in time cannot stretch a
+// sequence past it. One connection per Cache is kept open and reused, reopened once when a
+// reused one fails (cc_kcm.c reconnects once on EPIPE; the daemon may have been restarted or
+// have closed an idle connection), and closed by Close.
+//
+// The daemon is untrusted input: every reply's length prefix is checked against kcmMaxReply
+// and against what is left of kcmMaxLoad before anything is allocated for it, the number of
+// credentials against kcmMaxCreds, and each credential record is checked as it arrives and
+// only its own bytes kept (never the reply it came in). MIT reads the credentials one at a
+// time too (kcm_next_cred) but sets no bound but MAX_REPLY_SIZE on each reply.
 
 // KCM opcodes (kcm.h).
 const (
@@ -54,18 +62,29 @@ const (
 	codeCCNoSupp    int32 = -1765328137 // KRB5_CC_NOSUPP
 )
 
+// Bounds on what one request sequence (a Load, a Stamp) takes from a daemon. An exceeded bound
+// is an error that names it; nothing is allocated for a reply before its length passed them.
 const (
-	// kcmMaxReply is the longest reply accepted, as MAX_REPLY_SIZE in cc_kcm.c.
+	// kcmMaxReply is the longest reply accepted, in bytes (the u32 length L of the reply
+	// header), as MAX_REPLY_SIZE in cc_kcm.c.
 	kcmMaxReply = 10 << 20
-	// kcmMaxCreds bounds the credentials of one cache read one by one by UUID.
+	// kcmMaxLoad is the most bytes (reply headers and bodies together) one request sequence
+	// reads from the daemon: a cache of ordinary tickets (1-2 KiB each, tens of KiB with a
+	// large PAC) is far below it; a daemon that answers with ever more large credentials
+	// meets it after a few replies, not after gigabytes.
+	kcmMaxLoad = 16 << 20
+	// kcmMaxCreds bounds the credentials of one cache: the count of a GET_CRED_LIST reply,
+	// the UUIDs of a GET_CRED_UUID_LIST reply (16 bytes each).
 	kcmMaxCreds = 1 << 16
 )
 
-// KCMTimeout bounds each request and reply exchanged with a KCM daemon (and the connect): a
-// daemon that does not answer within it (or before the caller's context ends, when that comes
-// first) gives an error, and its connection is closed. The
-// daemon is local and answers from memory in well under a millisecond; sssd_kcm may take
-// longer on its first request after a start on demand by systemd.
+// KCMTimeout bounds each request sequence with a KCM daemon as a whole (a Load, a Stamp: the
+// connect and every request and reply, one deadline shared by all): a daemon that has not
+// answered the last request within it (or before the caller's context ends, when that comes
+// first) gives an error that wraps os.ErrDeadlineExceeded (context.DeadlineExceeded for the
+// context's), and its connection is closed. The daemon is local and answers from memory in
+// well under a millisecond; sssd_kcm may take longer on its first request after a start on
+// demand by systemd.
 var KCMTimeout = 5 * time.Second
 
 // kcmCache is KCM: (the default cache of the daemon, GET_DEFAULT_CACHE) or KCM:name.
@@ -203,24 +222,35 @@ func (e *errNoDaemon) Unwrap() error { return e.err }
 // errMalformed marks a reply that does not parse.
 var errMalformed = errors.New("malformed reply")
 
-// kcmSeq is one request sequence: its context and the deadline that context sets (zero: none).
+// errTooLarge marks a cache over one of the bounds of a request sequence (kcmMaxLoad,
+// kcmMaxCreds).
+var errTooLarge = errors.New("credential cache too large")
+
+// kcmSeq is one request sequence: its context, the deadline that context sets (zero: none),
+// the end KCMTimeout sets, and the bytes read so far (bounded by kcmMaxLoad).
 type kcmSeq struct {
 	ctx   context.Context
 	limit time.Time
+	end   time.Time
+	read  int
 }
 
-// deadline is the deadline of the next exchange: KCMTimeout from now, or the sequence's limit
-// when that comes first (fromLimit).
-func (s kcmSeq) deadline() (d time.Time, fromLimit bool) {
-	d = time.Now().Add(KCMTimeout)
-	if !s.limit.IsZero() && !d.Before(s.limit) {
+// newSeq starts a request sequence now, bounded by KCMTimeout and limit (zero: none).
+func newSeq(ctx context.Context, limit time.Time) *kcmSeq {
+	return &kcmSeq{ctx: ctx, limit: limit, end: time.Now().Add(KCMTimeout)}
+}
+
+// deadline is the deadline of every exchange of the sequence: its end, or its limit when that
+// comes first (fromLimit).
+func (s *kcmSeq) deadline() (d time.Time, fromLimit bool) {
+	if !s.limit.IsZero() && !s.end.Before(s.limit) {
 		return s.limit, true
 	}
-	return d, false
+	return s.end, false
 }
 
 // dial opens the connection. A missing socket or one nobody listens on is errNoDaemon.
-func (c *kcmCache) dial(s kcmSeq) (net.Conn, error) {
+func (c *kcmCache) dial(s *kcmSeq) (net.Conn, error) {
 	d, _ := s.deadline()
 	conn, err := (&net.Dialer{Deadline: d}).DialContext(s.ctx, "unix", c.socket)
 	if err != nil {
@@ -300,7 +330,7 @@ func (c *kcmCache) unlock() { <-c.seq }
 // call sends one request (opcode, the cache name NUL-terminated unless name is nil, then
 // extra) and returns the result after the op status. The result is in c.rep: valid until the
 // next call. c.seq must be held.
-func (c *kcmCache) call(s kcmSeq, op uint16, name, extra []byte) ([]byte, error) {
+func (c *kcmCache) call(s *kcmSeq, op uint16, name, extra []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
 		if err := s.ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: %w", kcmOpName(op), err)
@@ -335,14 +365,14 @@ func (c *kcmCache) call(s kcmSeq, op uint16, name, extra []byte) ([]byte, error)
 		if timeout && fromLimit {
 			return nil, fmt.Errorf("%s: no answer before the deadline: %w", kcmOpName(op), context.DeadlineExceeded)
 		}
-		if fresh || attempt > 0 || errors.Is(err, errMalformed) || timeout || errors.Is(err, net.ErrClosed) {
+		if fresh || attempt > 0 || errors.Is(err, errMalformed) || errors.Is(err, errTooLarge) || timeout || errors.Is(err, net.ErrClosed) {
 			return nil, err
 		}
 		// A reused connection failed in transport: once more on a new one.
 	}
 }
 
-func (c *kcmCache) exchange(s kcmSeq, conn net.Conn, op uint16, name, extra []byte) (res []byte, fromLimit bool, err error) {
+func (c *kcmCache) exchange(s *kcmSeq, conn net.Conn, op uint16, name, extra []byte) (res []byte, fromLimit bool, err error) {
 	req := append(c.req[:0], 0, 0, 0, 0, 2, 0, byte(op>>8), byte(op))
 	if name != nil {
 		req = append(req, name...)
@@ -370,8 +400,14 @@ func (c *kcmCache) exchange(s kcmSeq, conn net.Conn, op uint16, name, extra []by
 	n := binary.BigEndian.Uint32(c.hdr[0:4])
 	outer := int32(binary.BigEndian.Uint32(c.hdr[4:8]))
 	if n > kcmMaxReply {
-		return nil, fromLimit, fmt.Errorf("%s: %w: %d bytes, over the limit of %d", kcmOpName(op), errMalformed, n, kcmMaxReply)
+		return nil, fromLimit, fmt.Errorf("%s: %w: %d bytes, over the limit of %d bytes for one reply", kcmOpName(op), errMalformed, n, kcmMaxReply)
 	}
+	s.read += len(c.hdr)
+	if uint64(s.read)+uint64(n) > kcmMaxLoad {
+		return nil, fromLimit, fmt.Errorf("%s: %w: a reply of %d bytes after %d read, over the limit of %d bytes for one read of the cache",
+			kcmOpName(op), errTooLarge, n, s.read, kcmMaxLoad)
+	}
+	s.read += int(n)
 	if cap(c.rep) < int(n) {
 		c.rep = make([]byte, n)
 	}
@@ -394,7 +430,7 @@ func (c *kcmCache) exchange(s kcmSeq, conn net.Conn, op uint16, name, extra []by
 func (c *kcmCache) ioError(op uint16, err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("%s: no answer within %v: %w", kcmOpName(op), KCMTimeout, err)
+		return fmt.Errorf("%s: no answer within %v (KCMTimeout, for the whole request sequence): %w", kcmOpName(op), KCMTimeout, err)
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%s: reply cut short: %w", kcmOpName(op), err)
@@ -427,7 +463,7 @@ func (c *kcmCache) displayName() string {
 
 // cacheName sets c.name to the residual, or to the daemon's default cache name
 // (GET_DEFAULT_CACHE: a NUL-terminated name). c.seq must be held.
-func (c *kcmCache) cacheName(s kcmSeq) error {
+func (c *kcmCache) cacheName(s *kcmSeq) error {
 	c.name = c.name[:0]
 	if c.residual != "" {
 		c.name = append(c.name, c.residual...)
@@ -448,14 +484,16 @@ func (c *kcmCache) cacheName(s kcmSeq) error {
 // Load reads the cache: its principal and every credential, configuration entries included
 // (gokrb5's GetEntries leaves those out). It waits for a request sequence in progress (another
 // Load, a Stamp) and for the daemon until ctx ends at most: then an error that wraps ctx's.
+// The sequence itself is bounded by KCMTimeout as a whole, and what it reads by kcmMaxReply,
+// kcmMaxLoad and kcmMaxCreds (see kcmCache): a bound exceeded is an error naming it.
 func (c *kcmCache) Load(ctx context.Context) (*credentials.CCache, error) {
 	if err := c.lock(ctx); err != nil {
 		return nil, fmt.Errorf("credential cache %s: waiting for the KCM connection: %w", c.Name(), err)
 	}
 	defer c.unlock()
 	defer c.trim()
-	s := kcmSeq{ctx: ctx}
-	s.limit, _ = ctx.Deadline()
+	limit, _ := ctx.Deadline()
+	s := newSeq(ctx, limit)
 	// A cancel (not a deadline) ends the exchange in progress: its deadline moves to the past.
 	stop := context.AfterFunc(ctx, func() {
 		c.connMu.Lock()
@@ -465,7 +503,16 @@ func (c *kcmCache) Load(ctx context.Context) (*credentials.CCache, error) {
 		c.connMu.Unlock()
 	})
 	defer stop()
-	principal, creds, err := c.load(s)
+	// The credential records, each checked as it arrives and copied out of the reply (a copy
+	// of its own size: together bounded by kcmMaxLoad, as everything read).
+	var creds [][]byte
+	principal, err := c.load(s, func(cred []byte) error {
+		if err := checkCredential(cred); err != nil {
+			return fmt.Errorf("credential record %d: %w", len(creds), err)
+		}
+		creds = append(creds, bytes.Clone(cred))
+		return nil
+	})
 	if err != nil {
 		return nil, c.fail(err)
 	}
@@ -483,77 +530,85 @@ func (c *kcmCache) trim() {
 	}
 }
 
-func (c *kcmCache) load(s kcmSeq) (principal []byte, creds [][]byte, err error) {
+// load reads the principal (returned, a copy) and hands each credential record to each, one
+// at a time as it arrives: the record is valid only during the call. An error of each ends the
+// sequence with it.
+func (c *kcmCache) load(s *kcmSeq, each func(cred []byte) error) (principal []byte, err error) {
 	if err := c.cacheName(s); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	res, err := c.call(s, kcmOpGetPrincipal, c.name, nil)
 	if err != nil {
-		return nil, nil, err
-	}
-	if len(res) == 0 { // an initialized-but-empty answer: no cache (cc_kcm.c kcm_get_princ)
-		return nil, nil, &kcmStatusError{op: kcmOpGetPrincipal, code: codeCCNotFound}
-	}
-	principal = bytes.Clone(res)
-	creds, err = c.credList(s)
-	if err != nil {
-		var se *kcmStatusError
-		if !errors.As(err, &se) || !se.unsupported() {
-			return nil, nil, err
-		}
-		creds, err = c.credsByUUID(s)
-		if err != nil {
-			return nil, nil, err
-		}
-	}
-	return principal, creds, nil
-}
-
-// credList is GET_CRED_LIST: u32 count, then count x {u32 length, credential record}.
-func (c *kcmCache) credList(s kcmSeq) ([][]byte, error) {
-	res, err := c.call(s, kcmOpGetCredList, c.name, nil)
-	if err != nil {
 		return nil, err
 	}
+	if len(res) == 0 { // an initialized-but-empty answer: no cache (cc_kcm.c kcm_get_princ)
+		return nil, &kcmStatusError{op: kcmOpGetPrincipal, code: codeCCNotFound}
+	}
+	principal = bytes.Clone(res)
+	n, err := c.credList(s, each)
+	if err != nil {
+		var se *kcmStatusError
+		if n > 0 || !errors.As(err, &se) || !se.unsupported() {
+			return nil, err
+		}
+		if err := c.credsByUUID(s, each); err != nil {
+			return nil, err
+		}
+	}
+	return principal, nil
+}
+
+// credList is GET_CRED_LIST: u32 count (at most kcmMaxCreds), then count x {u32 length,
+// credential record}; each record is handed to each in turn. n is the number handed.
+func (c *kcmCache) credList(s *kcmSeq, each func([]byte) error) (n int, err error) {
+	res, err := c.call(s, kcmOpGetCredList, c.name, nil)
+	if err != nil {
+		return 0, err
+	}
 	if len(res) < 4 {
-		return nil, fmt.Errorf("GET_CRED_LIST: %w: no count", errMalformed)
+		return 0, fmt.Errorf("GET_CRED_LIST: %w: no count", errMalformed)
 	}
 	count := binary.BigEndian.Uint32(res)
 	if uint64(count) > uint64(len(res)-4)/4 {
-		return nil, fmt.Errorf("GET_CRED_LIST: %w: %d credentials in %d bytes", errMalformed, count, len(res))
+		return 0, fmt.Errorf("GET_CRED_LIST: %w: %d credentials in %d bytes", errMalformed, count, len(res))
 	}
-	creds := make([][]byte, 0, count)
+	if count > kcmMaxCreds {
+		return 0, fmt.Errorf("GET_CRED_LIST: %w: %d credentials, over the limit of %d", errTooLarge, count, kcmMaxCreds)
+	}
 	p := 4
 	for i := uint32(0); i < count; i++ {
 		if len(res)-p < 4 {
-			return nil, fmt.Errorf("GET_CRED_LIST: %w: credential %d cut short", errMalformed, i)
+			return n, fmt.Errorf("GET_CRED_LIST: %w: credential %d cut short", errMalformed, i)
 		}
 		l := binary.BigEndian.Uint32(res[p:])
 		p += 4
 		if uint64(l) > uint64(len(res)-p) {
-			return nil, fmt.Errorf("GET_CRED_LIST: %w: credential %d cut short", errMalformed, i)
+			return n, fmt.Errorf("GET_CRED_LIST: %w: credential %d cut short", errMalformed, i)
 		}
-		creds = append(creds, bytes.Clone(res[p:p+int(l)]))
+		n++
+		if err := each(res[p : p+int(l)]); err != nil {
+			return n, err
+		}
 		p += int(l)
 	}
-	return creds, nil
+	return n, nil
 }
 
-// credsByUUID is GET_CRED_UUID_LIST (16-byte UUIDs to the end of the reply), then
-// GET_CRED_BY_UUID for each. A credential removed in between (KRB5_CC_END) is left out.
-func (c *kcmCache) credsByUUID(s kcmSeq) ([][]byte, error) {
+// credsByUUID is GET_CRED_UUID_LIST (16-byte UUIDs to the end of the reply, at most
+// kcmMaxCreds), then GET_CRED_BY_UUID for each, handed to each as it arrives. A credential
+// removed in between (KRB5_CC_END) is left out.
+func (c *kcmCache) credsByUUID(s *kcmSeq, each func([]byte) error) error {
 	res, err := c.call(s, kcmOpGetCredUUIDList, c.name, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(res)%16 != 0 {
-		return nil, fmt.Errorf("GET_CRED_UUID_LIST: %w: %d bytes, not whole UUIDs", errMalformed, len(res))
+		return fmt.Errorf("GET_CRED_UUID_LIST: %w: %d bytes, not whole UUIDs", errMalformed, len(res))
 	}
 	if len(res)/16 > kcmMaxCreds {
-		return nil, fmt.Errorf("GET_CRED_UUID_LIST: %d credentials, over the limit of %d", len(res)/16, kcmMaxCreds)
+		return fmt.Errorf("GET_CRED_UUID_LIST: %w: %d credentials, over the limit of %d", errTooLarge, len(res)/16, kcmMaxCreds)
 	}
 	uuids := bytes.Clone(res)
-	var creds [][]byte
 	for i := 0; i < len(uuids); i += 16 {
 		cred, err := c.call(s, kcmOpGetCredByUUID, c.name, uuids[i:i+16])
 		if err != nil {
@@ -561,11 +616,13 @@ func (c *kcmCache) credsByUUID(s kcmSeq) ([][]byte, error) {
 			if errors.As(err, &se) && se.code == codeCCEnd {
 				continue
 			}
-			return nil, err
+			return err
 		}
-		creds = append(creds, bytes.Clone(cred))
+		if err := each(cred); err != nil {
+			return err
+		}
 	}
-	return creds, nil
+	return nil
 }
 
 // Stamp costs one request-reply exchange on the open connection for KCM:name, two for KCM:
@@ -615,7 +672,7 @@ func (c *kcmCache) runStamps(b *stampBatch) {
 		c.stampMu.Lock()
 		limit := b.limit // fixed from here: later callers join the next batch
 		c.stampMu.Unlock()
-		b.st, b.err = c.stamp(kcmSeq{ctx: context.Background(), limit: limit})
+		b.st, b.err = c.stamp(limit)
 		close(b.done)
 		c.stampMu.Lock()
 		b = c.waiting
@@ -624,9 +681,12 @@ func (c *kcmCache) runStamps(b *stampBatch) {
 	}
 }
 
-func (c *kcmCache) stamp(s kcmSeq) (Stamp, error) {
-	c.seq <- struct{}{} // a Load holds it until its own deadline at most
+// stamp runs one Stamp sequence, bounded by KCMTimeout from its start and by limit (zero:
+// none).
+func (c *kcmCache) stamp(limit time.Time) (Stamp, error) {
+	c.seq <- struct{}{} // a Load holds it until its own deadline or KCMTimeout at most
 	defer c.unlock()
+	s := newSeq(context.Background(), limit)
 	err := c.cacheName(s)
 	var res []byte
 	if err == nil {
@@ -641,18 +701,21 @@ func (c *kcmCache) stamp(s kcmSeq) (Stamp, error) {
 		return Stamp{}, nil
 	case errors.As(err, &se) && se.unsupported():
 		// No UUID list: fingerprint the whole cache instead.
-		principal, creds, err := c.load(s)
+		// Hashed one credential at a time; none kept.
+		h, n := uint64(fnvOffset64), 0
+		principal, err := c.load(s, func(cred []byte) error {
+			h = fnv64aMore(h, cred)
+			n++
+			return nil
+		})
 		if err != nil {
 			if errors.As(err, &se) && se.noCache() {
 				return Stamp{}, nil
 			}
 			return Stamp{}, c.fail(err)
 		}
-		h := fnv64a(principal)
-		for _, cr := range creds {
-			h = fnv64aMore(h, cr)
-		}
-		return Stamp{Present: true, A: fnv64a(c.name), B: h, C: uint64(len(creds)), D: 1}, nil
+		h = fnv64aMore(h, principal)
+		return Stamp{Present: true, A: fnv64a(c.name), B: h, C: uint64(n), D: 1}, nil
 	}
 	return Stamp{}, c.fail(err)
 }

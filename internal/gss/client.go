@@ -93,8 +93,16 @@ type Client struct {
 	cache atomic.Pointer[resolvedCache]
 
 	// exchanges are the KDC exchanges in flight, one per credentials generation and service
-	// principal, shared by the callers that want the same ticket at the same time.
+	// principal, shared by the callers that want the same ticket at the same time; and the
+	// reads of the credential cache in flight, one per stamp (see read).
 	exchanges singleflight.Group
+	lastRead  atomic.Pointer[lastRead] // the last successful read of the cache (see read)
+}
+
+// lastRead is a read of the credential cache and the stamp it was read at.
+type lastRead struct {
+	stamp ccache.Stamp
+	data  *credentials.CCache
 }
 
 // resolvedCache is the credential cache the client reads, or why it has none.
@@ -168,7 +176,15 @@ func (c *Client) Close() error {
 
 // Credentials implements negotiation.GSSClient. Looking at the credential cache (and reading it
 // when it changed) waits until ctx ends at most (KCM; the other types do not wait): then
-// Credentials returns an error that wraps ctx's and the previous decision stays.
+// Credentials returns an error that wraps ctx's and the previous decision stays. So does a KCM
+// daemon that does not answer within ccache.KCMTimeout (the error wraps
+// os.ErrDeadlineExceeded): a check that did not finish is no proof that there are no
+// credentials, and nothing is decided from it (see unfinished).
+//
+// Concurrent checks that find the same new stamp share one read of the cache (a single
+// flight, run apart from any caller's context and bounded by the cache type: KCMTimeout for
+// KCM); each caller waits for it until its own ctx ends at most. No lock is held while the
+// cache is looked at or read.
 //
 // When the cache's stamp is the last decision's (and its ticket-granting ticket has not
 // expired) Credentials takes no lock and does not allocate: it costs the stamp (one stat(2) for
@@ -185,7 +201,7 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 	var serr error
 	if rc != nil && rc.cache != nil {
 		st, serr = rc.cache.Stamp(ctx)
-		if serr != nil && ended(ctx, serr) {
+		if serr != nil && unfinished(ctx, serr) {
 			err := fmt.Errorf("gss: checking the credential cache: %w", serr)
 			return negotiation.GSSCredentials{Missing: err.Error()}, err
 		}
@@ -198,8 +214,8 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 	var data *credentials.CCache
 	var lerr error
 	if rerr == nil && rc.err == nil && serr == nil && st.Present {
-		data, lerr = rc.cache.Load(ctx)
-		if lerr != nil && ended(ctx, lerr) {
+		data, lerr = c.read(ctx, rc.cache, st)
+		if lerr != nil && unfinished(ctx, lerr) {
 			err := fmt.Errorf("gss: reading the credential cache: %w", lerr)
 			return negotiation.GSSCredentials{Missing: err.Error()}, err
 		}
@@ -253,11 +269,47 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 	return next.describe(false), err
 }
 
-// ended reports that err, of a cache looked at with ctx, is ctx's end: ctx is done, or err is
-// the deadline that ctx gave a KCM exchange (its socket's deadline may pass just before ctx's
-// timer fires).
-func ended(ctx context.Context, err error) bool {
-	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+// unfinished reports that err, of a cache looked at with ctx, says nothing about the
+// credentials because the look did not finish: ctx is done, err is the deadline that ctx gave a
+// KCM exchange (its socket's deadline may pass just before ctx's timer fires) or a cancel, or
+// the KCM daemon did not answer within ccache.KCMTimeout (os.ErrDeadlineExceeded). libpq with
+// MIT krb5 would still be waiting for the daemon there (cc_kcm.c sets no timeout): it never
+// goes on as if there were no credentials, and neither does the negotiator (gssencmode=prefer
+// must not turn GSS encryption off because a daemon was slow).
+func unfinished(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// read is cache.Load for stamp st, shared by the concurrent callers that found the same stamp:
+// one read runs (with a context of its own, bounded by the cache: see ccache.Cache.Load), each
+// caller waits for it until its ctx ends at most, then returns ctx's error; the read goes on
+// for the others (and for the callers that come while it runs).
+//
+// The last successful read is kept with its stamp and taken by a caller that finds that stamp
+// after the read ended (a KCM Stamp waits for the read's connection, so the callers of a later
+// Stamp sequence come just after it).
+func (c *Client) read(ctx context.Context, cache ccache.Cache, st ccache.Stamp) (*credentials.CCache, error) {
+	if lr := c.lastRead.Load(); lr != nil && lr.stamp == st {
+		return lr.data, nil
+	}
+	key := fmt.Sprintf("load %t %x %x %x %x", st.Present, st.A, st.B, st.C, st.D)
+	ch := c.exchanges.DoChan(key, func() (any, error) {
+		data, err := cache.Load(context.Background())
+		if err == nil {
+			c.lastRead.Store(&lastRead{stamp: st, data: data})
+		}
+		return data, err
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*credentials.CCache), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("credential cache %s: stopped waiting for the read: %w", cache.Name(), ctx.Err())
+	}
 }
 
 // reusable returns the current decision if it still holds for stamp st (nil if not). It takes
