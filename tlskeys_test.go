@@ -1191,3 +1191,40 @@ func TestTLSKeysKeepClientCertificate(t *testing.T) {
 		t.Errorf("the server got %d client certificates, want 1", n)
 	}
 }
+
+// The distribution points of a server certificate (cRLDistributionPoints) and of a CRL
+// (issuingDistributionPoint) are untrusted input: reading and comparing them never panics, and a
+// CRL without an IDP is in scope for any distribution points (crl_crldp_check).
+func FuzzCRLDistributionPoints(f *testing.F) {
+	issuer, _ := asn1.Marshal(pkix.Name{CommonName: "Test Intermediate", Organization: []string{"pgconnector"}}.ToRDNSequence())
+	uri := dpFullName(uriName(dpURI))
+	rel := dpRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"})
+	seqOf := func(dps ...[]byte) []byte {
+		v, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: bytes.Join(dps, nil)})
+		return v
+	}
+	f.Add(seqOf(dpDER(uri, nil)), idpOf(uri))
+	f.Add(seqOf(dpDER(uri, []byte{6, 0x40}, dirName(issuer))), idpOf(rel))
+	f.Add(seqOf(dpDER(dpFullName(dirName(issuer)), nil), dpDER(nil, nil, dirName(issuer))), []byte{0x30, 3, 0x81, 1, 0xff})
+	f.Add(seqOf(dpDER(rel, []byte{7, 0x7f, 0x80})), idpOf(dpFullName(dnsName("x"))))
+	f.Add([]byte{0x30, 0}, []byte{0x30, 0})
+	canon, err := canonicalName(issuer)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, dpExt, idpExt []byte) {
+		if len(dpExt) > 1<<12 || len(idpExt) > 1<<12 {
+			return
+		}
+		cert := &x509.Certificate{RawIssuer: issuer, Extensions: []pkix.Extension{{Id: oidCRLDP, Value: dpExt}}}
+		dps, err := certDistPoints(cert)
+		if err != nil {
+			return
+		}
+		idp, _ := parseIDP(idpExt, issuer)
+		inScope(&crl{issuer: canon, idp: idp}, cert, dps)
+		if r, ok := inScope(&crl{issuer: canon}, cert, dps); !ok || r&^allReasons != 0 {
+			t.Fatalf("no IDP: in scope %v for reasons %#x, want in scope for reasons among %#x", ok, r, allReasons)
+		}
+	})
+}
