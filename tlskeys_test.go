@@ -595,6 +595,8 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 		{"DP for keyCompromise, no IDP", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter}, {by: &dpKeyCompromise.root}}},
 		{"DP for keyCompromise, revoking", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter, revoke: []*big.Int{dpKeyCompromise.leaf.cert.SerialNumber},
 			ext: idp(uriDP)}, {by: &dpKeyCompromise.root}}},
+		{"DP for keyCompromise, then a CRL out of scope", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter, ext: idp(uriDP)},
+			{by: &dpKeyCompromise.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff}), this: -2 * time.Hour}, {by: &dpKeyCompromise.root}}},
 		{"DP for the unused reason bit only", dpUnusedReason, []crlSpec{{by: &dpUnusedReason.inter, ext: idp(uriDP)}, {by: &dpUnusedReason.root}}},
 		{"DP for all reasons", dpAllReasons, []crlSpec{{by: &dpAllReasons.inter, ext: idp(uriDP)}, {by: &dpAllReasons.root}}},
 		{"DPs for some reasons each, a CRL for each", dpSplit, []crlSpec{{by: &dpSplit.inter, ext: idp(uriDP)},
@@ -908,6 +910,26 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 		return path
 	}
 	expired := writeDER("expired.pem", false, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	// A base CRL and a delta CRL (deltaCRLIndicator, base CRL number 1) an hour newer: OpenSSL
+	// 3.0, which libpq links here, takes the delta for a complete CRL, the newest.
+	baseAndDelta := func(name string, baseRevokes, deltaRevokes bool) string {
+		t.Helper()
+		base, err := srv.CRL(baseRevokes, now.Add(-2*time.Hour), now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		delta, err := srv.CRL(deltaRevokes, now.Add(-time.Hour), now.Add(time.Hour),
+			pkix.Extension{Id: oidDeltaCRL, Critical: true, Value: []byte{2, 1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, append(pemCRL(base), pemCRL(delta)...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	deltaRevoking, deltaHiding := baseAndDelta("delta-revoking.pem", false, true), baseAndDelta("delta-hiding.pem", true, false)
 	// A directory as "openssl rehash" (or c_rehash) leaves it: <hash>.r0.
 	hashedDir := func(name, crlFile string) string {
 		d := filepath.Join(dir, name)
@@ -1017,6 +1039,7 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 		{"sslcrl not revoking", "TLSv1.3", []string{"sslmode=verify-ca", ca, "sslcrl=" + notRev}},
 		{"sslcrl missing", "TLSv1.3", []string{"sslmode=verify-ca", ca, "sslcrl=" + filepath.Join(dir, "nonexistent.pem")}},
 		{"sslcrl expired", "fail", []string{"sslmode=verify-ca", ca, "sslcrl=" + expired}},
+		{"sslcrl with a newer delta revoking over a base", "fail", []string{"sslmode=verify-ca", ca, "sslcrl=" + deltaRevoking}},
 		{"sslcrl of another CA", "fail", []string{"sslmode=verify-ca", ca, "sslcrl=" + otherNotRev}},
 		{"sslcrl with a certificate only", "fail", []string{"sslmode=verify-ca", ca, "sslcrl=" + srv.CAFile}},
 		{"sslcrldir revoking", "fail", []string{"sslmode=verify-ca", ca, "sslcrldir=" + revDir}},
@@ -1071,6 +1094,14 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 			}
 			t.Logf("%s: pgconnector: %v", filepath.Base(f), ourErr)
 		}
+		// A newer delta that does not repeat its base's revocation: OpenSSL 3.0 takes the delta
+		// alone and connects; pgconnector also checks without deltas and finds the revocation.
+		psql, _, psqlErr, ourErr := run(t, "sslmode=verify-ca", ca, "sslcrl="+deltaHiding)
+		if psqlErr != nil || psql != "TLSv1.3" || ourErr == nil || !strings.Contains(ourErr.Error(), "certificate revoked") {
+			t.Errorf("delta hiding a revocation: psql %q (%v), pgconnector %v; want psql to connect and pgconnector to fail (certificate revoked)",
+				psql, psqlErr, ourErr)
+		}
+		t.Logf("delta hiding a revocation: pgconnector: %v", ourErr)
 	})
 
 	t.Run("sslkeylogfile", func(t *testing.T) {
@@ -1129,6 +1160,82 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 		}
 		conn.Close(ctx)
 	})
+}
+
+// The scope of the server's CRL against the distribution points of the server's certificate
+// (cRLDistributionPoints: cRLIssuer, reasons), on a real server whose certificate has them:
+// psql (libpq on OpenSSL 3.0) and pgconnector connect, or both fail, pgconnector with OpenSSL's
+// reason.
+func TestCRLScopeAgainstServer(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{TLS: true})
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	for _, env := range []string{"PGSSLCRL", "PGSSLCRLDIR", "PGSSLROOTCERT", "PGSSLMODE", "PGSSLNEGOTIATION"} {
+		t.Setenv(env, "")
+		os.Unsetenv(env)
+	}
+	otherDER, _ := asn1.Marshal(pkix.Name{CommonName: "Other CRL Issuer", Organization: []string{"pgconnector"}}.ToRDNSequence())
+	uriDP := dpFullName(uriName(dpURI))
+	idp := func(v []byte) pkix.Extension { return pkix.Extension{Id: oidIDP, Critical: true, Value: v} }
+	// The CA's own CRL: onlyContainsCACerts, so that it is out of scope for the server's certificate.
+	now := time.Now()
+	caCRL, err := srv.CRL(false, now.Add(-2*time.Hour), now.Add(time.Hour), idp([]byte{0x30, 3, 0x82, 1, 0xff}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	const query = "select 'connected'"
+	for _, tt := range []struct {
+		name   string
+		dp     []byte           // the server certificate's distribution point
+		crlExt []pkix.Extension // of the CRL for the server's certificate
+		want   string           // "" to connect, else pgconnector's reason
+	}{
+		{"a URI, IDP of it", dpDER(uriDP, nil), []pkix.Extension{idp(idpOf(uriDP))}, ""},
+		{"cRLIssuer of another CA, IDP of its URI", dpDER(uriDP, nil, dirName(otherDER)), []pkix.Extension{idp(idpOf(uriDP))},
+			"different CRL scope"},
+		{"cRLIssuer of another CA, no IDP", dpDER(uriDP, nil, dirName(otherDER)), nil, ""},
+		// Its CRL covers keyCompromise only; the next best CRL is the CA's, out of scope.
+		{"for keyCompromise only", dpDER(uriDP, []byte{6, 0x40}), []pkix.Extension{idp(idpOf(uriDP))}, "different CRL scope"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dps, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: tt.dp})
+			if err := srv.ReissueServerCert(pkix.Extension{Id: oidCRLDP, Value: dps}); err != nil {
+				t.Fatal(err)
+			}
+			srvCRL, err := srv.CRL(false, now.Add(-time.Hour), now.Add(time.Hour), tt.crlExt...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			crlFile := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "_")+".pem")
+			if err := os.WriteFile(crlFile, append(pemCRL(srvCRL), pemCRL(caCRL)...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dsn := srv.DSN("sslmode=verify-ca", "sslrootcert="+srv.CAFile, "sslcrl="+crlFile)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			psql, psqlErr := harness.Psql(ctx, []string{"HOME=" + home}, dsn, query)
+			var ours string
+			cfg, ourErr := pgxConfigWithTLSKeys(t, dsn)
+			if ourErr == nil {
+				var conn *pgx.Conn
+				if conn, ourErr = pgx.ConnectConfig(ctx, cfg); ourErr == nil {
+					ourErr = conn.QueryRow(ctx, query).Scan(&ours)
+					conn.Close(ctx)
+				}
+			}
+			t.Logf("psql: %q %v; pgconnector: %q %v", psql, psqlErr, ours, ourErr)
+			if (psqlErr == nil) != (ourErr == nil) || psql != ours {
+				t.Fatalf("psql %q (%v), pgconnector %q (%v)", psql, psqlErr, ours, ourErr)
+			}
+			switch {
+			case tt.want == "" && ourErr != nil:
+				t.Fatalf("both failed, want both to connect")
+			case tt.want != "" && (ourErr == nil || !strings.Contains(ourErr.Error(), tt.want+" (certificate at depth 0")):
+				t.Fatalf("pgconnector: %v, want %q at depth 0", ourErr, tt.want)
+			}
+		})
+	}
 }
 
 // apply changes pgx's *tls.Config in place, so pgx still finds the client certificate of sslcert
