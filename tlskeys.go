@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/big"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -190,11 +191,12 @@ func defaultCRLFile() string {
 //     has none). The CRL chosen is, as OpenSSL chooses, the one in time (thisUpdate <= now <=
 //     nextUpdate), in scope (the certificate's distribution points, their cRLIssuer and
 //     reasons, against the CRL's issuingDistributionPoint), without an unhandled critical
-//     extension, and the newest; it must be signed by the issuer's key, the issuer's key usage
-//     (if any) must allow CRL signing, it must be in time (an expired CRL fails), and must not
-//     list the certificate. CRLs are chosen until they cover every reason of the distribution
-//     point they match. A certificate without a CRL fails ("unable to get certificate CRL").
-//     Delta CRLs: see crlStore.checkChain.
+//     extension, and the newest, among those whose authorityKeyIdentifier (key identifier,
+//     issuer name, serial number) matches the issuer's certificate; it must be signed by the
+//     issuer's key, the issuer's key usage (if any) must allow CRL signing, it must be in time
+//     (an expired CRL fails), and must not list the certificate. CRLs are chosen until they
+//     cover every reason of the distribution point they match. A certificate without a CRL
+//     fails ("unable to get certificate CRL"). Delta CRLs: see crlStore.checkChain.
 func (k tlsKeys) apply(c *tls.Config) *tls.Config {
 	if c == nil {
 		return nil
@@ -425,9 +427,78 @@ type crl struct {
 	// complete CRL (see crlStore.checkChain).
 	delta bool
 	// unusable: an indirect CRL, a CRL for some reasons only, or an invalid
-	// issuingDistributionPoint: OpenSSL never uses it with libpq's flags.
+	// issuingDistributionPoint or authorityKeyIdentifier: OpenSSL never uses it with libpq's
+	// flags.
 	unusable bool
 	idp      *issuingDP
+	akid     *authorityKeyID // nil when the CRL has none
+}
+
+// authorityKeyID is a CRL's authorityKeyIdentifier (RFC 5280, 4.2.1.1, 5.2.1) as X509_check_akid
+// compares it with the issuer's certificate; crypto/x509 keeps only the key identifier.
+type authorityKeyID struct {
+	keyID  []byte   // nil when absent
+	issuer []byte   // canonical form of the first directoryName of authorityCertIssuer; nil when none
+	serial *big.Int // authorityCertSerialNumber; nil when absent
+}
+
+// matches is X509_check_akid: each part present must match the issuer's certificate (subject
+// key identifier, when it has one; serial number; issuer name).
+func (a *authorityKeyID) matches(issuer *x509.Certificate) bool {
+	if a == nil {
+		return true
+	}
+	if a.keyID != nil && len(issuer.SubjectKeyId) > 0 && !bytes.Equal(a.keyID, issuer.SubjectKeyId) {
+		return false
+	}
+	if a.serial != nil && a.serial.Cmp(issuer.SerialNumber) != 0 {
+		return false
+	}
+	if a.issuer != nil {
+		if name, err := canonicalName(issuer.RawIssuer); err != nil || !bytes.Equal(name, a.issuer) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseAKID reads an authorityKeyIdentifier; ok is false when it does not parse.
+func parseAKID(der []byte) (a *authorityKeyID, ok bool) {
+	var seq asn1.RawValue
+	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
+		return nil, false
+	}
+	a = &authorityKeyID{}
+	for b := seq.Bytes; len(b) > 0; {
+		var f asn1.RawValue
+		var err error
+		if b, err = asn1.Unmarshal(b, &f); err != nil || f.Class != asn1.ClassContextSpecific {
+			return nil, false
+		}
+		switch f.Tag {
+		case 0: // keyIdentifier
+			a.keyID = slices.Clip(f.Bytes)
+		case 1: // authorityCertIssuer GeneralNames
+			gns, err := parseGeneralNames(f.Bytes)
+			if err != nil {
+				return nil, false
+			}
+			if k := slices.IndexFunc(gns, func(g generalName) bool { return g.dir }); k >= 0 {
+				if a.issuer = gns[k].canon; a.issuer == nil {
+					return nil, false
+				}
+			}
+		case 2: // authorityCertSerialNumber INTEGER, two's complement
+			if len(f.Bytes) == 0 {
+				return nil, false
+			}
+			a.serial = new(big.Int).SetBytes(f.Bytes)
+			if f.Bytes[0]&0x80 != 0 {
+				a.serial.Sub(a.serial, new(big.Int).Lsh(big.NewInt(1), uint(8*len(f.Bytes))))
+			}
+		}
+	}
+	return a, true
 }
 
 // issuingDP is what OpenSSL takes from a CRL's issuingDistributionPoint (RFC 5280, 5.2.5).
@@ -498,6 +569,12 @@ func parseCRL(der []byte) (*crl, error) {
 		switch {
 		case e.Id.Equal(oidDeltaCRL):
 			c.delta = true
+		case e.Id.Equal(oidAKID):
+			akid, ok := parseAKID(e.Value)
+			if !ok {
+				c.unusable = true
+			}
+			c.akid = akid
 		case e.Id.Equal(oidIDP):
 			idp, ok := parseIDP(e.Value, rl.RawIssuer)
 			if !ok {
@@ -832,10 +909,9 @@ func crlScore(c *crl, cert *x509.Certificate, dps []distPoint, issuer *x509.Cert
 	if !c.rl.ThisUpdate.After(now) && (c.rl.NextUpdate.IsZero() || !now.After(c.rl.NextUpdate)) {
 		score |= scoreTime
 	}
-	// crl_akid_check: the issuer in the chain has the CRL's issuer name and its key identifier
-	// matches the CRL's authority key identifier (X509_check_akid).
-	if issuer == nil || !bytes.Equal(issuerSubject, c.issuer) ||
-		len(c.rl.AuthorityKeyId) > 0 && len(issuer.SubjectKeyId) > 0 && !bytes.Equal(c.rl.AuthorityKeyId, issuer.SubjectKeyId) {
+	// crl_akid_check: the issuer in the chain has the CRL's issuer name and matches the CRL's
+	// authority key identifier (X509_check_akid).
+	if issuer == nil || !bytes.Equal(issuerSubject, c.issuer) || !c.akid.matches(issuer) {
 		return 0, covered
 	}
 	score |= scoreAKID | scoreIssuerCert

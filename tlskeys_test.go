@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -372,6 +373,7 @@ type crlSpec struct {
 	reason     int // of every entry
 	this, next time.Duration
 	ext        []pkix.Extension
+	akid       []byte // the authorityKeyIdentifier's value instead of crypto/x509's when not nil
 }
 
 func makeCRL(t *testing.T, s crlSpec) []byte {
@@ -406,7 +408,83 @@ func makeCRL(t *testing.T, s crlSpec) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.akid != nil {
+		der = resignWithAKID(t, der, key, s.akid)
+	}
 	return der
+}
+
+// resignWithAKID is the CRL der (signed by key with ECDSA and SHA-256, as crypto/x509 signs with
+// a P-256 key) with akid as its authorityKeyIdentifier's value, signed again.
+func resignWithAKID(t *testing.T, der []byte, key *ecdsa.PrivateKey, akid []byte) []byte {
+	t.Helper()
+	var certList struct {
+		TBS       asn1.RawValue
+		Algorithm pkix.AlgorithmIdentifier
+		Signature asn1.BitString
+	}
+	var tbs struct {
+		Version             int
+		Signature           pkix.AlgorithmIdentifier
+		Issuer              asn1.RawValue
+		ThisUpdate          time.Time
+		NextUpdate          time.Time        `asn1:"optional"`
+		RevokedCertificates []asn1.RawValue  `asn1:"optional"`
+		Extensions          []pkix.Extension `asn1:"tag:0,optional,explicit"`
+	}
+	if _, err := asn1.Unmarshal(der, &certList); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := asn1.Unmarshal(certList.TBS.FullBytes, &tbs); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range tbs.Extensions {
+		if e.Id.Equal(oidAKID) {
+			tbs.Extensions[i].Value = akid
+		}
+	}
+	tbsDER, err := asn1.Marshal(tbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := sha256.Sum256(tbsDER)
+	sig, err := ecdsa.SignASN1(rand.Reader, key, digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	certList.TBS = asn1.RawValue{FullBytes: tbsDER}
+	certList.Signature = asn1.BitString{Bytes: sig, BitLength: 8 * len(sig)}
+	out, err := asn1.Marshal(certList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x509.ParseRevocationList(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// akidOf is an authorityKeyIdentifier of the key identifier keyID, the directoryName issuer
+// (DER Name) and the serial number, each when not nil.
+func akidOf(keyID, issuer []byte, serial *big.Int) []byte {
+	var b []byte
+	if keyID != nil {
+		k, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, Bytes: keyID})
+		b = append(b, k...)
+	}
+	if issuer != nil {
+		n, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, IsCompound: true, Bytes: dirName(issuer)})
+		b = append(b, n...)
+	}
+	if serial != nil {
+		i, _ := asn1.Marshal(serial)
+		var v asn1.RawValue
+		_, _ = asn1.Unmarshal(i, &v)
+		s, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: v.Bytes})
+		b = append(b, s...)
+	}
+	seq, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: b})
+	return seq
 }
 
 // opensslVerify runs "openssl verify -crl_check_all" with the root certificate and crls in one
@@ -583,6 +661,16 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 		{"delta only, issuer without CRLSign", noCRLSign, []crlSpec{{by: &noCRLSign.inter, ext: delta}, {by: &noCRLSign.root, ext: delta}}},
 		{"delta over a base, out of scope", nil, []crlSpec{{by: &p.inter, this: -2 * time.Hour},
 			{by: &p.inter, revoke: []*big.Int{leafSN}, ext: append(crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff}), delta...)}, {by: &p.root}}},
+		// The CRL's authorityKeyIdentifier against the issuer's certificate (X509_check_akid).
+		{"AKID of the issuer's key, serial and issuer", nil, []crlSpec{{by: &p.inter,
+			akid: akidOf(p.inter.cert.SubjectKeyId, p.root.cert.RawSubject, interSN)}, {by: &p.root}}},
+		{"AKID of another serial", nil, []crlSpec{{by: &p.inter,
+			akid: akidOf(p.inter.cert.SubjectKeyId, nil, new(big.Int).Add(interSN, big.NewInt(1)))}, {by: &p.root}}},
+		{"AKID of another issuer", nil, []crlSpec{{by: &p.inter, akid: akidOf(p.inter.cert.SubjectKeyId, p.inter.cert.RawSubject, nil)},
+			{by: &p.root}}},
+		{"AKID of another key", nil, []crlSpec{{by: &p.inter, akid: akidOf([]byte{1, 2, 3, 4}, nil, nil)}, {by: &p.root}}},
+		{"AKID of another serial, revoking, with a good CRL", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN},
+			akid: akidOf(nil, nil, big.NewInt(7))}, {by: &p.inter, this: -2 * time.Hour}, {by: &p.root}}},
 		// The leaf's distribution points against the CRL's IDP.
 		{"DP of a URI, IDP of it", dpPlain, []crlSpec{{by: &dpPlain.inter, ext: idp(uriDP)}, {by: &dpPlain.root}}},
 		{"DP of a URI, IDP of another", dpPlain, []crlSpec{{by: &dpPlain.inter, ext: idp(dpFullName(uriName(otherURI)))}, {by: &dpPlain.root}}},
@@ -1300,8 +1388,9 @@ func TestTLSKeysKeepClientCertificate(t *testing.T) {
 }
 
 // The distribution points of a server certificate (cRLDistributionPoints) and of a CRL
-// (issuingDistributionPoint) are untrusted input: reading and comparing them never panics, and a
-// CRL without an IDP is in scope for any distribution points (crl_crldp_check).
+// (issuingDistributionPoint), and a CRL's authorityKeyIdentifier, are untrusted input: reading
+// and comparing them never panics, and a CRL without an IDP is in scope for any distribution
+// points (crl_crldp_check).
 func FuzzCRLDistributionPoints(f *testing.F) {
 	issuer, _ := asn1.Marshal(pkix.Name{CommonName: "Test Intermediate", Organization: []string{"pgconnector"}}.ToRDNSequence())
 	uri := dpFullName(uriName(dpURI))
@@ -1329,6 +1418,9 @@ func FuzzCRLDistributionPoints(f *testing.F) {
 			return
 		}
 		idp, _ := parseIDP(idpExt, issuer)
+		if akid, ok := parseAKID(idpExt); ok { // the same bytes as an authorityKeyIdentifier
+			akid.matches(&x509.Certificate{RawIssuer: issuer, SerialNumber: big.NewInt(1), SubjectKeyId: []byte{1}})
+		}
 		inScope(&crl{issuer: canon, idp: idp}, cert, dps)
 		if r, ok := inScope(&crl{issuer: canon}, cert, dps); !ok || r&^allReasons != 0 {
 			t.Fatalf("no IDP: in scope %v for reasons %#x, want in scope for reasons among %#x", ok, r, allReasons)
