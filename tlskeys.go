@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/big"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -37,10 +38,13 @@ import (
 //     at all. A file that exists but cannot be read or holds a CRL that does not parse fails
 //     the connection; libpq then silently checks nothing. Certificates in sslcrl count as
 //     loaded (they turn the check on, as in libpq) but, unlike in libpq, are not trusted.
-//   - A CRL's scope (issuingDistributionPoint against the certificate's distribution points) is
-//     compared on URIs only; indirect CRLs and CRLs for some reasons only are never used, as by
-//     OpenSSL without X509_V_FLAG_EXTENDED_CRL_SUPPORT. Delta CRLs are never used either, as by
-//     current OpenSSL; OpenSSL 3.0 takes a delta CRL for a complete one.
+//   - Indirect CRLs and CRLs for some reasons only are never used, as by OpenSSL without
+//     X509_V_FLAG_EXTENDED_CRL_SUPPORT. A delta CRL is taken for a complete one as OpenSSL 3.0
+//     takes it (the newest CRL may be a delta, which then decides), and the chain must also pass
+//     without delta CRLs, as current OpenSSL checks it: a delta alone, or a newer delta that does
+//     not repeat its base's revocations, fails where OpenSSL 3.0 accepts. A certificate with a
+//     distribution point of neither name nor cRLIssuer fails the CRL check; OpenSSL refuses such
+//     a certificate with or without CRLs.
 //   - CRLs are only used where pgx verifies the chain: sslmode verify-ca, verify-full, or require
 //     with sslrootcert. libpq also verifies (and checks CRLs) in prefer and allow when it has a
 //     root certificate; pgx does not verify there.
@@ -185,10 +189,14 @@ func defaultCRLFile() string {
 //     sslcrldir, whose files are looked up as OpenSSL does (<issuer name hash>.r0, .r1, ... as
 //     "openssl rehash" names them; other names are not read; a directory that does not exist
 //     has none). The CRL chosen is, as OpenSSL chooses, the one in time (thisUpdate <= now <=
-//     nextUpdate), in scope, without an unhandled critical extension, and the newest; it must
-//     be signed by the issuer's key, the issuer's key usage (if any) must allow CRL signing, it
-//     must be in time (an expired CRL fails), and must not list the certificate. A certificate
-//     without a CRL fails ("unable to get certificate CRL").
+//     nextUpdate), in scope (the certificate's distribution points, their cRLIssuer and
+//     reasons, against the CRL's issuingDistributionPoint), without an unhandled critical
+//     extension, and the newest, among those whose authorityKeyIdentifier (key identifier,
+//     issuer name, serial number) matches the issuer's certificate; it must be signed by the
+//     issuer's key, the issuer's key usage (if any) must allow CRL signing, it must be in time
+//     (an expired CRL fails), and must not list the certificate. CRLs are chosen until they
+//     cover every reason of the distribution point they match. A certificate without a CRL
+//     fails ("unable to get certificate CRL"). Delta CRLs: see crlStore.checkChain.
 func (k tlsKeys) apply(c *tls.Config) *tls.Config {
 	if c == nil {
 		return nil
@@ -304,8 +312,9 @@ func (k *crlCheck) verify(cs tls.ConnectionState, now time.Time) error {
 // crlStore is what OpenSSL's X509_STORE holds for libpq: the CRLs of the file, and the
 // directories where more are looked up by issuer.
 type crlStore struct {
-	file []*crl
-	dirs []string
+	file     []*crl
+	dirs     []string
+	sawDelta bool // lookup returned a delta CRL
 }
 
 // load reads the CRL file. It returns nil when libpq would check no CRL: no file and no
@@ -402,6 +411,9 @@ func (s *crlStore) lookup(issuer []byte) []*crl {
 			}
 		}
 	}
+	for _, c := range out {
+		s.sawDelta = s.sawDelta || c.delta
+	}
 	return out
 }
 
@@ -411,17 +423,121 @@ type crl struct {
 	issuer []byte // canonical issuer name
 	// critical: an extension OpenSSL does not handle is critical (EXFLAG_CRITICAL).
 	critical bool
-	// unusable: a delta CRL, an indirect CRL, a CRL for some reasons only, or an invalid
-	// issuingDistributionPoint: OpenSSL never uses it with libpq's flags.
+	// delta: the CRL has a deltaCRLIndicator (RFC 5280, 5.2.4). OpenSSL 3.0 scores it as a
+	// complete CRL (see crlStore.checkChain).
+	delta bool
+	// unusable: an indirect CRL, a CRL for some reasons only, or an invalid
+	// issuingDistributionPoint or authorityKeyIdentifier: OpenSSL never uses it with libpq's
+	// flags.
 	unusable bool
 	idp      *issuingDP
+	akid     *authorityKeyID // nil when the CRL has none
 }
 
-// issuingDP is what OpenSSL takes from a CRL's issuingDistributionPoint.
+// authorityKeyID is a CRL's authorityKeyIdentifier (RFC 5280, 4.2.1.1, 5.2.1) as X509_check_akid
+// compares it with the issuer's certificate; crypto/x509 keeps only the key identifier.
+type authorityKeyID struct {
+	keyID  []byte   // nil when absent
+	issuer []byte   // canonical form of the first directoryName of authorityCertIssuer; nil when none
+	serial *big.Int // authorityCertSerialNumber; nil when absent
+}
+
+// matches is X509_check_akid: each part present must match the issuer's certificate (subject
+// key identifier, when it has one; serial number; issuer name).
+func (a *authorityKeyID) matches(issuer *x509.Certificate) bool {
+	if a == nil {
+		return true
+	}
+	if a.keyID != nil && len(issuer.SubjectKeyId) > 0 && !bytes.Equal(a.keyID, issuer.SubjectKeyId) {
+		return false
+	}
+	if a.serial != nil && a.serial.Cmp(issuer.SerialNumber) != 0 {
+		return false
+	}
+	if a.issuer != nil {
+		if name, err := canonicalName(issuer.RawIssuer); err != nil || !bytes.Equal(name, a.issuer) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseAKID reads an authorityKeyIdentifier; ok is false when it does not parse.
+func parseAKID(der []byte) (a *authorityKeyID, ok bool) {
+	var seq asn1.RawValue
+	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
+		return nil, false
+	}
+	a = &authorityKeyID{}
+	for b := seq.Bytes; len(b) > 0; {
+		var f asn1.RawValue
+		var err error
+		if b, err = asn1.Unmarshal(b, &f); err != nil || f.Class != asn1.ClassContextSpecific {
+			return nil, false
+		}
+		switch f.Tag {
+		case 0: // keyIdentifier
+			a.keyID = slices.Clip(f.Bytes)
+		case 1: // authorityCertIssuer GeneralNames
+			gns, err := parseGeneralNames(f.Bytes)
+			if err != nil {
+				return nil, false
+			}
+			if k := slices.IndexFunc(gns, func(g generalName) bool { return g.dir }); k >= 0 {
+				if a.issuer = gns[k].canon; a.issuer == nil {
+					return nil, false
+				}
+			}
+		case 2: // authorityCertSerialNumber INTEGER, two's complement
+			if len(f.Bytes) == 0 {
+				return nil, false
+			}
+			a.serial = new(big.Int).SetBytes(f.Bytes)
+			if f.Bytes[0]&0x80 != 0 {
+				a.serial.Sub(a.serial, new(big.Int).Lsh(big.NewInt(1), uint(8*len(f.Bytes))))
+			}
+		}
+	}
+	return a, true
+}
+
+// issuingDP is what OpenSSL takes from a CRL's issuingDistributionPoint (RFC 5280, 5.2.5).
 type issuingDP struct {
-	dpURIs                     []string
-	hasDP                      bool
+	dp                         *dpName // nil when the IDP names no distribution point
 	onlyUser, onlyCA, onlyAttr bool
+}
+
+// dpName is a DistributionPointName (RFC 5280, 4.2.1.13): a fullName, or a name relative to
+// the CRL issuer, which OpenSSL completes (DIST_POINT_set_dpname) into the canonical form of
+// the issuer's name followed by the RDN.
+type dpName struct {
+	full     []generalName
+	relative []byte // nameRelativeToCRLIssuer: the canonical form of the completed name
+}
+
+// generalName is a GeneralName as GENERAL_NAME_cmp compares it: a directoryName by its canonical
+// form (X509_NAME_cmp), any other by its DER encoding.
+type generalName struct {
+	der   []byte
+	dir   bool   // a directoryName
+	name  []byte // directoryName: the DER Name
+	canon []byte // directoryName: its canonical form; nil when it does not parse (equal to nothing)
+}
+
+func (a generalName) equal(b generalName) bool {
+	if a.dir || b.dir {
+		return a.dir && b.dir && a.canon != nil && b.canon != nil && bytes.Equal(a.canon, b.canon)
+	}
+	return bytes.Equal(a.der, b.der)
+}
+
+// distPoint is a certificate's DistributionPoint (RFC 5280, 4.2.1.13) as OpenSSL's setup_dp
+// reads it.
+type distPoint struct {
+	name       *dpName       // nil when absent
+	reasons    uint16        // OpenSSL's dp_reasons: allReasons when absent
+	crlIssuer  []generalName // nil when absent
+	issuerName []byte        // DER Name a relative name is relative to: cRLIssuer's first directoryName, else the certificate's issuer
 }
 
 var (
@@ -429,7 +545,12 @@ var (
 	oidIDP        = asn1.ObjectIdentifier{2, 5, 29, 28}
 	oidDeltaCRL   = asn1.ObjectIdentifier{2, 5, 29, 27}
 	oidCertIssuer = asn1.ObjectIdentifier{2, 5, 29, 29}
+	oidCRLDP      = asn1.ObjectIdentifier{2, 5, 29, 31}
 )
+
+// allReasons is OpenSSL's CRLDP_ALL_REASONS: the ReasonFlags bits keyCompromise to
+// privilegeWithdrawn (first byte) and aACompromise (second byte), read as dp_reasons reads them.
+const allReasons = 0x807f
 
 // reasonRemoveFromCRL is the CRL reason removeFromCRL: the entry does not revoke (cert_crl).
 const reasonRemoveFromCRL = 8
@@ -447,9 +568,15 @@ func parseCRL(der []byte) (*crl, error) {
 	for _, e := range rl.Extensions {
 		switch {
 		case e.Id.Equal(oidDeltaCRL):
-			c.unusable = true
+			c.delta = true
+		case e.Id.Equal(oidAKID):
+			akid, ok := parseAKID(e.Value)
+			if !ok {
+				c.unusable = true
+			}
+			c.akid = akid
 		case e.Id.Equal(oidIDP):
-			idp, ok := parseIDP(e.Value)
+			idp, ok := parseIDP(e.Value, rl.RawIssuer)
 			if !ok {
 				c.unusable = true
 			}
@@ -468,9 +595,10 @@ func parseCRL(der []byte) (*crl, error) {
 	return c, nil
 }
 
-// parseIDP reads an issuingDistributionPoint (RFC 5280, 5.2.5); ok is false when OpenSSL does
-// not use the CRL with libpq's flags (indirect, some reasons only, invalid).
-func parseIDP(der []byte) (*issuingDP, bool) {
+// parseIDP reads an issuingDistributionPoint (RFC 5280, 5.2.5) of a CRL issued by issuer (DER
+// Name); ok is false when OpenSSL does not use the CRL with libpq's flags (indirect, some
+// reasons only, invalid).
+func parseIDP(der, issuer []byte) (*issuingDP, bool) {
 	var seq asn1.RawValue
 	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
 		return nil, false
@@ -485,19 +613,9 @@ func parseIDP(der []byte) (*issuingDP, bool) {
 		}
 		flag := len(f.Bytes) == 1 && f.Bytes[0] != 0
 		switch f.Tag {
-		case 0: // distributionPoint: [0] fullName GeneralNames | [1] nameRelativeToCRLIssuer
-			idp.hasDP = true
-			var name asn1.RawValue
-			if _, err := asn1.Unmarshal(f.Bytes, &name); err == nil && name.Tag == 0 {
-				for g := name.Bytes; len(g) > 0; {
-					var gn asn1.RawValue
-					if g, err = asn1.Unmarshal(g, &gn); err != nil {
-						return nil, false
-					}
-					if gn.Class == asn1.ClassContextSpecific && gn.Tag == 6 { // uniformResourceIdentifier
-						idp.dpURIs = append(idp.dpURIs, string(gn.Bytes))
-					}
-				}
+		case 0: // distributionPoint
+			if idp.dp, err = parseDPName(f.Bytes, issuer); err != nil {
+				return nil, false
 			}
 		case 1:
 			idp.onlyUser = flag
@@ -519,6 +637,135 @@ func parseIDP(der []byte) (*issuingDP, bool) {
 	return idp, only <= 1
 }
 
+// parseDPName reads a DistributionPointName (the content of its explicit [0] tag); a relative
+// name is taken relative to issuer (DER Name).
+func parseDPName(der, issuer []byte) (*dpName, error) {
+	var choice asn1.RawValue
+	if rest, err := asn1.Unmarshal(der, &choice); err != nil || len(rest) > 0 || choice.Class != asn1.ClassContextSpecific {
+		return nil, errors.New("malformed distribution point name")
+	}
+	switch choice.Tag {
+	case 0: // fullName GeneralNames
+		full, err := parseGeneralNames(choice.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		return &dpName{full: full}, nil
+	case 1: // nameRelativeToCRLIssuer RelativeDistinguishedName
+		set, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSet, IsCompound: true, Bytes: choice.Bytes})
+		if err != nil {
+			return nil, err
+		}
+		var name asn1.RawValue
+		if rest, err := asn1.Unmarshal(issuer, &name); err != nil || len(rest) > 0 || name.Tag != asn1.TagSequence {
+			return nil, errors.New("malformed name")
+		}
+		full, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true,
+			Bytes: append(slices.Clip(name.Bytes), set...)})
+		if err != nil {
+			return nil, err
+		}
+		canon, err := canonicalName(full)
+		if err != nil {
+			return nil, err
+		}
+		return &dpName{relative: canon}, nil
+	}
+	return nil, errors.New("malformed distribution point name")
+}
+
+// parseGeneralNames reads the content of a GeneralNames (RFC 5280, 4.2.1.6).
+func parseGeneralNames(der []byte) ([]generalName, error) {
+	var out []generalName
+	for len(der) > 0 {
+		var gn asn1.RawValue
+		var err error
+		if der, err = asn1.Unmarshal(der, &gn); err != nil || gn.Class != asn1.ClassContextSpecific {
+			return nil, errors.New("malformed general name")
+		}
+		g := generalName{der: gn.FullBytes}
+		if gn.Tag == 4 { // directoryName: an explicit Name
+			g.dir, g.name = true, gn.Bytes
+			g.canon, _ = canonicalName(gn.Bytes)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// certDistPoints reads the cRLDistributionPoints of cert (RFC 5280, 4.2.1.13) as OpenSSL's
+// setup_crldp does; crypto/x509 keeps only their URIs. A distribution point with neither name
+// nor cRLIssuer, or one that does not parse, makes the certificate invalid in OpenSSL
+// (EXFLAG_INVALID, X509_V_ERR_INVALID_EXTENSION).
+func certDistPoints(cert *x509.Certificate) ([]distPoint, error) {
+	invalid := errors.New("invalid or inconsistent certificate extension: cRLDistributionPoints")
+	var dps []distPoint
+	for _, e := range cert.Extensions {
+		if !e.Id.Equal(oidCRLDP) {
+			continue
+		}
+		var seq asn1.RawValue
+		if rest, err := asn1.Unmarshal(e.Value, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
+			return nil, invalid
+		}
+		for b := seq.Bytes; len(b) > 0; {
+			var dpSeq asn1.RawValue
+			var err error
+			if b, err = asn1.Unmarshal(b, &dpSeq); err != nil || dpSeq.Tag != asn1.TagSequence {
+				return nil, invalid
+			}
+			dp := distPoint{reasons: allReasons, issuerName: cert.RawIssuer}
+			var nameDER []byte
+			for f := dpSeq.Bytes; len(f) > 0; {
+				var field asn1.RawValue
+				if f, err = asn1.Unmarshal(f, &field); err != nil || field.Class != asn1.ClassContextSpecific {
+					return nil, invalid
+				}
+				switch field.Tag {
+				case 0: // distributionPoint
+					nameDER = field.Bytes
+				case 1: // reasons: ReasonFlags BIT STRING, implicit
+					if len(field.Bytes) == 0 || field.Bytes[0] > 7 {
+						return nil, invalid
+					}
+					bits := slices.Clone(field.Bytes[1:])
+					if len(bits) > 0 {
+						bits[len(bits)-1] &= 0xff << field.Bytes[0]
+					}
+					dp.reasons = 0
+					if len(bits) > 0 {
+						dp.reasons = uint16(bits[0])
+					}
+					if len(bits) > 1 {
+						dp.reasons |= uint16(bits[1]) << 8
+					}
+					dp.reasons &= allReasons
+				case 2: // cRLIssuer GeneralNames, implicit
+					if dp.crlIssuer, err = parseGeneralNames(field.Bytes); err != nil {
+						return nil, invalid
+					}
+					if dp.crlIssuer == nil {
+						dp.crlIssuer = []generalName{}
+					}
+					if k := slices.IndexFunc(dp.crlIssuer, func(g generalName) bool { return g.dir }); k >= 0 {
+						dp.issuerName = dp.crlIssuer[k].name
+					}
+				}
+			}
+			if nameDER == nil && len(dp.crlIssuer) == 0 {
+				return nil, invalid
+			}
+			if nameDER != nil {
+				if dp.name, err = parseDPName(nameDER, dp.issuerName); err != nil {
+					return nil, invalid
+				}
+			}
+			dps = append(dps, dp)
+		}
+	}
+	return dps, nil
+}
+
 // OpenSSL's CRL scores (x509_vfy.c).
 const (
 	scoreNoCritical = 0x100
@@ -530,22 +777,45 @@ const (
 )
 
 // checkChain checks every certificate of chain (leaf first, root last) as OpenSSL's
-// check_revocation does with X509_V_FLAG_CRL_CHECK_ALL.
+// check_revocation does with X509_V_FLAG_CRL_CHECK_ALL (x509_vfy.c), twice when there are delta
+// CRLs (deltaCRLIndicator, RFC 5280 5.2.4), which libpq never asks for (no
+// X509_V_FLAG_USE_DELTAS):
+//   - as OpenSSL 3.0 does (the OpenSSL libpq links on Debian 12): a delta CRL is scored as a
+//     complete one (get_crl_score refuses a delta only with X509_V_FLAG_EXTENDED_CRL_SUPPORT,
+//     which libpq does not set either), so the newest CRL of the best score may be a delta;
+//     check_crl then skips its key usage and scope checks, and one out of scope ends in "unable
+//     to get certificate CRL";
+//   - then without delta CRLs, as current OpenSSL does (get_crl_score refuses a delta whatever
+//     the flags): a delta lists only what changed since its base, so a delta alone, or a newer
+//     delta that does not repeat its base's revocations, is not enough.
+//
+// The first failure is returned: OpenSSL 3.0's verdict, else the one without deltas.
 func (s *crlStore) checkChain(chain []*x509.Certificate, now time.Time) error {
-	for i, cert := range chain {
-		if err := s.checkCert(chain, i, now); err != nil {
-			return fmt.Errorf("pgconnector: server certificate verify failed: %w (certificate at depth %d, %s)",
-				err, i, cert.Subject)
+	for _, deltas := range []bool{true, false} {
+		if !deltas && !s.sawDelta {
+			break
+		}
+		for i, cert := range chain {
+			if err := s.checkCert(chain, i, now, deltas); err != nil {
+				return fmt.Errorf("pgconnector: server certificate verify failed: %w (certificate at depth %d, %s)",
+					err, i, cert.Subject)
+			}
 		}
 	}
 	return nil
 }
 
-// checkCert is OpenSSL's check_cert for chain[i]: get_crl_delta (without deltas), check_crl and
-// cert_crl.
-func (s *crlStore) checkCert(chain []*x509.Certificate, i int, now time.Time) error {
+// checkCert is OpenSSL's check_cert for chain[i]: get_crl_delta (without X509_V_FLAG_USE_DELTAS,
+// so no delta over a base), check_crl and cert_crl, until CRLs cover all reasons (a distribution
+// point of the certificate may limit a CRL to some reasons). deltas says whether a delta CRL
+// counts as a complete one (OpenSSL 3.0) or not at all.
+func (s *crlStore) checkCert(chain []*x509.Certificate, i int, now time.Time, deltas bool) error {
 	cert := chain[i]
 	certIssuer, err := canonicalName(cert.RawIssuer)
+	if err != nil {
+		return err
+	}
+	dps, err := certDistPoints(cert)
 	if err != nil {
 		return err
 	}
@@ -564,95 +834,141 @@ func (s *crlStore) checkCert(chain []*x509.Certificate, i int, now time.Time) er
 		}
 	}
 
-	var best *crl
-	bestScore := 0
-	for _, c := range s.lookup(certIssuer) {
-		score := crlScore(c, cert, issuer, issuerSubject, now)
-		if score == 0 || score < bestScore {
-			continue
+	crls := s.lookup(certIssuer)
+	for covered := uint16(0); covered != allReasons; {
+		var best *crl
+		bestScore, bestReasons := 0, covered
+		for _, c := range crls {
+			if c.delta && !deltas {
+				continue
+			}
+			score, reasons := crlScore(c, cert, dps, issuer, issuerSubject, covered, now)
+			if score == 0 || score < bestScore {
+				continue
+			}
+			if score == bestScore && best != nil && !c.rl.ThisUpdate.After(best.rl.ThisUpdate) {
+				continue
+			}
+			best, bestScore, bestReasons = c, score, reasons
 		}
-		if score == bestScore && best != nil && !c.rl.ThisUpdate.After(best.rl.ThisUpdate) {
-			continue
+		if best == nil {
+			return errors.New("unable to get certificate CRL")
 		}
-		best, bestScore = c, score
-	}
-	if best == nil {
-		return errors.New("unable to get certificate CRL")
-	}
 
-	// check_crl
-	if issuer.KeyUsage != 0 && issuer.KeyUsage&x509.KeyUsageCRLSign == 0 {
-		return errors.New("key usage does not include CRL signing")
-	}
-	if bestScore&scoreScope == 0 {
-		return errors.New("different CRL scope")
-	}
-	if bestScore&scoreTime == 0 {
-		if best.rl.ThisUpdate.After(now) {
-			return errors.New("CRL is not yet valid")
+		// check_crl; OpenSSL skips the first two checks for a delta CRL.
+		if !best.delta {
+			if issuer.KeyUsage != 0 && issuer.KeyUsage&x509.KeyUsageCRLSign == 0 {
+				return errors.New("key usage does not include CRL signing")
+			}
+			if bestScore&scoreScope == 0 {
+				return errors.New("different CRL scope")
+			}
 		}
-		return errors.New("CRL has expired")
-	}
-	if err := issuer.CheckSignature(best.rl.SignatureAlgorithm, best.rl.RawTBSRevocationList, best.rl.Signature); err != nil {
-		return errors.New("CRL signature failure")
-	}
+		if bestScore&scoreTime == 0 {
+			if best.rl.ThisUpdate.After(now) {
+				return errors.New("CRL is not yet valid")
+			}
+			return errors.New("CRL has expired")
+		}
+		if err := issuer.CheckSignature(best.rl.SignatureAlgorithm, best.rl.RawTBSRevocationList, best.rl.Signature); err != nil {
+			return errors.New("CRL signature failure")
+		}
 
-	// cert_crl
-	if best.critical {
-		return errors.New("unhandled critical CRL extension")
-	}
-	for _, e := range best.rl.RevokedCertificateEntries {
-		if e.SerialNumber != nil && e.SerialNumber.Cmp(cert.SerialNumber) == 0 && e.ReasonCode != reasonRemoveFromCRL {
-			return errors.New("certificate revoked")
+		// cert_crl
+		if best.critical {
+			return errors.New("unhandled critical CRL extension")
 		}
+		for _, e := range best.rl.RevokedCertificateEntries {
+			if e.SerialNumber != nil && e.SerialNumber.Cmp(cert.SerialNumber) == 0 && e.ReasonCode != reasonRemoveFromCRL {
+				return errors.New("certificate revoked")
+			}
+		}
+
+		// check_cert: a CRL that adds no reason (out of scope) ends the search.
+		if bestReasons == covered {
+			return errors.New("unable to get certificate CRL")
+		}
+		covered = bestReasons
 	}
 	return nil
 }
 
 // crlScore is OpenSSL's get_crl_score for CRL c (issued by the certificate's issuer name) and
-// certificate cert, whose issuer in the chain is issuer (nil when it has none there).
-func crlScore(c *crl, cert, issuer *x509.Certificate, issuerSubject []byte, now time.Time) int {
+// certificate cert with distribution points dps, whose issuer in the chain is issuer (nil when
+// it has none there), when CRLs already cover the reasons covered. reasons is covered with
+// those c adds when it is in scope.
+func crlScore(c *crl, cert *x509.Certificate, dps []distPoint, issuer *x509.Certificate, issuerSubject []byte,
+	covered uint16, now time.Time) (score int, reasons uint16) {
 	if c.unusable {
-		return 0
+		return 0, covered
 	}
-	score := scoreIssuerName
+	score = scoreIssuerName
 	if !c.critical {
 		score |= scoreNoCritical
 	}
 	if !c.rl.ThisUpdate.After(now) && (c.rl.NextUpdate.IsZero() || !now.After(c.rl.NextUpdate)) {
 		score |= scoreTime
 	}
-	// crl_akid_check: the issuer in the chain has the CRL's issuer name and its key identifier
-	// matches the CRL's authority key identifier (X509_check_akid).
-	if issuer == nil || !bytes.Equal(issuerSubject, c.issuer) ||
-		len(c.rl.AuthorityKeyId) > 0 && len(issuer.SubjectKeyId) > 0 && !bytes.Equal(c.rl.AuthorityKeyId, issuer.SubjectKeyId) {
-		return 0
+	// crl_akid_check: the issuer in the chain has the CRL's issuer name and matches the CRL's
+	// authority key identifier (X509_check_akid).
+	if issuer == nil || !bytes.Equal(issuerSubject, c.issuer) || !c.akid.matches(issuer) {
+		return 0, covered
 	}
 	score |= scoreAKID | scoreIssuerCert
-	if inScope(c, cert) {
+	if r, ok := inScope(c, cert, dps); ok {
+		if r&^covered == 0 {
+			return 0, covered // no new reasons
+		}
 		score |= scoreScope
+		covered |= r
 	}
-	return score
+	return score, covered
 }
 
-// inScope is OpenSSL's crl_crldp_check, with distribution points compared on URIs.
-func inScope(c *crl, cert *x509.Certificate) bool {
+// inScope is OpenSSL's crl_crldp_check for a CRL issued by the certificate's issuer name: the
+// first distribution point of the certificate whose cRLIssuer (if any) names the CRL's issuer
+// and whose name matches the IDP's (idp_check_dp) puts the CRL in scope for its reasons;
+// without one, a CRL whose IDP names no distribution point is in scope for all reasons.
+func inScope(c *crl, cert *x509.Certificate, dps []distPoint) (reasons uint16, ok bool) {
 	if idp := c.idp; idp != nil {
 		if idp.onlyAttr || cert.IsCA && idp.onlyUser || !cert.IsCA && idp.onlyCA {
-			return false
+			return 0, false
 		}
 	}
-	if len(cert.CRLDistributionPoints) > 0 {
-		if c.idp == nil || !c.idp.hasDP {
+	for _, dp := range dps {
+		if dp.crlIssuer != nil && !slices.ContainsFunc(dp.crlIssuer, func(g generalName) bool {
+			return g.dir && g.canon != nil && bytes.Equal(g.canon, c.issuer)
+		}) {
+			continue
+		}
+		if c.idp == nil || dpNamesMatch(dp.name, c.idp.dp) {
+			return allReasons & dp.reasons, true
+		}
+	}
+	return allReasons, c.idp == nil || c.idp.dp == nil
+}
+
+// dpNamesMatch is OpenSSL's idp_check_dp: a missing name matches any; two full names match
+// when they share a general name; a relative name (completed) matches the other relative
+// name, or a directoryName of the other full name.
+func dpNamesMatch(a, b *dpName) bool {
+	if a == nil || b == nil {
+		return true
+	}
+	switch {
+	case a.relative != nil && b.relative != nil:
+		return bytes.Equal(a.relative, b.relative)
+	case a.relative != nil:
+		return slices.ContainsFunc(b.full, func(g generalName) bool { return g.equal(generalName{dir: true, canon: a.relative}) })
+	case b.relative != nil:
+		return slices.ContainsFunc(a.full, func(g generalName) bool { return g.equal(generalName{dir: true, canon: b.relative}) })
+	}
+	for _, g := range a.full {
+		if slices.ContainsFunc(b.full, g.equal) {
 			return true
 		}
-		for _, u := range cert.CRLDistributionPoints {
-			if slices.Contains(c.idp.dpURIs, u) {
-				return true
-			}
-		}
 	}
-	return c.idp == nil || !c.idp.hasDP
+	return false
 }
 
 // canonicalName is OpenSSL's canonical form of a DER Name (x509_name_canon), which X509_NAME_cmp

@@ -2,10 +2,12 @@ package pgconnector
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -371,6 +373,7 @@ type crlSpec struct {
 	reason     int // of every entry
 	this, next time.Duration
 	ext        []pkix.Extension
+	akid       []byte // the authorityKeyIdentifier's value instead of crypto/x509's when not nil
 }
 
 func makeCRL(t *testing.T, s crlSpec) []byte {
@@ -405,7 +408,83 @@ func makeCRL(t *testing.T, s crlSpec) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.akid != nil {
+		der = resignWithAKID(t, der, key, s.akid)
+	}
 	return der
+}
+
+// resignWithAKID is the CRL der (signed by key with ECDSA and SHA-256, as crypto/x509 signs with
+// a P-256 key) with akid as its authorityKeyIdentifier's value, signed again.
+func resignWithAKID(t *testing.T, der []byte, key *ecdsa.PrivateKey, akid []byte) []byte {
+	t.Helper()
+	var certList struct {
+		TBS       asn1.RawValue
+		Algorithm pkix.AlgorithmIdentifier
+		Signature asn1.BitString
+	}
+	var tbs struct {
+		Version             int
+		Signature           pkix.AlgorithmIdentifier
+		Issuer              asn1.RawValue
+		ThisUpdate          time.Time
+		NextUpdate          time.Time        `asn1:"optional"`
+		RevokedCertificates []asn1.RawValue  `asn1:"optional"`
+		Extensions          []pkix.Extension `asn1:"tag:0,optional,explicit"`
+	}
+	if _, err := asn1.Unmarshal(der, &certList); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := asn1.Unmarshal(certList.TBS.FullBytes, &tbs); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range tbs.Extensions {
+		if e.Id.Equal(oidAKID) {
+			tbs.Extensions[i].Value = akid
+		}
+	}
+	tbsDER, err := asn1.Marshal(tbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := sha256.Sum256(tbsDER)
+	sig, err := ecdsa.SignASN1(rand.Reader, key, digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	certList.TBS = asn1.RawValue{FullBytes: tbsDER}
+	certList.Signature = asn1.BitString{Bytes: sig, BitLength: 8 * len(sig)}
+	out, err := asn1.Marshal(certList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x509.ParseRevocationList(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// akidOf is an authorityKeyIdentifier of the key identifier keyID, the directoryName issuer
+// (DER Name) and the serial number, each when not nil.
+func akidOf(keyID, issuer []byte, serial *big.Int) []byte {
+	var b []byte
+	if keyID != nil {
+		k, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, Bytes: keyID})
+		b = append(b, k...)
+	}
+	if issuer != nil {
+		n, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, IsCompound: true, Bytes: dirName(issuer)})
+		b = append(b, n...)
+	}
+	if serial != nil {
+		i, _ := asn1.Marshal(serial)
+		var v asn1.RawValue
+		_, _ = asn1.Unmarshal(i, &v)
+		s, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: v.Bytes})
+		b = append(b, s...)
+	}
+	seq, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: b})
+	return seq
 }
 
 // opensslVerify runs "openssl verify -crl_check_all" with the root certificate and crls in one
@@ -491,45 +570,134 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 	}
 	// A root whose key usage does not allow CRL signing.
 	noCRLSign := newTestPKIRootUsage(t, x509.KeyUsageCertSign)
-	pkiOf := map[string]*testPKI{"issuer without CRLSign": noCRLSign}
+	// Leaves with CRL distribution points (RFC 5280, 4.2.1.13), whose scope OpenSSL checks against
+	// the CRL's issuingDistributionPoint (crl_crldp_check).
+	otherDER, _ := asn1.Marshal(pkix.Name{CommonName: "Other CRL Issuer", Organization: []string{"pgconnector"}}.ToRDNSequence())
+	const otherURI = "http://crl.example/other.crl"
+	keyCompromise, otherReasons := []byte{6, 0x40}, []byte{7, 0x3f, 0x80}
+	uriDP := dpFullName(uriName(dpURI))
+	relDP := dpRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"})
+	dpPlain := newTestPKILeafDP(t, dpDER(uriDP, nil))
+	dpCRLIssuer := newTestPKILeafDP(t, dpDER(uriDP, nil, dirName(otherDER)))
+	dpIssuerOnly := newTestPKILeafDP(t, dpDER(nil, nil, dirName(otherDER)))
+	dpTwo := newTestPKILeafDP(t, dpDER(uriDP, nil, dirName(otherDER)), dpDER(uriDP, nil))
+	dpSelfIssuer := newTestPKI(t)
+	dpSelfIssuer = newTestPKILeafDPWith(t, dpSelfIssuer, dpDER(uriDP, nil, dirName(dpSelfIssuer.inter.cert.RawSubject)))
+	dpKeyCompromise := newTestPKILeafDP(t, dpDER(uriDP, keyCompromise))
+	dpUnusedReason := newTestPKILeafDP(t, dpDER(uriDP, []byte{7, 0x80}))
+	dpAllReasons := newTestPKILeafDP(t, dpDER(uriDP, []byte{7, 0x7f, 0x80}))
+	dpSplit := newTestPKILeafDP(t, dpDER(uriDP, keyCompromise), dpDER(dpFullName(uriName(otherURI)), otherReasons))
+	dpDNS := newTestPKILeafDP(t, dpDER(dpFullName(dnsName(dpURI)), nil))
+	dpEmpty := newTestPKILeafDP(t, dpDER(nil, nil))
+	// A leaf whose distribution point is the directoryName relDP completes to (crypto/x509 does not
+	// parse a certificate whose distribution point is itself a relative name).
+	var interRDNs pkix.RDNSequence
+	if _, err := asn1.Unmarshal(p.inter.cert.RawSubject, &interRDNs); err != nil {
+		t.Fatal(err)
+	}
+	relFull, _ := asn1.Marshal(append(interRDNs, pkix.RelativeDistinguishedNameSET{{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"}}))
+	dpDir := newTestPKILeafDP(t, dpDER(dpFullName(dirName(relFull)), nil))
+	idp := func(name []byte) []pkix.Extension { return crit(oidIDP, idpOf(name)) }
+	delta := crit(oidDeltaCRL, []byte{2, 1, 1})
 	otherKey := testCA{cert: p.inter.cert, key: newTestKey(t)}
-	// Where pgconnector's verdict differs from OpenSSL 3.0's on purpose.
+	// Where pgconnector's verdict differs from OpenSSL 3.0's on purpose: it refuses where OpenSSL
+	// accepts, or refuses for another reason.
 	differs := map[string]string{
-		// OpenSSL 3.0 scores a delta CRL as a complete one (get_crl_score tests base_crl_number
-		// only with X509_V_FLAG_EXTENDED_CRL_SUPPORT); current OpenSSL rejects it, as we do.
-		"delta CRL only": "unable to get certificate CRL @0",
+		// OpenSSL 3.0 takes a delta CRL for a complete one (get_crl_score tests base_crl_number
+		// only with X509_V_FLAG_EXTENDED_CRL_SUPPORT, and check_crl skips the key usage and scope
+		// checks of a delta). The chain must also pass without deltas, as once OpenSSL refuses
+		// them: a delta alone is not enough, and a newer delta does not hide its base's
+		// revocations.
+		"delta CRL only":                          "unable to get certificate CRL @0",
+		"delta only, issuer without CRLSign":      "unable to get certificate CRL @0",
+		"delta not revoking over a revoking base": "certificate revoked @0",
+		// OpenSSL refuses this leaf with or without CRLs (setup_dp fails, the certificate is
+		// invalid and no issuer is found for it); crypto/x509 takes it, the CRL check refuses it.
+		"DP without name or cRLIssuer": "invalid or inconsistent certificate extension: cRLDistributionPoints @0",
 	}
 	for _, tt := range []struct {
 		name string
+		pki  *testPKI // p when nil
 		crls []crlSpec
 	}{
-		{"no CRL of the root's", []crlSpec{{by: &p.inter}}},
-		{"none revoked", []crlSpec{{by: &p.inter}, {by: &p.root}}},
-		{"leaf revoked", []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}}, {by: &p.root}}},
-		{"intermediate revoked", []crlSpec{{by: &p.inter}, {by: &p.root, revoke: []*big.Int{interSN}}}},
-		{"root revokes itself", []crlSpec{{by: &p.inter}, {by: &p.root, revoke: []*big.Int{rootSN}}}},
-		{"removeFromCRL", []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, reason: 8}, {by: &p.root}}},
-		{"expired", []crlSpec{{by: &p.inter, this: -2 * time.Hour, next: -time.Hour}, {by: &p.root}}},
-		{"not yet valid", []crlSpec{{by: &p.inter, this: time.Hour, next: 2 * time.Hour}, {by: &p.root}}},
-		{"expired revoking, valid not", []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, this: -3 * time.Hour, next: -time.Hour},
+		{"no CRL of the root's", nil, []crlSpec{{by: &p.inter}}},
+		{"none revoked", nil, []crlSpec{{by: &p.inter}, {by: &p.root}}},
+		{"leaf revoked", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}}, {by: &p.root}}},
+		{"intermediate revoked", nil, []crlSpec{{by: &p.inter}, {by: &p.root, revoke: []*big.Int{interSN}}}},
+		{"root revokes itself", nil, []crlSpec{{by: &p.inter}, {by: &p.root, revoke: []*big.Int{rootSN}}}},
+		{"removeFromCRL", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, reason: 8}, {by: &p.root}}},
+		{"expired", nil, []crlSpec{{by: &p.inter, this: -2 * time.Hour, next: -time.Hour}, {by: &p.root}}},
+		{"not yet valid", nil, []crlSpec{{by: &p.inter, this: time.Hour, next: 2 * time.Hour}, {by: &p.root}}},
+		{"expired revoking, valid not", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, this: -3 * time.Hour, next: -time.Hour},
 			{by: &p.inter}, {by: &p.root}}},
-		{"older revoking, newer not", []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, this: -3 * time.Hour},
+		{"older revoking, newer not", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, this: -3 * time.Hour},
 			{by: &p.inter, this: -time.Hour}, {by: &p.root}}},
-		{"older not, newer revoking", []crlSpec{{by: &p.inter, this: -3 * time.Hour},
+		{"older not, newer revoking", nil, []crlSpec{{by: &p.inter, this: -3 * time.Hour},
 			{by: &p.inter, revoke: []*big.Int{leafSN}, this: -time.Hour}, {by: &p.root}}},
-		{"signed with another key", []crlSpec{{by: &p.inter, signer: &otherKey}, {by: &p.root}}},
-		{"issuer without CRLSign", []crlSpec{{by: &noCRLSign.inter}, {by: &noCRLSign.root}}},
-		{"unhandled critical extension", []crlSpec{{by: &p.inter, ext: crit(asn1.ObjectIdentifier{1, 2, 3, 4}, []byte{5, 0})}, {by: &p.root}}},
-		{"unhandled critical extension, revoking", []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN},
+		{"signed with another key", nil, []crlSpec{{by: &p.inter, signer: &otherKey}, {by: &p.root}}},
+		{"issuer without CRLSign", noCRLSign, []crlSpec{{by: &noCRLSign.inter}, {by: &noCRLSign.root}}},
+		{"unhandled critical extension", nil, []crlSpec{{by: &p.inter, ext: crit(asn1.ObjectIdentifier{1, 2, 3, 4}, []byte{5, 0})}, {by: &p.root}}},
+		{"unhandled critical extension, revoking", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN},
 			ext: crit(asn1.ObjectIdentifier{1, 2, 3, 4}, []byte{5, 0})}, {by: &p.root}}},
-		{"delta CRL only", []crlSpec{{by: &p.inter, ext: crit(oidDeltaCRL, []byte{2, 1, 1})}, {by: &p.root}}},
-		{"IDP onlyContainsCACerts", []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff})}, {by: &p.root}}},
-		{"IDP onlyContainsUserCerts", []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x81, 1, 0xff})}, {by: &p.root}}},
-		{"IDP onlyContainsUserCerts for the intermediate", []crlSpec{{by: &p.inter},
+		{"delta CRL only", nil, []crlSpec{{by: &p.inter, ext: crit(oidDeltaCRL, []byte{2, 1, 1})}, {by: &p.root}}},
+		{"IDP onlyContainsCACerts", nil, []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff})}, {by: &p.root}}},
+		{"IDP onlyContainsUserCerts", nil, []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x81, 1, 0xff})}, {by: &p.root}}},
+		{"IDP onlyContainsUserCerts for the intermediate", nil, []crlSpec{{by: &p.inter},
 			{by: &p.root, ext: crit(oidIDP, []byte{0x30, 3, 0x81, 1, 0xff})}}},
-		{"IDP indirectCRL", []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x84, 1, 0xff})}, {by: &p.root}}},
-		{"IDP with a distribution point, leaf without", []crlSpec{{by: &p.inter,
+		{"IDP indirectCRL", nil, []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x84, 1, 0xff})}, {by: &p.root}}},
+		{"IDP with a distribution point, leaf without", nil, []crlSpec{{by: &p.inter,
 			ext: crit(oidIDP, idpWithURI("http://crl.example/i.crl"))}, {by: &p.root}}},
+		// Delta CRLs (deltaCRLIndicator, RFC 5280 5.2.4): OpenSSL 3.0 scores them as complete CRLs,
+		// the newest of equal score wins.
+		{"delta revoking over a base", nil, []crlSpec{{by: &p.inter, this: -2 * time.Hour},
+			{by: &p.inter, revoke: []*big.Int{leafSN}, ext: delta}, {by: &p.root}}},
+		{"older delta revoking under a base", nil, []crlSpec{{by: &p.inter},
+			{by: &p.inter, revoke: []*big.Int{leafSN}, this: -2 * time.Hour, ext: delta}, {by: &p.root}}},
+		{"delta not revoking over a revoking base", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, this: -2 * time.Hour},
+			{by: &p.inter, ext: delta}, {by: &p.root}}},
+		{"delta only, revoking", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, ext: delta}, {by: &p.root}}},
+		{"delta only, out of scope", nil, []crlSpec{{by: &p.inter, ext: append(crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff}), delta...)},
+			{by: &p.root}}},
+		{"delta only, issuer without CRLSign", noCRLSign, []crlSpec{{by: &noCRLSign.inter, ext: delta}, {by: &noCRLSign.root, ext: delta}}},
+		{"delta over a base, out of scope", nil, []crlSpec{{by: &p.inter, this: -2 * time.Hour},
+			{by: &p.inter, revoke: []*big.Int{leafSN}, ext: append(crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff}), delta...)}, {by: &p.root}}},
+		// The CRL's authorityKeyIdentifier against the issuer's certificate (X509_check_akid).
+		{"AKID of the issuer's key, serial and issuer", nil, []crlSpec{{by: &p.inter,
+			akid: akidOf(p.inter.cert.SubjectKeyId, p.root.cert.RawSubject, interSN)}, {by: &p.root}}},
+		{"AKID of another serial", nil, []crlSpec{{by: &p.inter,
+			akid: akidOf(p.inter.cert.SubjectKeyId, nil, new(big.Int).Add(interSN, big.NewInt(1)))}, {by: &p.root}}},
+		{"AKID of another issuer", nil, []crlSpec{{by: &p.inter, akid: akidOf(p.inter.cert.SubjectKeyId, p.inter.cert.RawSubject, nil)},
+			{by: &p.root}}},
+		{"AKID of another key", nil, []crlSpec{{by: &p.inter, akid: akidOf([]byte{1, 2, 3, 4}, nil, nil)}, {by: &p.root}}},
+		{"AKID of another serial, revoking, with a good CRL", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN},
+			akid: akidOf(nil, nil, big.NewInt(7))}, {by: &p.inter, this: -2 * time.Hour}, {by: &p.root}}},
+		// The leaf's distribution points against the CRL's IDP.
+		{"DP of a URI, IDP of it", dpPlain, []crlSpec{{by: &dpPlain.inter, ext: idp(uriDP)}, {by: &dpPlain.root}}},
+		{"DP of a URI, IDP of another", dpPlain, []crlSpec{{by: &dpPlain.inter, ext: idp(dpFullName(uriName(otherURI)))}, {by: &dpPlain.root}}},
+		{"DP with another cRLIssuer, IDP of its URI", dpCRLIssuer, []crlSpec{{by: &dpCRLIssuer.inter, ext: idp(uriDP)}, {by: &dpCRLIssuer.root}}},
+		{"DP with another cRLIssuer, no IDP", dpCRLIssuer, []crlSpec{{by: &dpCRLIssuer.inter}, {by: &dpCRLIssuer.root}}},
+		{"DP with the issuer as cRLIssuer, IDP of its URI", dpSelfIssuer, []crlSpec{{by: &dpSelfIssuer.inter, ext: idp(uriDP)}, {by: &dpSelfIssuer.root}}},
+		{"DP of a cRLIssuer only, IDP of a URI", dpIssuerOnly, []crlSpec{{by: &dpIssuerOnly.inter, ext: idp(uriDP)}, {by: &dpIssuerOnly.root}}},
+		{"DP with another cRLIssuer, then a DP of the URI", dpTwo, []crlSpec{{by: &dpTwo.inter, ext: idp(uriDP)}, {by: &dpTwo.root}}},
+		{"DP for keyCompromise, IDP of its URI", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter, ext: idp(uriDP)}, {by: &dpKeyCompromise.root}}},
+		{"DP for keyCompromise, no IDP", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter}, {by: &dpKeyCompromise.root}}},
+		{"DP for keyCompromise, revoking", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter, revoke: []*big.Int{dpKeyCompromise.leaf.cert.SerialNumber},
+			ext: idp(uriDP)}, {by: &dpKeyCompromise.root}}},
+		{"DP for keyCompromise, then a CRL out of scope", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter, ext: idp(uriDP)},
+			{by: &dpKeyCompromise.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff}), this: -2 * time.Hour}, {by: &dpKeyCompromise.root}}},
+		{"DP for the unused reason bit only", dpUnusedReason, []crlSpec{{by: &dpUnusedReason.inter, ext: idp(uriDP)}, {by: &dpUnusedReason.root}}},
+		{"DP for all reasons", dpAllReasons, []crlSpec{{by: &dpAllReasons.inter, ext: idp(uriDP)}, {by: &dpAllReasons.root}}},
+		{"DPs for some reasons each, a CRL for each", dpSplit, []crlSpec{{by: &dpSplit.inter, ext: idp(uriDP)},
+			{by: &dpSplit.inter, ext: idp(dpFullName(uriName(otherURI)))}, {by: &dpSplit.root}}},
+		{"DPs for some reasons each, the second CRL revoking", dpSplit, []crlSpec{{by: &dpSplit.inter, ext: idp(uriDP), this: -2 * time.Hour},
+			{by: &dpSplit.inter, ext: idp(dpFullName(uriName(otherURI))), revoke: []*big.Int{dpSplit.leaf.cert.SerialNumber}}, {by: &dpSplit.root}}},
+		{"DPs for some reasons each, a CRL for one", dpSplit, []crlSpec{{by: &dpSplit.inter, ext: idp(uriDP)}, {by: &dpSplit.root}}},
+		{"DP of a directoryName, IDP of it", dpDir, []crlSpec{{by: &dpDir.inter, ext: idp(dpFullName(dirName(relFull)))}, {by: &dpDir.root}}},
+		{"DP of a directoryName, IDP of it relative to the issuer", dpDir, []crlSpec{{by: &dpDir.inter, ext: idp(relDP)}, {by: &dpDir.root}}},
+		{"DP of a directoryName, IDP of another relative name", dpDir, []crlSpec{{by: &dpDir.inter,
+			ext: idp(dpRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 2"}))}, {by: &dpDir.root}}},
+		{"DP of a dNSName, IDP of a URI of the same text", dpDNS, []crlSpec{{by: &dpDNS.inter, ext: idp(uriDP)}, {by: &dpDNS.root}}},
+		{"DP without name or cRLIssuer", dpEmpty, []crlSpec{{by: &dpEmpty.inter}, {by: &dpEmpty.root}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var crls [][]byte
@@ -537,8 +705,8 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 				crls = append(crls, makeCRL(t, s))
 			}
 			p := p
-			if q := pkiOf[tt.name]; q != nil {
-				p = q
+			if tt.pki != nil {
+				p = tt.pki
 			}
 			want := opensslVerify(t, p, crls, "")
 			got := ourVerify(t, p, crls, "")
@@ -590,6 +758,97 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 			})
 		}
 	})
+}
+
+// dpURI is the URI of the test leaves' CRL distribution points.
+const dpURI = "http://crl.example/inter.crl"
+
+// newTestPKILeafDP is newTestPKI whose leaf has a cRLDistributionPoints extension of the
+// distribution points dps (dpDER), none when dps is empty.
+func newTestPKILeafDP(t *testing.T, dps ...[]byte) *testPKI {
+	t.Helper()
+	return newTestPKILeafDPWith(t, newTestPKI(t), dps...)
+}
+
+// newTestPKILeafDPWith is p with a new leaf, issued by p's intermediate, with the distribution
+// points dps.
+func newTestPKILeafDPWith(t *testing.T, p *testPKI, dps ...[]byte) *testPKI {
+	t.Helper()
+	q := *p
+	var ext []pkix.Extension
+	if len(dps) > 0 {
+		v, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: bytes.Join(dps, nil)})
+		ext = []pkix.Extension{{Id: oidCRLDP, Value: v}}
+	}
+	q.leaf = issue(t, &x509.Certificate{
+		Subject:         pkix.Name{CommonName: "localhost"},
+		KeyUsage:        x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:        []string{"localhost"},
+		ExtraExtensions: ext,
+	}, &p.inter, newTestKey(t))
+	return &q
+}
+
+// dpDER is a DistributionPoint (RFC 5280, 4.2.1.13): name (dpFullName, dpRelative) when not
+// nil, reasons (a BIT STRING's content: unused bits, then the bits) when not nil, cRLIssuer the
+// general names crlIssuer when there are any.
+func dpDER(name, reasons []byte, crlIssuer ...[]byte) []byte {
+	var b []byte
+	if name != nil {
+		n, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: name})
+		b = append(b, n...)
+	}
+	if reasons != nil {
+		r, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, Bytes: reasons})
+		b = append(b, r...)
+	}
+	if len(crlIssuer) > 0 {
+		c, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, IsCompound: true, Bytes: bytes.Join(crlIssuer, nil)})
+		b = append(b, c...)
+	}
+	dp, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: b})
+	return dp
+}
+
+// dpFullName is a DistributionPointName's fullName of the general names gns.
+func dpFullName(gns ...[]byte) []byte {
+	full, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: bytes.Join(gns, nil)})
+	return full
+}
+
+// dpRelative is a DistributionPointName's nameRelativeToCRLIssuer of the attributes.
+func dpRelative(attrs ...pkix.AttributeTypeAndValue) []byte {
+	set, _ := asn1.Marshal(pkix.RelativeDistinguishedNameSET(attrs))
+	var v asn1.RawValue
+	_, _ = asn1.Unmarshal(set, &v)
+	rel, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, IsCompound: true, Bytes: v.Bytes})
+	return rel
+}
+
+// idpOf is an issuingDistributionPoint of the DistributionPointName name (dpFullName, dpRelative).
+func idpOf(name []byte) []byte {
+	dp, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: name})
+	seq, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: dp})
+	return seq
+}
+
+// dnsName is a GeneralName dNSName.
+func dnsName(name string) []byte {
+	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte(name)})
+	return gn
+}
+
+// uriName is a GeneralName uniformResourceIdentifier.
+func uriName(uri string) []byte {
+	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 6, Bytes: []byte(uri)})
+	return gn
+}
+
+// dirName is a GeneralName directoryName of the DER Name name.
+func dirName(name []byte) []byte {
+	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 4, IsCompound: true, Bytes: name})
+	return gn
 }
 
 // idpWithURI is an issuingDistributionPoint with a fullName URI.
@@ -739,6 +998,26 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 		return path
 	}
 	expired := writeDER("expired.pem", false, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	// A base CRL and a delta CRL (deltaCRLIndicator, base CRL number 1) an hour newer: OpenSSL
+	// 3.0, which libpq links here, takes the delta for a complete CRL, the newest.
+	baseAndDelta := func(name string, baseRevokes, deltaRevokes bool) string {
+		t.Helper()
+		base, err := srv.CRL(baseRevokes, now.Add(-2*time.Hour), now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		delta, err := srv.CRL(deltaRevokes, now.Add(-time.Hour), now.Add(time.Hour),
+			pkix.Extension{Id: oidDeltaCRL, Critical: true, Value: []byte{2, 1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, append(pemCRL(base), pemCRL(delta)...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	deltaRevoking, deltaHiding := baseAndDelta("delta-revoking.pem", false, true), baseAndDelta("delta-hiding.pem", true, false)
 	// A directory as "openssl rehash" (or c_rehash) leaves it: <hash>.r0.
 	hashedDir := func(name, crlFile string) string {
 		d := filepath.Join(dir, name)
@@ -848,6 +1127,7 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 		{"sslcrl not revoking", "TLSv1.3", []string{"sslmode=verify-ca", ca, "sslcrl=" + notRev}},
 		{"sslcrl missing", "TLSv1.3", []string{"sslmode=verify-ca", ca, "sslcrl=" + filepath.Join(dir, "nonexistent.pem")}},
 		{"sslcrl expired", "fail", []string{"sslmode=verify-ca", ca, "sslcrl=" + expired}},
+		{"sslcrl with a newer delta revoking over a base", "fail", []string{"sslmode=verify-ca", ca, "sslcrl=" + deltaRevoking}},
 		{"sslcrl of another CA", "fail", []string{"sslmode=verify-ca", ca, "sslcrl=" + otherNotRev}},
 		{"sslcrl with a certificate only", "fail", []string{"sslmode=verify-ca", ca, "sslcrl=" + srv.CAFile}},
 		{"sslcrldir revoking", "fail", []string{"sslmode=verify-ca", ca, "sslcrldir=" + revDir}},
@@ -902,6 +1182,14 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 			}
 			t.Logf("%s: pgconnector: %v", filepath.Base(f), ourErr)
 		}
+		// A newer delta that does not repeat its base's revocation: OpenSSL 3.0 takes the delta
+		// alone and connects; pgconnector also checks without deltas and finds the revocation.
+		psql, _, psqlErr, ourErr := run(t, "sslmode=verify-ca", ca, "sslcrl="+deltaHiding)
+		if psqlErr != nil || psql != "TLSv1.3" || ourErr == nil || !strings.Contains(ourErr.Error(), "certificate revoked") {
+			t.Errorf("delta hiding a revocation: psql %q (%v), pgconnector %v; want psql to connect and pgconnector to fail (certificate revoked)",
+				psql, psqlErr, ourErr)
+		}
+		t.Logf("delta hiding a revocation: pgconnector: %v", ourErr)
 	})
 
 	t.Run("sslkeylogfile", func(t *testing.T) {
@@ -960,6 +1248,82 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 		}
 		conn.Close(ctx)
 	})
+}
+
+// The scope of the server's CRL against the distribution points of the server's certificate
+// (cRLDistributionPoints: cRLIssuer, reasons), on a real server whose certificate has them:
+// psql (libpq on OpenSSL 3.0) and pgconnector connect, or both fail, pgconnector with OpenSSL's
+// reason.
+func TestCRLScopeAgainstServer(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{TLS: true})
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	for _, env := range []string{"PGSSLCRL", "PGSSLCRLDIR", "PGSSLROOTCERT", "PGSSLMODE", "PGSSLNEGOTIATION"} {
+		t.Setenv(env, "")
+		os.Unsetenv(env)
+	}
+	otherDER, _ := asn1.Marshal(pkix.Name{CommonName: "Other CRL Issuer", Organization: []string{"pgconnector"}}.ToRDNSequence())
+	uriDP := dpFullName(uriName(dpURI))
+	idp := func(v []byte) pkix.Extension { return pkix.Extension{Id: oidIDP, Critical: true, Value: v} }
+	// The CA's own CRL: onlyContainsCACerts, so that it is out of scope for the server's certificate.
+	now := time.Now()
+	caCRL, err := srv.CRL(false, now.Add(-2*time.Hour), now.Add(time.Hour), idp([]byte{0x30, 3, 0x82, 1, 0xff}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	const query = "select 'connected'"
+	for _, tt := range []struct {
+		name   string
+		dp     []byte           // the server certificate's distribution point
+		crlExt []pkix.Extension // of the CRL for the server's certificate
+		want   string           // "" to connect, else pgconnector's reason
+	}{
+		{"a URI, IDP of it", dpDER(uriDP, nil), []pkix.Extension{idp(idpOf(uriDP))}, ""},
+		{"cRLIssuer of another CA, IDP of its URI", dpDER(uriDP, nil, dirName(otherDER)), []pkix.Extension{idp(idpOf(uriDP))},
+			"different CRL scope"},
+		{"cRLIssuer of another CA, no IDP", dpDER(uriDP, nil, dirName(otherDER)), nil, ""},
+		// Its CRL covers keyCompromise only; the next best CRL is the CA's, out of scope.
+		{"for keyCompromise only", dpDER(uriDP, []byte{6, 0x40}), []pkix.Extension{idp(idpOf(uriDP))}, "different CRL scope"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dps, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: tt.dp})
+			if err := srv.ReissueServerCert(pkix.Extension{Id: oidCRLDP, Value: dps}); err != nil {
+				t.Fatal(err)
+			}
+			srvCRL, err := srv.CRL(false, now.Add(-time.Hour), now.Add(time.Hour), tt.crlExt...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			crlFile := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "_")+".pem")
+			if err := os.WriteFile(crlFile, append(pemCRL(srvCRL), pemCRL(caCRL)...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dsn := srv.DSN("sslmode=verify-ca", "sslrootcert="+srv.CAFile, "sslcrl="+crlFile)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			psql, psqlErr := harness.Psql(ctx, []string{"HOME=" + home}, dsn, query)
+			var ours string
+			cfg, ourErr := pgxConfigWithTLSKeys(t, dsn)
+			if ourErr == nil {
+				var conn *pgx.Conn
+				if conn, ourErr = pgx.ConnectConfig(ctx, cfg); ourErr == nil {
+					ourErr = conn.QueryRow(ctx, query).Scan(&ours)
+					conn.Close(ctx)
+				}
+			}
+			t.Logf("psql: %q %v; pgconnector: %q %v", psql, psqlErr, ours, ourErr)
+			if (psqlErr == nil) != (ourErr == nil) || psql != ours {
+				t.Fatalf("psql %q (%v), pgconnector %q (%v)", psql, psqlErr, ours, ourErr)
+			}
+			switch {
+			case tt.want == "" && ourErr != nil:
+				t.Fatalf("both failed, want both to connect")
+			case tt.want != "" && (ourErr == nil || !strings.Contains(ourErr.Error(), tt.want+" (certificate at depth 0")):
+				t.Fatalf("pgconnector: %v, want %q at depth 0", ourErr, tt.want)
+			}
+		})
+	}
 }
 
 // apply changes pgx's *tls.Config in place, so pgx still finds the client certificate of sslcert
@@ -1021,4 +1385,45 @@ func TestTLSKeysKeepClientCertificate(t *testing.T) {
 	if n := <-got; n != 1 {
 		t.Errorf("the server got %d client certificates, want 1", n)
 	}
+}
+
+// The distribution points of a server certificate (cRLDistributionPoints) and of a CRL
+// (issuingDistributionPoint), and a CRL's authorityKeyIdentifier, are untrusted input: reading
+// and comparing them never panics, and a CRL without an IDP is in scope for any distribution
+// points (crl_crldp_check).
+func FuzzCRLDistributionPoints(f *testing.F) {
+	issuer, _ := asn1.Marshal(pkix.Name{CommonName: "Test Intermediate", Organization: []string{"pgconnector"}}.ToRDNSequence())
+	uri := dpFullName(uriName(dpURI))
+	rel := dpRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"})
+	seqOf := func(dps ...[]byte) []byte {
+		v, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: bytes.Join(dps, nil)})
+		return v
+	}
+	f.Add(seqOf(dpDER(uri, nil)), idpOf(uri))
+	f.Add(seqOf(dpDER(uri, []byte{6, 0x40}, dirName(issuer))), idpOf(rel))
+	f.Add(seqOf(dpDER(dpFullName(dirName(issuer)), nil), dpDER(nil, nil, dirName(issuer))), []byte{0x30, 3, 0x81, 1, 0xff})
+	f.Add(seqOf(dpDER(rel, []byte{7, 0x7f, 0x80})), idpOf(dpFullName(dnsName("x"))))
+	f.Add([]byte{0x30, 0}, []byte{0x30, 0})
+	canon, err := canonicalName(issuer)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, dpExt, idpExt []byte) {
+		if len(dpExt) > 1<<12 || len(idpExt) > 1<<12 {
+			return
+		}
+		cert := &x509.Certificate{RawIssuer: issuer, Extensions: []pkix.Extension{{Id: oidCRLDP, Value: dpExt}}}
+		dps, err := certDistPoints(cert)
+		if err != nil {
+			return
+		}
+		idp, _ := parseIDP(idpExt, issuer)
+		if akid, ok := parseAKID(idpExt); ok { // the same bytes as an authorityKeyIdentifier
+			akid.matches(&x509.Certificate{RawIssuer: issuer, SerialNumber: big.NewInt(1), SubjectKeyId: []byte{1}})
+		}
+		inScope(&crl{issuer: canon, idp: idp}, cert, dps)
+		if r, ok := inScope(&crl{issuer: canon}, cert, dps); !ok || r&^allReasons != 0 {
+			t.Fatalf("no IDP: in scope %v for reasons %#x, want in scope for reasons among %#x", ok, r, allReasons)
+		}
+	})
 }

@@ -90,12 +90,14 @@ func newCertSet() (*certSet, error) {
 }
 
 // crl returns a CRL (DER) signed by the CA, valid from thisUpdate to
-// nextUpdate, listing the server certificate when revokeServer is true.
-func (cs *certSet) crl(revokeServer bool, thisUpdate, nextUpdate time.Time) ([]byte, error) {
+// nextUpdate, listing the server certificate when revokeServer is true, with
+// the extensions ext.
+func (cs *certSet) crl(revokeServer bool, thisUpdate, nextUpdate time.Time, ext []pkix.Extension) ([]byte, error) {
 	tmpl := &x509.RevocationList{
-		Number:     randomSerial(),
-		ThisUpdate: thisUpdate,
-		NextUpdate: nextUpdate,
+		Number:          randomSerial(),
+		ThisUpdate:      thisUpdate,
+		NextUpdate:      nextUpdate,
+		ExtraExtensions: ext,
 	}
 	if revokeServer {
 		tmpl.RevokedCertificateEntries = []x509.RevocationListEntry{{
@@ -115,15 +117,16 @@ var errNoCA = errors.New("harness: the server has no CA (start it with Options.T
 
 // CRL returns a certificate revocation list (DER) signed by the server's CA,
 // valid from thisUpdate to nextUpdate, that revokes the server certificate
-// when revokeServer is true and is empty otherwise.
-func (p *Postgres) CRL(revokeServer bool, thisUpdate, nextUpdate time.Time) ([]byte, error) {
+// when revokeServer is true and is empty otherwise. ext are added to the
+// list's extensions (a deltaCRLIndicator, an issuingDistributionPoint, ...).
+func (p *Postgres) CRL(revokeServer bool, thisUpdate, nextUpdate time.Time, ext ...pkix.Extension) ([]byte, error) {
 	p.mu.Lock()
 	cs := p.ca
 	p.mu.Unlock()
 	if cs == nil {
 		return nil, errNoCA
 	}
-	return cs.crl(revokeServer, thisUpdate, nextUpdate)
+	return cs.crl(revokeServer, thisUpdate, nextUpdate, ext)
 }
 
 // WriteCRL writes a PEM certificate revocation list signed by the server's CA
