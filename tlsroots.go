@@ -1,0 +1,191 @@
+package pgconnector
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pgconnector/pgconnector/negotiation"
+)
+
+// The server's certificate is checked here, not by crypto/tls, as libpq checks it
+// (fe-secure-openssl.c, initialize_SSL and open_client_SSL; libpq-ssl.html, "Client
+// Verification of Server Certificates"):
+//   - the trust anchors are those of the root certificate file, sslrootcert, else
+//     ~/.postgresql/root.crt, read at each connection (a file created or replaced later is
+//     used); sslrootcert=system takes the system's (crypto/x509's SystemCertPool, which honours
+//     SSL_CERT_FILE and SSL_CERT_DIR as OpenSSL does), and nothing else ever does: pgx's
+//     configuration, whose nil RootCAs would mean the system's, is not used;
+//   - when the root file exists, the chain is verified (and the CRLs checked) under every
+//     sslmode, prefer, allow and require included (require then acts as verify-ca); a
+//     certificate that does not verify fails the TLS attempt, and prefer (allow) goes on in
+//     plaintext on a new connection, as libpq;
+//   - when it does not exist, verify-ca and verify-full fail before the TLS handshake, with
+//     libpq's message; the other modes connect without verifying;
+//   - verify-full also checks the host name (as written in the connection string, also with
+//     hostaddr) against the certificate (crypto/x509's rules: subjectAltName only);
+//   - the host name is sent as SNI only with sslsni=1 (the default) and when it is not an IP
+//     address, by libpq's test (digits and dots only, or a colon); sslsni=0 sends none, and
+//     verify-full still checks the name.
+//
+// Every error is a *negotiation.TLSRefusedError: the client's refusal, never taken for the
+// server's lack of TLS.
+
+// rootHint is the second line of libpq's (16 to 18) errors for a missing root certificate file.
+const rootHint = "Either provide the file, use the system's trusted roots with sslrootcert=system, or change sslmode to disable server certificate verification."
+
+// maxRootFile bounds a root certificate file, checked before it is read: a bundle of every
+// public CA is about 200 KiB.
+const maxRootFile = 16 << 20
+
+// serverCheck checks one host's TLS server (see above). It is safe for concurrent use.
+type serverCheck struct {
+	rootFile string    // sslrootcert, else ~/.postgresql/root.crt; "" without a home directory
+	system   bool      // sslrootcert=system
+	verify   bool      // sslmode verify-ca or verify-full: no root file is an error
+	host     string    // the name verify-full checks; "" for the other modes
+	crl      *crlCheck // nil: no CRL (none given and no default, or system roots)
+}
+
+// roots returns the trust anchors for one connection; nil (and no error) when there are none
+// and sslmode does not need them: the server is then not verified, as in libpq.
+func (s *serverCheck) roots() (*x509.CertPool, error) {
+	if s.system {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			return nil, refused(fmt.Errorf("could not load system root certificate paths: %w", err))
+		}
+		return pool, nil
+	}
+	if s.rootFile == "" {
+		if s.verify {
+			return nil, refused(errors.New("could not get home directory to locate root certificate file\n" + rootHint))
+		}
+		return nil, nil
+	}
+	// libpq: any failure of stat() is a file that does not exist.
+	if _, err := os.Stat(s.rootFile); err != nil {
+		if s.verify {
+			return nil, refused(fmt.Errorf("root certificate file %q does not exist\n%s", s.rootFile, rootHint))
+		}
+		return nil, nil
+	}
+	pool, err := readRootFile(s.rootFile)
+	if err != nil {
+		return nil, refused(fmt.Errorf("could not read root certificate file %q: %w", s.rootFile, err))
+	}
+	return pool, nil
+}
+
+// beforeTLS is negotiation.Host.BeforeTLS: what libpq's initialize_SSL refuses before its
+// ClientHello (no root file under verify-*, a root file that cannot be read).
+func (s *serverCheck) beforeTLS() error {
+	_, err := s.roots()
+	return err
+}
+
+// verifyConnection is tls.Config.VerifyConnection: the chain against the roots of this
+// connection, the host name under verify-full, then the CRLs.
+func (s *serverCheck) verifyConnection(cs tls.ConnectionState) error {
+	roots, err := s.roots()
+	if err != nil || roots == nil {
+		return err
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return refused(errors.New("certificate verify failed: the server sent no certificate"))
+	}
+	opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool(), DNSName: s.host}
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	chains, err := cs.PeerCertificates[0].Verify(opts)
+	if err != nil {
+		return refused(fmt.Errorf("certificate verify failed: %w", err))
+	}
+	if s.crl != nil {
+		if err := s.crl.check(chains, time.Now()); err != nil {
+			return refused(err)
+		}
+	}
+	return nil
+}
+
+func refused(err error) error { return &negotiation.TLSRefusedError{Err: err} }
+
+// readRootFile reads the PEM certificates of a root certificate file. The file must be a
+// regular file of at most maxRootFile bytes (checked on the open file, which is opened without
+// blocking, so that a FIFO or a device is refused, not read), with at least one certificate.
+func readRootFile(path string) (*x509.CertPool, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openNonBlocking, 0)
+	if err != nil {
+		return nil, fileError(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fileError(err)
+	}
+	switch {
+	case !st.Mode().IsRegular():
+		return nil, errors.New("not a regular file")
+	case st.Size() > maxRootFile:
+		return nil, fmt.Errorf("larger than %d bytes", maxRootFile)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxRootFile+1))
+	if err != nil {
+		return nil, fileError(err)
+	}
+	if len(data) > maxRootFile {
+		return nil, fmt.Errorf("larger than %d bytes", maxRootFile)
+	}
+	pool := x509.NewCertPool()
+	n := 0
+	for rest := data; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" && b.Type != "TRUSTED CERTIFICATE" && b.Type != "X509 CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("a certificate does not parse: %w", err)
+		}
+		pool.AddCert(c)
+		n++
+	}
+	if n == 0 {
+		return nil, errors.New("no certificate found") // OpenSSL: "no certificate or crl found"
+	}
+	return pool, nil
+}
+
+// fileError says what went wrong with a file without repeating its path.
+func fileError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// sniName is the SNI to send for host: libpq's rule (initialize_SSL): only with sslsni=1, and
+// not for an IP address (a host of digits and dots only, or with a colon).
+func sniName(host string, sni bool) string {
+	if !sni || host == "" || strings.Trim(host, "0123456789.") == "" || strings.Contains(host, ":") {
+		return ""
+	}
+	return host
+}
+
+// defaultRootFile is libpq's default sslrootcert: ~/.postgresql/root.crt
+// (%APPDATA%\postgresql\root.crt on Windows); "" when there is no home directory.
+func defaultRootFile() string { return homeFile("root.crt") }

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package pgconnector
+
+const openNonBlocking = 0
