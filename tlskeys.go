@@ -236,7 +236,7 @@ func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
 
 // serverCheck returns the check of host's TLS server (tlsroots.go).
 func (k tlsKeys) serverCheck(host string) *serverCheck {
-	s := &serverCheck{rootFile: k.rootFile, system: k.systemRoots}
+	s := &serverCheck{rootFile: k.rootFile, system: k.systemRoots, cache: &rootCache{}}
 	switch k.sslmode {
 	case "verify-full":
 		s.verify, s.host = true, host

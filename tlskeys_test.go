@@ -290,7 +290,10 @@ func TestTLSKeysApply(t *testing.T) {
 		if (s.crl != nil) != tt.crlCheck {
 			t.Errorf("%s: CRL check %v, want %v", tt.dsn, s.crl != nil, tt.crlCheck)
 		}
-		s.crl = nil
+		if s.cache == nil {
+			t.Errorf("%s: no cache of the root file", tt.dsn)
+		}
+		s.crl, s.cache = nil, nil
 		if *s != tt.want {
 			t.Errorf("%s: check %+v, want %+v", tt.dsn, *s, tt.want)
 		}

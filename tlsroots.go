@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pgconnector/pgconnector/negotiation"
@@ -51,6 +52,25 @@ type serverCheck struct {
 	verify   bool      // sslmode verify-ca or verify-full: no root file is an error
 	host     string    // the name verify-full checks; "" for the other modes
 	crl      *crlCheck // nil: no CRL (none given and no default, or system roots)
+
+	cache *rootCache // nil: no cache
+}
+
+// rootCache is the last root certificate file read, kept for the handshakes that find the file
+// unchanged (the same file, size and modification time): each one still opens and checks the
+// file, but a bundle of every public CA (200 KiB) is not parsed again for it, which would cost
+// milliseconds twice per connection (before the handshake and in it).
+type rootCache struct {
+	mu    sync.Mutex
+	stamp fileStamp
+	pool  *x509.CertPool
+}
+
+// fileStamp tells a file apart from the one read before: another file (inode) or new content.
+type fileStamp struct {
+	size  int64
+	mtime time.Time
+	id    fileIdentity
 }
 
 // roots returns the trust anchors for one connection; nil (and no error) when there are none
@@ -76,7 +96,7 @@ func (s *serverCheck) roots() (*x509.CertPool, error) {
 		}
 		return nil, nil
 	}
-	pool, err := readRootFile(s.rootFile)
+	pool, err := s.cache.read(s.rootFile)
 	if err != nil {
 		return nil, refused(fmt.Errorf("could not read root certificate file %q: %w", s.rootFile, err))
 	}
@@ -122,6 +142,15 @@ func refused(err error) error { return &negotiation.TLSRefusedError{Err: err} }
 // regular file of at most maxRootFile bytes (checked on the open file, which is opened without
 // blocking, so that a FIFO or a device is refused, not read), with at least one certificate.
 func readRootFile(path string) (*x509.CertPool, error) {
+	return (&rootCache{}).read(path)
+}
+
+// read is readRootFile, with the pool of the last read when the file is unchanged; a nil
+// cache reads the file every time.
+func (rc *rootCache) read(path string) (*x509.CertPool, error) {
+	if rc == nil {
+		rc = &rootCache{}
+	}
 	f, err := os.OpenFile(path, os.O_RDONLY|openNonBlocking, 0)
 	if err != nil {
 		return nil, fileError(err)
@@ -137,6 +166,16 @@ func readRootFile(path string) (*x509.CertPool, error) {
 	case st.Size() > maxRootFile:
 		return nil, fmt.Errorf("larger than %d bytes", maxRootFile)
 	}
+	stamp := fileStamp{size: st.Size(), mtime: st.ModTime(), id: identityOf(st)}
+	rc.mu.Lock()
+	pool := rc.pool
+	if rc.stamp != stamp {
+		pool = nil
+	}
+	rc.mu.Unlock()
+	if pool != nil {
+		return pool, nil
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxRootFile+1))
 	if err != nil {
 		return nil, fileError(err)
@@ -144,7 +183,7 @@ func readRootFile(path string) (*x509.CertPool, error) {
 	if len(data) > maxRootFile {
 		return nil, fmt.Errorf("larger than %d bytes", maxRootFile)
 	}
-	pool := x509.NewCertPool()
+	pool = x509.NewCertPool()
 	n := 0
 	for rest := data; ; {
 		var b *pem.Block
@@ -164,6 +203,11 @@ func readRootFile(path string) (*x509.CertPool, error) {
 	}
 	if n == 0 {
 		return nil, errors.New("no certificate found") // OpenSSL: "no certificate or crl found"
+	}
+	if int64(len(data)) == stamp.size {
+		rc.mu.Lock()
+		rc.stamp, rc.pool = stamp, pool
+		rc.mu.Unlock()
 	}
 	return pool, nil
 }

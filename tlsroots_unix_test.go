@@ -3,6 +3,7 @@
 package pgconnector
 
 import (
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
@@ -89,6 +90,38 @@ func TestReadRootFile(t *testing.T) {
 		err := tt.s.beforeTLS()
 		if tt.want == "" && err != nil || tt.want != "" && (err == nil || err.Error() != tt.want) {
 			t.Errorf("%+v: %v, want %q", tt.s, err, tt.want)
+		}
+	}
+
+	// The cache of the parsed file: a file rewritten in place, or replaced, is read again.
+	cache := &rootCache{}
+	path := filepath.Join(dir, "cached.crt")
+	for i, how := range []string{"written", "rewritten in place", "unchanged", "replaced"} {
+		ca := newTestPKI(t).root.cert
+		switch how {
+		case "unchanged":
+		case "replaced":
+			tmp := path + ".new"
+			if err := os.WriteFile(tmp, pemCert(ca), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if err := os.WriteFile(path, pemCert(ca), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pool, err := cache.read(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if how == "unchanged" {
+			continue
+		}
+		if _, err := ca.Verify(x509.VerifyOptions{Roots: pool}); err != nil {
+			t.Errorf("%d, file %s: the pool is not the file's: %v", i, how, err)
 		}
 	}
 }
