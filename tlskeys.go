@@ -292,6 +292,10 @@ func (f keyLogFile) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// maxCRLFile bounds a CRL file (sslcrl, or one of sslcrldir), checked before it is read: only a
+// regular file is read (a FIFO or a device is refused, not opened for a wait).
+const maxCRLFile = 64 << 20
+
 // crlCheck checks the server's chain against CRLs (see tlsKeys.apply).
 type crlCheck struct {
 	file     string
@@ -334,7 +338,7 @@ type crlStore struct {
 func (k *crlCheck) load() (*crlStore, error) {
 	s := &crlStore{dirs: k.dirs}
 	if k.file != "" {
-		data, err := os.ReadFile(k.file)
+		data, err := readLocalFile(k.file, maxCRLFile)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
@@ -408,7 +412,7 @@ func (s *crlStore) lookup(issuer []byte) []*crl {
 	for _, dir := range s.dirs {
 		// by_dir.c: <hash>.r0, .r1, ... up to the first that is missing or does not load.
 		for n := 0; ; n++ {
-			data, err := os.ReadFile(filepath.Join(dir, hash+".r"+strconv.Itoa(n)))
+			data, err := readLocalFile(filepath.Join(dir, hash+".r"+strconv.Itoa(n)), maxCRLFile)
 			if err != nil {
 				break
 			}

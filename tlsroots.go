@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -151,21 +152,11 @@ func (rc *rootCache) read(path string) (*x509.CertPool, error) {
 	if rc == nil {
 		rc = &rootCache{}
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|openNonBlocking, 0)
+	f, st, err := openRegular(path, maxRootFile)
 	if err != nil {
 		return nil, fileError(err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fileError(err)
-	}
-	switch {
-	case !st.Mode().IsRegular():
-		return nil, errors.New("not a regular file")
-	case st.Size() > maxRootFile:
-		return nil, fmt.Errorf("larger than %d bytes", maxRootFile)
-	}
 	stamp := fileStamp{size: st.Size(), mtime: st.ModTime(), id: identityOf(st)}
 	rc.mu.Lock()
 	pool := rc.pool
@@ -176,12 +167,9 @@ func (rc *rootCache) read(path string) (*x509.CertPool, error) {
 	if pool != nil {
 		return pool, nil
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxRootFile+1))
+	data, err := readAtMost(f, maxRootFile)
 	if err != nil {
 		return nil, fileError(err)
-	}
-	if len(data) > maxRootFile {
-		return nil, fmt.Errorf("larger than %d bytes", maxRootFile)
 	}
 	pool = x509.NewCertPool()
 	n := 0
@@ -210,6 +198,52 @@ func (rc *rootCache) read(path string) (*x509.CertPool, error) {
 		rc.mu.Unlock()
 	}
 	return pool, nil
+}
+
+// openRegular opens a local file for reading, without blocking (a FIFO with no writer, a
+// device), and returns it when it is a regular file of at most limit bytes; errors are
+// *fs.PathError.
+func openRegular(path string, limit int64) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openNonBlocking, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+	case !st.Mode().IsRegular():
+		err = &fs.PathError{Op: "open", Path: path, Err: errors.New("not a regular file")}
+	case st.Size() > limit:
+		err = &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("larger than %d bytes", limit)}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+// readAtMost reads f to its end, failing when it holds more than limit bytes (a file that grew
+// since it was checked).
+func readAtMost(f *os.File, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, &fs.PathError{Op: "read", Path: f.Name(), Err: fmt.Errorf("larger than %d bytes", limit)}
+	}
+	return data, nil
+}
+
+// readLocalFile is os.ReadFile for a regular file of at most limit bytes (openRegular).
+func readLocalFile(path string, limit int64) ([]byte, error) {
+	f, _, err := openRegular(path, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readAtMost(f, limit)
 }
 
 // fileError says what went wrong with a file without repeating its path.

@@ -124,4 +124,19 @@ func TestReadRootFile(t *testing.T) {
 			t.Errorf("%d, file %s: the pool is not the file's: %v", i, how, err)
 		}
 	}
+
+	// CRL files are local files too: a FIFO as sslcrl fails the check, without a wait.
+	done := make(chan error, 1)
+	go func() {
+		_, err := (&crlCheck{file: fifo}).load()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("FIFO as sslcrl: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a FIFO as sslcrl blocks")
+	}
 }
