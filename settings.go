@@ -191,15 +191,17 @@ func (s *Settings) tlsKeys(kv *keyValues, o *origin, extra [][2]string, cfg *pgx
 	if err != nil {
 		return err
 	}
-	k.apply(cfg.TLSConfig)
-	for _, fb := range cfg.Fallbacks {
-		k.apply(fb.TLSConfig)
-	}
 	mode, _, given := get("sslmode", "PGSSLMODE")
 	for _, kv := range extra {
 		if kv[0] == "sslmode" {
 			mode, given = kv[1], true
 		}
+	}
+	k.sslmode = mode
+	// The configurations of s.Hosts are those of cfg and its fallbacks (hostsOf), one per host.
+	for i := range s.Hosts {
+		h := &s.Hosts[i]
+		h.TLSConfig, h.BeforeTLS = k.apply(h.TLSConfig, h.Host)
 	}
 	rootcert, _, _ := get("sslrootcert", "PGSSLROOTCERT")
 	return checkWeakSSLMode(mode, given && mode != "", cfg.SSLNegotiation, rootcert)
@@ -260,6 +262,7 @@ func (s *Settings) hostaddrs(kv *keyValues) error {
 //   - no client certificate when the sslcert file does not exist or only sslkey is given: libpq
 //     then sends none and does not read sslkey (fe-secure-openssl.c, initialize_SSL), where pgx
 //     fails on the missing file;
+//   - no sslrootcert for pgx (unless "system"): the connector reads the file (tlsroots.go);
 //   - hostaddr's addresses as the hosts when no host is given (libpq's PQhost);
 //   - sslmode for requiressl (fe-connect.c, conninfo_storeval: "1..." is require, anything else
 //     prefer; a later sslmode in the string wins). PGREQUIRESSL counts only when sslmode has no
@@ -283,6 +286,12 @@ func (o *origin) libpqRewrites() ([][2]string, error) {
 		if missing {
 			extra = append(extra, [2]string{"sslcert", ""}, [2]string{"sslkey", ""})
 		}
+	}
+	// The root certificate file is the connector's, read at each connection (tlsroots.go): pgx
+	// would read it once, here, and fail on a file that does not exist, where libpq goes on
+	// without verifying under sslmode prefer, allow and require.
+	if root, _, ok := o.get("sslrootcert", "PGSSLROOTCERT", false); ok && root != "" && root != "system" {
+		extra = append(extra, [2]string{"sslrootcert", ""})
 	}
 	if addrs, _, ok := o.get("hostaddr", "PGHOSTADDR", false); ok && addrs != "" {
 		if host, _, ok := o.get("host", "PGHOST", false); !ok || host == "" {

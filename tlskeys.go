@@ -45,9 +45,8 @@ import (
 //     not repeat its base's revocations, fails where OpenSSL 3.0 accepts. A certificate with a
 //     distribution point of neither name nor cRLIssuer fails the CRL check; OpenSSL refuses such
 //     a certificate with or without CRLs.
-//   - CRLs are only used where pgx verifies the chain: sslmode verify-ca, verify-full, or require
-//     with sslrootcert. libpq also verifies (and checks CRLs) in prefer and allow when it has a
-//     root certificate; pgx does not verify there.
+//   - CRLs are used, as by libpq, wherever the chain is verified: under every sslmode when the
+//     root certificate file exists (tlsroots.go); never with sslrootcert=system.
 //   - sslkeylogfile: a line that cannot be written is dropped; libpq adds a message to the
 //     connection's error text (only seen if the connection fails) and goes on too.
 type tlsKeys struct {
@@ -58,6 +57,11 @@ type tlsKeys struct {
 	crlDirs     []string // sslcrldir, split at os.PathListSeparator as OpenSSL splits it
 	crlDirGiven bool     // sslcrldir is not empty (then checks are on even when crlDirs is empty)
 	systemRoots bool     // sslrootcert=system: libpq loads no CRL
+
+	// The server check (tlsroots.go).
+	rootFile string // sslrootcert (not "system"), else ~/.postgresql/root.crt; "" without a home
+	sslmode  string // as given; "" for the default, prefer
+	sni      bool   // sslsni=1 (the default)
 
 	keyLogFile string // sslkeylogfile
 }
@@ -72,8 +76,8 @@ const defaultMinTLSVersion = "TLSv1.2"
 
 // parseTLSKeys reads ssl_min_protocol_version (env PGSSLMINPROTOCOLVERSION),
 // ssl_max_protocol_version (PGSSLMAXPROTOCOLVERSION), sslcrl (PGSSLCRL), sslcrldir (PGSSLCRLDIR)
-// and sslkeylogfile (libpq 18, no env), and sslrootcert (PGSSLROOTCERT) to know whether it is
-// "system". get returns a key's value from the connection string (or service file) and, when
+// and sslkeylogfile (libpq 18, no env), and for the server check sslrootcert (PGSSLROOTCERT),
+// sslmode (PGSSLMODE) and sslsni (PGSSLSNI). get returns a key's value from the connection string (or service file) and, when
 // absent there, from the environment variable; ok=false when neither has it. An empty value is
 // a value: no bound for the versions, "not given" for the files, as in libpq.
 //
@@ -125,9 +129,18 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 			minShown, from(minV), maxV.name, from(maxV))}
 	}
 
-	if v, _, ok := get("sslrootcert", "PGSSLROOTCERT"); ok && v == "system" {
+	switch v, _, _ := get("sslrootcert", "PGSSLROOTCERT"); v {
+	case "system":
 		k.systemRoots = true
+	case "":
+		k.rootFile = defaultRootFile()
+	default:
+		k.rootFile = v
 	}
+	k.sslmode, _, _ = get("sslmode", "PGSSLMODE")
+	// libpq sends SNI when sslsni starts with '1'; its default is "1".
+	v, _, ok := get("sslsni", "PGSSLSNI")
+	k.sni = !ok || strings.HasPrefix(v, "1")
 	if v, _, ok := get("sslcrl", "PGSSLCRL"); ok {
 		k.crlFile = v
 	}
@@ -149,11 +162,16 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 }
 
 // defaultCRLFile is libpq's default sslcrl: ~/.postgresql/root.crl (%APPDATA%\postgresql\root.crl
-// on Windows), the home directory from $HOME, else the user database; "" when there is none.
-func defaultCRLFile() string {
+// on Windows); "" when there is no home directory.
+func defaultCRLFile() string { return homeFile("root.crl") }
+
+// homeFile is name in libpq's directory of defaults, ~/.postgresql (%APPDATA%\postgresql on
+// Windows), the home directory from $HOME, else the user database (pqGetHomeDirectory); "" when
+// there is none.
+func homeFile(name string) string {
 	if runtime.GOOS == "windows" {
 		if d := os.Getenv("APPDATA"); d != "" {
-			return filepath.Join(d, "postgresql", "root.crl")
+			return filepath.Join(d, "postgresql", name)
 		}
 		return ""
 	}
@@ -166,21 +184,26 @@ func defaultCRLFile() string {
 	if home == "" {
 		return ""
 	}
-	return filepath.Join(home, ".postgresql", "root.crl")
+	return filepath.Join(home, ".postgresql", name)
 }
 
 // apply applies the keys to c, a TLS configuration pgx built (pgconn.Config.TLSConfig or a
-// fallback's), and returns c; nil (no TLS) gives nil.
+// fallback's) for host (as written in the connection string), and returns c and the check to
+// run before each handshake (negotiation.Host.BeforeTLS); nil (no TLS) gives nil, nil.
+//
+// The server's certificate is then checked by the connector, as libpq checks it (see
+// tlsroots.go), whatever pgx set: crypto/tls's own verification is off (InsecureSkipVerify,
+// no RootCAs, no VerifyPeerCertificate), ServerName is only the SNI, and VerifyConnection
+// verifies the chain against the root certificate file read for this connection.
 //
 // c is changed in place, not cloned: pgx finds the client certificate of sslcert and sslkey by
 // the *tls.Config pointer it built (pgconn.Config.clientCertificateLoaders), so a clone would
 // connect without it. Call apply once per configuration, before it is used, as ParseConfig
 // returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones).
 //
-// When c verifies the server's chain (sslmode verify-ca or verify-full, or require with
-// sslrootcert) and sslrootcert is not "system", the CRLs are checked at each handshake, after
-// pgx's own verification, as OpenSSL does with libpq's flags X509_V_FLAG_CRL_CHECK and
-// X509_V_FLAG_CRL_CHECK_ALL:
+// When the chain is verified (the root certificate file exists) and sslrootcert is not
+// "system", the CRLs are checked at each handshake, after the chain, as OpenSSL does with
+// libpq's flags X509_V_FLAG_CRL_CHECK and X509_V_FLAG_CRL_CHECK_ALL:
 //   - sslcrl (else ~/.postgresql/root.crl, when sslcrldir is not given either) is read; when
 //     it does not exist, or holds neither CRL nor certificate, nothing is checked (libpq goes on
 //     silently too);
@@ -197,9 +220,9 @@ func defaultCRLFile() string {
 //     (an expired CRL fails), and must not list the certificate. CRLs are chosen until they
 //     cover every reason of the distribution point they match. A certificate without a CRL
 //     fails ("unable to get certificate CRL"). Delta CRLs: see crlStore.checkChain.
-func (k tlsKeys) apply(c *tls.Config) *tls.Config {
+func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
 	if c == nil {
-		return nil
+		return nil, nil
 	}
 	if k.minVersion != 0 {
 		c.MinVersion = k.minVersion
@@ -210,20 +233,31 @@ func (k tlsKeys) apply(c *tls.Config) *tls.Config {
 	if k.keyLogFile != "" {
 		c.KeyLogWriter = keyLogFile(k.keyLogFile)
 	}
-	verifies := !c.InsecureSkipVerify || c.VerifyPeerCertificate != nil
-	if verifies && !k.systemRoots && (k.crlFile != "" || k.crlDirGiven) {
-		chk := &crlCheck{file: k.crlFile, dirs: k.crlDirs, dirGiven: k.crlDirGiven, roots: c.RootCAs}
-		prev := c.VerifyConnection
-		c.VerifyConnection = func(cs tls.ConnectionState) error {
-			if prev != nil {
-				if err := prev(cs); err != nil {
-					return err
-				}
-			}
-			return chk.verify(cs, time.Now())
-		}
+	s := k.serverCheck(host)
+	c.InsecureSkipVerify = true
+	c.RootCAs = nil
+	c.VerifyPeerCertificate = nil
+	c.ServerName = sniName(host, k.sni)
+	c.VerifyConnection = s.verifyConnection
+	return c, s.beforeTLS
+}
+
+// serverCheck returns the check of host's TLS server (tlsroots.go).
+func (k tlsKeys) serverCheck(host string) *serverCheck {
+	s := &serverCheck{rootFile: k.rootFile, system: k.systemRoots, cache: &rootCache{}}
+	switch k.sslmode {
+	case "verify-full":
+		s.verify, s.host = true, host
+	case "verify-ca":
+		s.verify = true
 	}
-	return c
+	if k.systemRoots { // libpq 16 forces verify-full (checkWeakSSLMode refuses less)
+		s.verify, s.host = true, host
+	}
+	if !k.systemRoots && (k.crlFile != "" || k.crlDirGiven) {
+		s.crl = &crlCheck{file: k.crlFile, dirs: k.crlDirs, dirGiven: k.crlDirGiven}
+	}
+	return s
 }
 
 // checkWeakSSLMode refuses what libpq 16 to 18 refuse (connectOptions2): sslnegotiation=direct
@@ -266,31 +300,22 @@ func (f keyLogFile) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// maxCRLFile bounds a CRL file (sslcrl, or one of sslcrldir), checked before it is read: only a
+// regular file is read (a FIFO or a device is refused, not opened for a wait).
+const maxCRLFile = 64 << 20
+
 // crlCheck checks the server's chain against CRLs (see tlsKeys.apply).
 type crlCheck struct {
 	file     string
 	dirs     []string
 	dirGiven bool
-	roots    *x509.CertPool // the roots pgx verifies with, to build the chains again for verify-ca
 }
 
-// verify checks the chains pgx verified against the CRLs.
-func (k *crlCheck) verify(cs tls.ConnectionState, now time.Time) error {
+// check checks the verified chains of the server's certificate against the CRLs.
+func (k *crlCheck) check(chains [][]*x509.Certificate, now time.Time) error {
 	store, err := k.load()
 	if err != nil || store == nil {
 		return err
-	}
-	chains := cs.VerifiedChains
-	if len(chains) == 0 && len(cs.PeerCertificates) > 0 {
-		// verify-ca: pgx verifies in VerifyPeerCertificate and keeps no chain.
-		opts := x509.VerifyOptions{Roots: k.roots, Intermediates: x509.NewCertPool()}
-		for _, c := range cs.PeerCertificates[1:] {
-			opts.Intermediates.AddCert(c)
-		}
-		chains, err = cs.PeerCertificates[0].Verify(opts)
-		if err != nil {
-			return err
-		}
 	}
 	if len(chains) == 0 {
 		return errors.New("pgconnector: server certificate verify failed: no verified chain to check against the CRLs")
@@ -322,7 +347,7 @@ type crlStore struct {
 func (k *crlCheck) load() (*crlStore, error) {
 	s := &crlStore{dirs: k.dirs}
 	if k.file != "" {
-		data, err := os.ReadFile(k.file)
+		data, err := readLocalFile(k.file, maxCRLFile)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
@@ -396,7 +421,7 @@ func (s *crlStore) lookup(issuer []byte) []*crl {
 	for _, dir := range s.dirs {
 		// by_dir.c: <hash>.r0, .r1, ... up to the first that is missing or does not load.
 		for n := 0; ; n++ {
-			data, err := os.ReadFile(filepath.Join(dir, hash+".r"+strconv.Itoa(n)))
+			data, err := readLocalFile(filepath.Join(dir, hash+".r"+strconv.Itoa(n)), maxCRLFile)
 			if err != nil {
 				break
 			}

@@ -74,9 +74,9 @@ func pgxConfigWithTLSKeys(t *testing.T, dsn string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		t.Fatalf("pgx.ParseConfig: %v", err)
 	}
-	cfg.TLSConfig = keys.apply(cfg.TLSConfig)
+	cfg.TLSConfig, _ = keys.apply(cfg.TLSConfig, cfg.Host)
 	for _, fb := range cfg.Fallbacks {
-		fb.TLSConfig = keys.apply(fb.TLSConfig)
+		fb.TLSConfig, _ = keys.apply(fb.TLSConfig, fb.Host)
 	}
 	return cfg, nil
 }
@@ -229,56 +229,76 @@ func TestCheckWeakSSLMode(t *testing.T) {
 }
 
 func TestTLSKeysApply(t *testing.T) {
-	t.Setenv("HOME", t.TempDir())
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("PGSSLSNI", "")
+	os.Unsetenv("PGSSLSNI")
 	ca := writeSelfSignedCA(t)
 	keys, err := parseTLSKeys(getFrom("ssl_min_protocol_version=TLSv1.3 ssl_max_protocol_version=TLSv1.3 sslkeylogfile=/dev/null sslcrl=/nonexistent"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if keys.apply(nil) != nil {
+	if c, check := keys.apply(nil, "a"); c != nil || check != nil {
 		t.Error("apply(nil) is not nil")
 	}
+	defaultRoot := filepath.Join(home, ".postgresql", "root.crt")
 	for _, tt := range []struct {
-		dsn       string
-		crlChecks bool
+		dsn      string
+		want     serverCheck // crl: whether one is set
+		sni      string
+		crlCheck bool
 	}{
-		{"host=a sslmode=require", false},
-		{"host=a sslmode=prefer sslrootcert=" + ca, false},
-		{"host=a sslmode=require sslrootcert=" + ca, true},
-		{"host=a sslmode=verify-ca sslrootcert=" + ca, true},
-		{"host=a sslmode=verify-full sslrootcert=" + ca, true},
-		{"host=a sslmode=verify-full", true},
+		{"host=a sslmode=require", serverCheck{rootFile: defaultRoot}, "a", true},
+		{"host=a sslmode=prefer sslrootcert=" + ca, serverCheck{rootFile: ca}, "a", true},
+		{"host=a sslmode=require sslrootcert=" + ca, serverCheck{rootFile: ca}, "a", true},
+		{"host=a sslmode=verify-ca sslrootcert=" + ca, serverCheck{rootFile: ca, verify: true}, "a", true},
+		{"host=a sslmode=verify-full sslrootcert=" + ca, serverCheck{rootFile: ca, verify: true, host: "a"}, "a", true},
+		{"host=a sslmode=verify-full", serverCheck{rootFile: defaultRoot, verify: true, host: "a"}, "a", true},
+		{"host=a sslmode=verify-full sslsni=0", serverCheck{rootFile: defaultRoot, verify: true, host: "a"}, "", true},
+		{"host=127.0.0.1 sslmode=verify-full", serverCheck{rootFile: defaultRoot, verify: true, host: "127.0.0.1"}, "", true},
+		{"host=::1 sslmode=require", serverCheck{rootFile: defaultRoot}, "", true},
+		{"host=a sslmode=verify-full sslrootcert=system", serverCheck{system: true, verify: true, host: "a"}, "a", false},
 	} {
+		k, err := parseTLSKeys(getFrom(tt.dsn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.minVersion, k.maxVersion, k.keyLogFile = keys.minVersion, keys.maxVersion, keys.keyLogFile
 		cfg, err := pgx.ParseConfig(tt.dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := cfg.TLSConfig
-		modeBefore := requiredMode(c)
-		if got := keys.apply(c); got != c {
+		got, check := k.apply(c, cfg.Host)
+		if got != c {
 			t.Errorf("%s: apply returned another *tls.Config: pgx's sslcert loader is keyed by the pointer", tt.dsn)
+		}
+		if check == nil {
+			t.Errorf("%s: no check before the handshake", tt.dsn)
 		}
 		if c.MinVersion != tls.VersionTLS13 || c.MaxVersion != tls.VersionTLS13 || c.KeyLogWriter == nil {
 			t.Errorf("%s: MinVersion %x, MaxVersion %x, KeyLogWriter %v", tt.dsn, c.MinVersion, c.MaxVersion, c.KeyLogWriter)
 		}
-		if (c.VerifyConnection != nil) != tt.crlChecks {
-			t.Errorf("%s: CRL check installed: %v, want %v", tt.dsn, c.VerifyConnection != nil, tt.crlChecks)
+		// crypto/tls verifies nothing itself (its nil RootCAs would be the system's): the
+		// connector's check does it all.
+		if !c.InsecureSkipVerify || c.RootCAs != nil || c.VerifyPeerCertificate != nil || c.VerifyConnection == nil {
+			t.Errorf("%s: InsecureSkipVerify %v, RootCAs %v, VerifyPeerCertificate set %v, VerifyConnection set %v", tt.dsn,
+				c.InsecureSkipVerify, c.RootCAs != nil, c.VerifyPeerCertificate != nil, c.VerifyConnection != nil)
 		}
-		if requiredMode(c) != modeBefore {
-			t.Errorf("%s: the negotiator now reads sslmode %v, was %v", tt.dsn, requiredMode(c), modeBefore)
+		if c.ServerName != tt.sni {
+			t.Errorf("%s: SNI %q, want %q", tt.dsn, c.ServerName, tt.sni)
 		}
-	}
-	// sslrootcert=system: libpq loads no CRL.
-	sys, _ := parseTLSKeys(getFrom("sslrootcert=system sslcrl=/x"))
-	if c := sys.apply(&tls.Config{}); c.VerifyConnection != nil {
-		t.Error("sslrootcert=system: CRL check installed")
-	}
-	// Nothing given, no ~/.postgresql/root.crl: nothing changes but the check for the file.
-	none, _ := parseTLSKeys(getFrom(""))
-	c := &tls.Config{InsecureSkipVerify: true}
-	none.apply(c)
-	if c.MinVersion != 0 || c.MaxVersion != 0 || c.KeyLogWriter != nil || c.VerifyConnection != nil {
-		t.Errorf("no keys: %+v", c)
+		s := k.serverCheck(cfg.Host)
+		if (s.crl != nil) != tt.crlCheck {
+			t.Errorf("%s: CRL check %v, want %v", tt.dsn, s.crl != nil, tt.crlCheck)
+		}
+		if s.cache == nil {
+			t.Errorf("%s: no cache of the root file", tt.dsn)
+		}
+		s.crl, s.cache = nil, nil
+		if *s != tt.want {
+			t.Errorf("%s: check %+v, want %+v", tt.dsn, *s, tt.want)
+		}
 	}
 }
 
@@ -545,7 +565,7 @@ func ourVerify(t *testing.T, p *testPKI, crls [][]byte, crldir string) string {
 		chk.dirs, chk.dirGiven = []string{crldir}, true
 	}
 	cs := tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{p.leaf.cert, p.inter.cert, p.root.cert}}}
-	err := chk.verify(cs, time.Now())
+	err := chk.check(cs.VerifiedChains, time.Now())
 	if err == nil {
 		return ""
 	}
@@ -891,7 +911,7 @@ func TestCRLFile(t *testing.T) {
 		{"a directory", dir, "cannot read sslcrl"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := (&crlCheck{file: tt.file}).verify(cs, time.Now())
+			err := (&crlCheck{file: tt.file}).check(cs.VerifiedChains, time.Now())
 			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
 				t.Errorf("err = %v, want %q", err, tt.want)
 			}

@@ -211,3 +211,35 @@ type AbortError struct {
 
 func (e *AbortError) Error() string { return e.Err.Error() }
 func (e *AbortError) Unwrap() error { return e.Err }
+
+// alpnProtocol is the ALPN protocol name of PostgreSQL (protocol-flow.html, "SSL Session
+// Encryption"; libpq's PG_ALPN_PROTOCOL).
+const alpnProtocol = "postgresql"
+
+// ErrDirectTLSNoALPN: with sslnegotiation=direct the server completed the TLS handshake without
+// selecting the ALPN protocol "postgresql" (libpq 17's words, fe-secure-openssl.c,
+// open_client_SSL). Nothing is sent on such a connection.
+var ErrDirectTLSNoALPN = errors.New("direct SSL connection was established without ALPN protocol negotiation extension")
+
+// TLSRefusedError is the client's refusal, before or during the TLS handshake, of a server it
+// cannot trust: no root certificate file where sslmode needs one, a root file that cannot be
+// read, a certificate that does not verify, direct TLS without ALPN. It is the client's verdict,
+// not an answer of the server: nothing of it is remembered (the server's 'S' stays), and it never
+// turns encryption off for a later connect. As libpq, sslmode=prefer (and allow, after its
+// plaintext try) then goes on in plaintext on a new connection; with no method left the connect
+// fails, no other host tried. It unwraps to the cause.
+type TLSRefusedError struct {
+	Err error
+}
+
+func (e *TLSRefusedError) Error() string { return e.Err.Error() }
+func (e *TLSRefusedError) Unwrap() error { return e.Err }
+
+// refusedTLS returns err as a *TLSRefusedError (err itself when it is one already).
+func refusedTLS(err error) error {
+	var tr *TLSRefusedError
+	if errors.As(err, &tr) {
+		return err
+	}
+	return &TLSRefusedError{Err: err}
+}

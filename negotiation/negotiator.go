@@ -26,6 +26,12 @@ type Host struct {
 	// TLSConfig is the TLS configuration pgx built for this host from sslmode, sslrootcert,
 	// sslcert, sslkey...; nil when sslmode=disable or for a Unix socket.
 	TLSConfig *tls.Config
+	// BeforeTLS, when set, runs before each TLS handshake with this host (after 'S' to
+	// SSLRequest, or at once for direct TLS), nothing of TLS sent yet, as libpq's
+	// initialize_SSL (fe-secure-openssl.c) loads the root certificate file before its
+	// ClientHello. An error fails the TLS attempt as a *TLSRefusedError: under sslmode=prefer
+	// the connect goes on in plaintext on a new connection; with nothing left it fails.
+	BeforeTLS func() error
 	// HostAddr is hostaddr (libpq-connect.html#LIBPQ-CONNECT-HOSTADDR): the numeric IP address
 	// to connect to, without a DNS lookup; Host still names the server for the Kerberos service
 	// principal, the TLS server name and .pgpass. "" means: resolve Host.
@@ -508,9 +514,10 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		// When no socket could be opened the next method would not fare better: like
 		// libpq, go on with the next address instead.
 		next := v.next && hasNext && at.reached.Load()
-		if v.next && !hasNext && (c == classErrorResponse || c == classServer) {
-			// libpq: an error response with nothing left to try fails the connect. A remembered
-			// answer that may be stale gets its one retry first (connectHost).
+		if v.next && !hasNext && (c == classErrorResponse || c == classServer || c == classTLSRefused) {
+			// libpq: an error response, or a TLS server the client refused, with nothing left
+			// to try fails the connect. A remembered answer that may be stale gets its one
+			// retry first (connectHost).
 			v.final = true
 			r.soft = v.stale
 		}
@@ -866,7 +873,22 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 		if tr.TLSHandshakeStart != nil {
 			hctx = tr.TLSHandshakeStart(ctx, TLSHandshakeStartInfo{ServerName: at.host.Host, Direct: at.method == MethodDirectSSL})
 		}
-		err := tc.HandshakeContext(ctx)
+		var err error
+		if check := at.host.BeforeTLS; check != nil {
+			if err = check(); err != nil {
+				err = refusedTLS(err)
+			}
+		}
+		if err == nil {
+			err = tc.HandshakeContext(ctx)
+		}
+		if err == nil && at.method == MethodDirectSSL && tc.ConnectionState().NegotiatedProtocol != alpnProtocol {
+			// libpq 17 (fe-secure-openssl.c, open_client_SSL): ALPN is mandatory with direct
+			// TLS; Go's client already fails a handshake where the server selects a protocol
+			// it did not offer, so what is left is a server that selected none. Nothing is
+			// written on the connection after the handshake.
+			err = &TLSRefusedError{Err: ErrDirectTLSNoALPN}
+		}
 		if tr.TLSHandshakeDone != nil {
 			st := tc.ConnectionState()
 			tr.TLSHandshakeDone(hctx, TLSHandshakeDoneInfo{Version: st.Version, CipherSuite: st.CipherSuite, Err: err})

@@ -2,6 +2,7 @@ package negotiation
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -48,6 +49,7 @@ const (
 	classUnverified                 // ErrGSSUnverified
 	classServer                     // an ErrorResponse after the StartupMessage (a SQLSTATE)
 	classClientRefused              // the client refused the server: requirepeer, require_auth, channel_binding, sslcertmode, no password
+	classTLSRefused                 // *TLSRefusedError: the client refused the TLS server (trust anchor, certificate, ALPN)
 )
 
 // clientChecks are the messages with which pgx fails a connection whose server does not meet
@@ -80,12 +82,16 @@ func classify(ctx context.Context, err error) class {
 		ere *ErrorResponseError
 		pg  *pgconn.PgError
 		ne  net.Error
+		tr  *TLSRefusedError
+		cv  *tls.CertificateVerificationError
 	)
 	switch {
 	case errors.As(err, &pg):
 		return classServer
 	case clientRefused(err):
 		return classClientRefused
+	case errors.As(err, &tr), errors.As(err, &cv):
+		return classTLSRefused
 	case errors.As(err, &pe):
 		return classProtocol
 	case errors.As(err, &ere):
@@ -159,6 +165,9 @@ const (
 //	SSLRequest/GSSENCRequest: closed, reset   no (final)    nothing         fails ("server closed the connection")
 //	protocol violation (bad byte, extra data) no (final)    nothing         fails (libpq accepts data after 'N')
 //	TLS handshake failed, closed, reset       yes (new)     nothing         sslmode=prefer: plaintext, new connection
+//	client refuses the TLS server (no root certificate file under verify-*, a certificate that
+//	does not verify, direct TLS without ALPN)
+//	                                          yes (new)     nothing         same; nothing left: fails, no other host
 //	service ticket: KDC rejects the principal yes (new)     GSS: no         next method, new connection
 //	service ticket: KDC unreachable, other    yes (new)     nothing         same
 //	GSS context: KRB-ERROR, server closes     yes (new)     GSS: strike     same
@@ -172,14 +181,20 @@ const (
 //	server rejected by target_session_attrs   no (host)     nothing         next host (handled before judge)
 //	startup: closed, reset, wrap token check  no (final)    nothing         fails
 //
-// A strike is remembered when it comes twice in a row (gssLesson). An error response with no
-// method left to try fails the connect (tryAddr), as in libpq 17.
+// A strike is remembered when it comes twice in a row (gssLesson). An error response, or the
+// client's refusal of a TLS server, with no method left to try fails the connect (tryAddr), as in
+// libpq 17 (a failed TLS open goes to error_return; checked with psql 15.18: sslmode=verify-ca,
+// two hosts, the first one's certificate not verifying: the second is not tried). A refusal of
+// the TLS server is the client's verdict, not the server's answer: it never teaches that the
+// server has no TLS.
 func judge(m Method, st step, c class, code string, authOK bool) verdict {
 	switch c {
 	case classCanceled, classProtocol, classClientRefused:
 		return verdict{final: true}
 	case classTimeout:
 		return verdict{}
+	case classTLSRefused:
+		return verdict{next: true}
 	case classServer:
 		switch {
 		case code == "57P03":

@@ -2,6 +2,7 @@ package negotiation
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,8 @@ func TestClassify(t *testing.T) {
 		{"closed", live, io.ErrUnexpectedEOF, classClosed},
 		{"EOF", live, fmt.Errorf("failed to receive message: %w", io.EOF), classClosed},
 		{"other", live, errors.New("something"), classOther},
+		{"TLS server refused", live, fmt.Errorf("AfterNetConnect failed: %w", &TLSRefusedError{Err: ErrDirectTLSNoALPN}), classTLSRefused},
+		{"certificate verification", live, fmt.Errorf("tls error: %w", &tls.CertificateVerificationError{Err: errors.New("x509: unknown authority")}), classTLSRefused},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := classify(tt.ctx, tt.err); got != tt.want {
@@ -53,7 +56,7 @@ func TestClassify(t *testing.T) {
 var allSteps = []step{stepStartup, stepDial, stepSSLRequest, stepTLS, stepGSSENCRequest, stepServiceTicket, stepGSSContext}
 
 var allClasses = []class{classOther, classCanceled, classTimeout, classClosed, classReset, classProtocol,
-	classErrorResponse, classRejected, classUnverified, classServer}
+	classErrorResponse, classRejected, classUnverified, classServer, classClientRefused, classTLSRefused}
 
 // What may be remembered, whatever the method, step and error: the answer to GSSENCRequest
 // ('E'), Kerberos refusing (KDC or acceptor), the server closing the socket on the AP-REQ (what
@@ -128,6 +131,7 @@ func TestJudgeFollowsLibpq(t *testing.T) {
 		{"GSSENCRequest closed: fails", MethodGSS, stepGSSENCRequest, classClosed, "", false, verdict{final: true}},
 		{"TLS handshake failure under prefer: plaintext", MethodSSL, stepTLS, classOther, "", false, verdict{next: true}},
 		{"TLS handshake reset: plaintext", MethodSSL, stepTLS, classReset, "", false, verdict{next: true}},
+		{"TLS server refused by the client (certificate, root file, ALPN): plaintext, nothing remembered", MethodSSL, stepTLS, classTLSRefused, "", false, verdict{next: true}},
 		{"GSS context failure: next method", MethodGSS, stepGSSContext, classOther, "", false, verdict{next: true}},
 		{"GSS context closed: a strike", MethodGSS, stepGSSContext, classClosed, "", false, verdict{next: true, gss: gssStrike}},
 		{"tampering: next method, nothing remembered", MethodGSS, stepGSSContext, classUnverified, "", false, verdict{next: true}},
