@@ -21,7 +21,7 @@
 //     whatever it is given, and a file included several times (files that each
 //     include the same four others, eleven levels deep) is read each time.
 //
-// Reading takes time proportional to the bytes read: see [node].
+// Reading takes time proportional to the bytes read (see the node type).
 package krb5conf
 
 import (
