@@ -53,6 +53,7 @@ go test -run '^$' -fuzz '^FuzzCRLDistributionPoints$' -fuzztime "$FUZZTIME" .
 go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotiation
 go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss
 go test -run '^$' -fuzz '^FuzzSecretLiteral$' -fuzztime "$FUZZTIME" ./tracing
+go test -run '^$' -fuzz '^FuzzParse$' -fuzztime "$FUZZTIME" ./internal/krb5conf
 echo "== go test -race"
 status=0
 for m in "${modules[@]}"; do

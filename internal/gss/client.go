@@ -193,7 +193,7 @@ func (c *Client) Credentials(ctx context.Context) (negotiation.GSSCredentials, e
 	if c.closed.Load() {
 		return negotiation.GSSCredentials{Missing: ErrClosed.Error()}, ErrClosed
 	}
-	rc, rerr := c.credCache()
+	rc, rerr := c.credCache(ctx)
 	if errors.Is(rerr, ErrClosed) {
 		return negotiation.GSSCredentials{Missing: rerr.Error()}, rerr
 	}
@@ -326,9 +326,12 @@ func (c *Client) reusable(rerr, serr error, st ccache.Stamp) *credState {
 // credCache resolves the credential cache name once: ClientConfig.CCache, else krb5.conf's
 // default_ccache_name, else MIT's default. A krb5.conf that cannot be read is an error and
 // is tried again at the next call; a name that cannot be resolved is kept as the answer.
-func (c *Client) credCache() (*resolvedCache, error) {
+func (c *Client) credCache(ctx context.Context) (*resolvedCache, error) {
 	if rc := c.cache.Load(); rc != nil {
 		return rc, nil
+	}
+	if err := c.readProfile(ctx); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -401,9 +404,34 @@ func (c *Client) load(cc ccache.Cache, st ccache.Stamp, data *credentials.CCache
 // credentials check) and kept: for settings gokrb5 does not read, such as [libdefaults]
 // default_ccache_name and kcm_socket. A read that fails is tried again at the next call.
 func (c *Client) Profile() (*krb5conf.Profile, error) {
+	if err := c.readProfile(context.Background()); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.loadProfile()
+}
+
+// readProfile reads krb5.conf, if it was not read yet, without c.mu: other connects do not
+// wait on the read. Reading stops when ctx ends (krb5conf.LoadContext); two connects that
+// read at the same time both read, and the first to finish is kept.
+func (c *Client) readProfile(ctx context.Context) error {
+	c.mu.Lock()
+	done := c.profile != nil
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	p, err := krb5conf.LoadContext(ctx, c.krb5Paths)
+	if err != nil {
+		return fmt.Errorf("gss: reading the Kerberos configuration %s: %w", c.cfg.Krb5Conf, err)
+	}
+	c.mu.Lock()
+	if c.profile == nil {
+		c.profile = p
+	}
+	c.mu.Unlock()
+	return nil
 }
 
 // loadProfile is Profile with c.mu held.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,5 +146,53 @@ func writeFile(t *testing.T, path, text string) {
 	}
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A krb5.conf list that names a FIFO: the credentials check returns at once with an error
+// naming it (MIT's fopen would wait for a writer for good), and so does the next call, which
+// reads the list again; nothing is left holding the client's lock.
+func TestKrb5ConfFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Opening the FIFO for writing (O_NONBLOCK: only if a reader waits) lets a reader stuck
+	// on it go on.
+	unblock := func() {
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	}
+	t.Cleanup(unblock)
+	conf := filepath.Join(dir, "krb5.conf")
+	writeFile(t, conf, "[libdefaults]\n default_realm = EXAMPLE.COM\ninclude "+fifo+"\n")
+	for _, krb5Conf := range []string{fifo, conf} {
+		cl := NewClient(ClientConfig{Krb5Conf: krb5Conf, CCache: "FILE:" + filepath.Join(dir, "none")})
+		for i := range 2 {
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_, err := cl.Credentials(ctx)
+				if err == nil {
+					_, err = cl.Profile()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, krb5conf.ErrNotRegular) || !strings.Contains(err.Error(), fifo) {
+					t.Fatalf("Krb5Conf %s, check %d: %v, want %v naming %s", krb5Conf, i+1, err, krb5conf.ErrNotRegular, fifo)
+				}
+			case <-time.After(10 * time.Second):
+				unblock()
+				t.Fatalf("Krb5Conf %s, check %d had not returned after 10 s", krb5Conf, i+1)
+			}
+		}
+		if _, err := cl.Profile(); !errors.Is(err, krb5conf.ErrNotRegular) {
+			t.Fatalf("Profile: %v, want %v", err, krb5conf.ErrNotRegular)
+		}
 	}
 }

@@ -1,7 +1,5 @@
 package krb5conf
 
-import "slices"
-
 // Values returns every value of the relation path[len(path)-1] in the section
 // path[:len(path)-1] (for example "realms", "EXAMPLE.COM", "kdc"), as MIT's
 // profile_get_values does (prof_tree.c profile_node_iterator): the values of
@@ -20,11 +18,11 @@ func (p *Profile) Values(path ...string) []string {
 		if sec == nil {
 			continue
 		}
-		for _, c := range sec.children {
-			if c.name == tag && !c.isSection() {
+		if e := sec.byName[tag]; e != nil {
+			for _, c := range e.rels {
 				out = append(out, *c.value)
-				final = final || c.final
 			}
+			final = final || e.relFinal
 		}
 		if final {
 			break
@@ -62,14 +60,17 @@ func (p *Profile) children(path []string, sections bool) []string {
 		return nil
 	}
 	var out []string
+	seen := map[string]bool{}
 	for _, root := range p.trees {
 		sec, final := lookupSection(root, path)
 		if sec == nil {
 			continue
 		}
-		for _, c := range sec.children {
-			if c.isSection() == sections && !slices.Contains(out, c.name) {
-				out = append(out, c.name)
+		for _, name := range sec.names { // sorted
+			e := sec.byName[name]
+			if (sections && e.sec != nil || !sections && len(e.rels) > 0) && !seen[name] {
+				seen[name] = true
+				out = append(out, name)
 			}
 		}
 		if final {

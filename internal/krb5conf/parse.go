@@ -87,11 +87,12 @@ func hasDirective(line, word string) bool {
 // the keyword, with only CR and LF stripped, so trailing blanks are part of it.
 // A relative path is taken from the process's working directory.
 func (ps *parseState) parseLine(line string) error {
-	at := &ParseError{File: ps.file, Line: ps.line}
 	if hasDirective(line, "include") {
+		at := &ParseError{File: ps.file, Line: ps.line}
 		return ps.l.includeFile(stripLine(skipBlanks(line[len("include"):])), ps.root, at)
 	}
 	if hasDirective(line, "includedir") {
+		at := &ParseError{File: ps.file, Line: ps.line}
 		return ps.l.includeDir(stripLine(skipBlanks(line[len("includedir"):])), ps.root, at)
 	}
 	switch ps.state {
@@ -144,7 +145,7 @@ func (ps *parseState) parseStdLine(line string) error {
 		if end < 0 {
 			return ps.errorf(ErrSectionSyntax, "no ']'")
 		}
-		sec := ps.root.add(cp[1:end], nil, false)
+		sec := ps.root.addSection(cp[1:end])
 		ps.current = sec
 		ps.groupLevel = 1
 		// A section seen before with the final flag: its values are discarded
@@ -219,7 +220,7 @@ func (ps *parseState) parseStdLine(line string) error {
 	if subsection {
 		ps.groupLevel++
 		if ps.discard == 0 {
-			sub := ps.current.add(tag, nil, false)
+			sub := ps.current.addSection(tag)
 			if sub.final {
 				ps.discard = ps.groupLevel
 			}
@@ -232,9 +233,7 @@ func (ps *parseState) parseStdLine(line string) error {
 	}
 	if ps.discard == 0 {
 		// A relation whose tag is final already in this tree is not added.
-		if n := ps.current.add(tag, &value, true); n != nil && final {
-			n.final = true
-		}
+		ps.current.addRelation(tag, value, final)
 	}
 	return nil
 }

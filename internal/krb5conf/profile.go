@@ -13,11 +13,19 @@
 //     error (MIT recurses until it runs out of file descriptors);
 //   - a "module" directive (a profile plugin that MIT loads instead of the file)
 //     is always an error: see [ErrModule];
-//   - an included name that is neither a regular file nor a directory (a FIFO,
-//     a device) is an error instead of being read.
+//   - a name that is neither a regular file nor a directory (a FIFO, a socket, a
+//     device), listed or included, is an error and is never opened: MIT opens
+//     it with fopen, and a FIFO without a writer blocks the program for good;
+//   - one load reads at most [MaxFiles] files and [MaxBytes] bytes in all, and
+//     an includedir directory may hold at most [MaxDirEntries] names: MIT reads
+//     whatever it is given, and a file included several times (files that each
+//     include the same four others, eleven levels deep) is read each time.
+//
+// Reading takes time proportional to the bytes read (see the node type).
 package krb5conf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -42,8 +50,17 @@ const MaxIncludeDepth = 16
 // several lines of at most 2047 bytes.
 const lineMax = 2047
 
-// maxFileSize bounds one file: a krb5.conf is a few kilobytes.
-const maxFileSize = 16 << 20
+// Bounds of one load (Load, LoadContext), over all the files of the
+// KRB5_CONFIG list and everything they include. A file included twice counts
+// twice, since it is read twice. A Debian or Fedora krb5.conf with its
+// krb5.conf.d is a few files and a few kilobytes. MIT has no such bounds
+// (prof_file.c profile_update_file_data reads the whole of each file,
+// prof_parse.c parse_include_file and parse_include_dir every include).
+const (
+	MaxFiles      = 256     // files read
+	MaxBytes      = 4 << 20 // bytes read, all files together
+	MaxDirEntries = 4096    // names in one directory read as includedir (or listed), valid or not
+)
 
 // ErrModule is the error for a "module" line. MIT loads the named plugin
 // instead of the file when the line comes before any section of the first file
@@ -66,6 +83,10 @@ var (
 	ErrIncludeDir      = errors.New("included profile directory could not be read (PROF_FAIL_INCLUDE_DIR)")
 	ErrIncludeDepth    = fmt.Errorf("includes nest deeper than %d", MaxIncludeDepth)
 	ErrIncludeLoop     = errors.New("include loop")
+	ErrNotRegular      = errors.New("not a regular file or directory, so not opened")
+	ErrTooManyFiles    = fmt.Errorf("more than %d files to read (MaxFiles)", MaxFiles)
+	ErrTooLarge        = fmt.Errorf("more than %d bytes to read in all (MaxBytes)", MaxBytes)
+	ErrTooManyEntries  = fmt.Errorf("directory holds more than %d names (MaxDirEntries)", MaxDirEntries)
 )
 
 // ParseError is an error at one line of one file. Err is one of the Err*
@@ -84,49 +105,91 @@ func (e *ParseError) Unwrap() error { return e.Err }
 
 // node is a profile tree node (prof_tree.c struct profile_node): a section when
 // value is nil, else a relation.
+//
+// MIT keeps a section's children in one list sorted by name (strcmp), equal
+// names in read order, and scans it from the start for every node it adds
+// (profile_add_node) and every lookup: a section of n relations costs n²/2
+// comparisons to build. Here a section indexes its children by name, so adding
+// and looking up a name cost one map access and a file of n relations is read
+// in time proportional to n; the order MIT lists names in is restored by
+// sorting names once the load ends (sortNames).
 type node struct {
-	name     string
-	value    *string
-	final    bool
-	parent   *node
-	children []*node // sorted by name (strcmp); equal names in read order
+	name   string
+	value  *string
+	final  bool
+	parent *node
+	byName map[string]*entry // a section's children by name; nil for a relation or an empty section
+	names  []string          // the keys of byName: in first-read order, sorted (strcmp) by sortNames
+}
+
+// entry is what a section holds under one name: in MIT's list, the run of
+// nodes of that name.
+type entry struct {
+	sec      *node   // the subsection of that name (MIT merges sections of one name), or nil
+	rels     []*node // the relations of that name, in read order
+	relFinal bool    // one of rels is final
 }
 
 func (n *node) isSection() bool { return n.value == nil }
 
-// add is profile_add_node (prof_tree.c): a section merges with an existing
-// section of that name; a relation goes after the last node of its name, unless
-// checkFinal and a node of that name is final, in which case nothing is added
-// and add returns nil.
-func (n *node) add(name string, value *string, checkFinal bool) *node {
-	i := 0
-	for ; i < len(n.children); i++ {
-		p := n.children[i]
-		if p.name > name {
-			break
+func (n *node) entry(name string) *entry {
+	e := n.byName[name]
+	if e == nil {
+		if n.byName == nil {
+			n.byName = map[string]*entry{}
 		}
-		if p.name == name {
-			if value == nil && p.isSection() {
-				return p
-			}
-			if checkFinal && p.final {
-				return nil
-			}
-		}
+		e = &entry{}
+		n.byName[name] = e
+		n.names = append(n.names, name)
 	}
-	c := &node{name: name, value: value, parent: n}
-	n.children = slices.Insert(n.children, i, c)
-	return c
+	return e
+}
+
+// addSection is profile_add_node (prof_tree.c) for a section: one of that name
+// already there is returned, else a new one is added.
+func (n *node) addSection(name string) *node {
+	e := n.entry(name)
+	if e.sec == nil {
+		e.sec = &node{name: name, parent: n}
+	}
+	return e.sec
+}
+
+// addRelation is profile_add_node (prof_tree.c) for a relation, with
+// check_final as the parser sets it: nothing is added when a node of that name
+// (a relation, or the section) is final already.
+func (n *node) addRelation(name, value string, final bool) {
+	e := n.entry(name)
+	if e.relFinal || e.sec != nil && e.sec.final {
+		return
+	}
+	e.rels = append(e.rels, &node{name: name, value: &value, final: final, parent: n})
+	e.relFinal = e.relFinal || final
 }
 
 // section returns the child section called name, or nil.
 func (n *node) section(name string) *node {
-	for _, c := range n.children {
-		if c.name == name && c.isSection() {
-			return c
-		}
+	if e := n.byName[name]; e != nil {
+		return e.sec
 	}
 	return nil
+}
+
+// sortNames sorts the names of every section of the tree root, as MIT's list
+// is sorted. It walks the tree without recursion: subsections may nest as deep
+// as the file has lines.
+func sortNames(root *node) {
+	stack := []*node{root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		slices.Sort(n.names)
+		for _, e := range n.byName {
+			if e.sec != nil {
+				stack = append(stack, e.sec)
+			}
+		}
+	}
 }
 
 // Profile is the parsed configuration: one tree per file or directory of the
@@ -162,7 +225,10 @@ func EnvPaths() []string {
 // LoadEnv is Load(EnvPaths()).
 func LoadEnv() (*Profile, error) { return Load(EnvPaths()) }
 
-// Load reads the profile from paths, in order, as MIT's profile_init_flags
+// Load is LoadContext with a context that never ends.
+func Load(paths []string) (*Profile, error) { return LoadContext(context.Background(), paths) }
+
+// LoadContext reads the profile from paths, in order, as MIT's profile_init_flags
 // (prof_init.c) and profile_update_file_data (prof_file.c) do:
 //   - a path starting "~/" is taken relative to $HOME (else the user's home
 //     directory from the password database);
@@ -172,11 +238,23 @@ func LoadEnv() (*Profile, error) { return Load(EnvPaths()) }
 //     error; if none exists the profile is empty and the error nil;
 //   - a directory is read like an includedir line (MIT 1.14 and later);
 //   - any other error (syntax, a missing include, a module line) fails the
-//     whole load with a *ParseError naming the file and line.
-func Load(paths []string) (*Profile, error) {
+//     whole load with a *ParseError naming the file and line;
+//   - a FIFO, socket or device, listed or included, fails the load with
+//     [ErrNotRegular] (it is never opened, so reading never waits on it); going
+//     past [MaxFiles], [MaxBytes] or [MaxDirEntries] fails it with
+//     [ErrTooManyFiles], [ErrTooLarge] or [ErrTooManyEntries], naming the file.
+//
+// ctx is checked before each file is opened: once it is done LoadContext
+// returns its error. Nothing else waits: files are opened non-blocking and
+// only regular files and directories are read.
+func LoadContext(ctx context.Context, paths []string) (*Profile, error) {
 	p := &Profile{}
 	var denied error
+	budget := &budget{ctx: ctx, files: MaxFiles, bytes: MaxBytes}
 	for _, name := range paths {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("krb5conf: %w", err)
+		}
 		path := expandHome(name)
 		st, err := os.Stat(path)
 		if err != nil {
@@ -189,7 +267,7 @@ func Load(paths []string) (*Profile, error) {
 			}
 			return nil, fmt.Errorf("krb5conf: %w", err)
 		}
-		l := &loader{p: p}
+		l := &loader{p: p, budget: budget}
 		root := &node{name: "(root)"}
 		if st.IsDir() {
 			err = l.includeDir(path, root, nil)
@@ -203,6 +281,7 @@ func Load(paths []string) (*Profile, error) {
 		if err != nil {
 			return nil, err
 		}
+		sortNames(root)
 		p.trees = append(p.trees, root)
 	}
 	if len(p.trees) == 0 && denied != nil {
@@ -229,9 +308,17 @@ func expandHome(path string) string {
 
 // loader reads one tree: a listed file or directory and everything it includes.
 type loader struct {
-	p     *Profile
-	stack []fileID // the files being read, outermost first
-	names []string
+	p      *Profile
+	budget *budget  // shared by the loaders of one LoadContext
+	stack  []fileID // the files being read, outermost first
+	names  []string
+}
+
+// budget is what one LoadContext may still read.
+type budget struct {
+	ctx   context.Context
+	files int   // files
+	bytes int64 // bytes
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -240,15 +327,14 @@ type fileID struct{ dev, ino uint64 }
 // that cannot be opened for lack of permission is returned as the bare
 // *fs.PathError so that Load can skip it.
 func (l *loader) topFile(name, path string, root *node) error {
-	f, err := os.Open(path)
+	f, data, err := l.read(name, path)
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
 			return err
 		}
 		return fmt.Errorf("krb5conf: %w", err)
 	}
-	defer f.Close()
-	return l.parseOpen(name, f, root, true)
+	return l.parseOpen(name, f, data, root, true)
 }
 
 // includeFile is parse_include_file (prof_parse.c): a fresh parse state over
@@ -257,12 +343,15 @@ func (l *loader) includeFile(path string, root *node, from *ParseError) error {
 	if len(l.stack) >= MaxIncludeDepth {
 		return withErr(from, fmt.Errorf("%w: include %s", ErrIncludeDepth, path))
 	}
-	f, err := os.Open(path)
+	f, data, err := l.read(path, path)
 	if err != nil {
+		if errors.Is(err, ErrTooManyFiles) || errors.Is(err, ErrTooLarge) || errors.Is(err, context.Canceled) ||
+			errors.Is(err, context.DeadlineExceeded) {
+			return withErr(from, err)
+		}
 		return withErr(from, fmt.Errorf("%w: %w", ErrIncludeFile, err))
 	}
-	defer f.Close()
-	return l.parseOpen(path, f, root, false)
+	return l.parseOpen(path, f, data, root, false)
 }
 
 func withErr(at *ParseError, err error) error {
@@ -272,31 +361,91 @@ func withErr(at *ParseError, err error) error {
 	return &ParseError{File: at.File, Line: at.Line, Err: err}
 }
 
-func (l *loader) parseOpen(name string, f *os.File, root *node, first bool) error {
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("krb5conf: %s: %w", name, err)
+// read reads the file at path (named name in errors) within the budget, as
+// MIT's fopen and fgets loop would, without waiting on anything: it looks at
+// what path names first (stat, following symbolic links as fopen does) and
+// refuses anything but a regular file or a directory; it opens with O_NONBLOCK
+// (and O_CLOEXEC, as Go always does), and looks again at what it opened
+// (fstat), so that a FIFO put in place between the two is not read either. A
+// directory gives nil data and no error: fopen of a directory succeeds on Linux
+// and the first read fails, which MIT's fgets loop takes for the end of the
+// file. The returned FileInfo is the opened file's.
+func (l *loader) read(name, path string) (fs.FileInfo, []byte, error) {
+	if err := l.budget.ctx.Err(); err != nil {
+		return nil, nil, err
 	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := l.check(name, st); err != nil {
+		return nil, nil, err
+	}
+	f, err := openNonblock(path, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := l.check(name, st); err != nil || st.IsDir() {
+		return st, nil, err
+	}
+	// The size seen is checked before anything is allocated; a file that grows
+	// meanwhile is cut at one byte past the budget and refused.
+	data, err := io.ReadAll(io.LimitReader(f, l.budget.bytes+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if int64(len(data)) > l.budget.bytes {
+		return nil, nil, fmt.Errorf("%w: %s", ErrTooLarge, name)
+	}
+	l.budget.bytes -= int64(len(data))
+	l.budget.files--
+	return st, data, nil
+}
+
+// check refuses what read must not read: a file that is not regular, one past
+// the budget's files or bytes.
+func (l *loader) check(name string, st fs.FileInfo) error {
 	switch {
 	case st.IsDir():
-		// fopen of a directory succeeds on Linux and the first read fails,
-		// which MIT's fgets loop takes for the end of the file: nothing is
-		// included, and that is no error.
 		return nil
 	case !st.Mode().IsRegular():
-		return fmt.Errorf("krb5conf: %s: not a regular file", name)
+		return fmt.Errorf("%s: %w: it is %s", name, ErrNotRegular, typeName(st.Mode()))
+	case l.budget.files <= 0:
+		return fmt.Errorf("%w: %s", ErrTooManyFiles, name)
+	case st.Size() > l.budget.bytes:
+		return fmt.Errorf("%w: %s is %d bytes, %d left", ErrTooLarge, name, st.Size(), l.budget.bytes)
+	}
+	return nil
+}
+
+// typeName names the type of a file that is neither regular nor a directory.
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeIrregular != 0:
+		return "of an unknown type"
+	}
+	return "mode " + m.String()
+}
+
+// parseOpen parses data, the contents of the file name whose FileInfo is st.
+func (l *loader) parseOpen(name string, st fs.FileInfo, data []byte, root *node, first bool) error {
+	if st.IsDir() {
+		return nil // included as an empty file: see read
 	}
 	id := fileIDOf(st)
 	if i := slices.Index(l.stack, id); i >= 0 && id != (fileID{}) {
 		chain := append(slices.Clone(l.names[i:]), name)
 		return fmt.Errorf("krb5conf: %w: %s", ErrIncludeLoop, strings.Join(chain, " -> "))
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return fmt.Errorf("krb5conf: %s: %w", name, err)
-	}
-	if len(data) > maxFileSize {
-		return fmt.Errorf("krb5conf: %s: larger than %d bytes", name, maxFileSize)
 	}
 	l.p.files = append(l.p.files, name)
 	l.stack = append(l.stack, id)
@@ -317,20 +466,46 @@ func (l *loader) includeDir(dir string, root *node, from *ParseError) error {
 	if len(l.stack) >= MaxIncludeDepth {
 		return withErr(from, fmt.Errorf("%w: includedir %s", ErrIncludeDepth, dir))
 	}
-	ents, err := os.ReadDir(dir) // sorted by name, byte order
+	names, err := l.readDir(dir)
 	if err != nil {
+		if errors.Is(err, ErrTooManyEntries) {
+			return withErr(from, err)
+		}
 		return withErr(from, fmt.Errorf("%w: %w", ErrIncludeDir, err))
 	}
-	for _, e := range ents {
-		if !validName(e.Name()) {
+	for _, name := range names {
+		if !validName(name) {
 			continue
 		}
 		// MIT joins with "/" as is: "dir/" gives "dir//name".
-		if err := l.includeFile(dir+"/"+e.Name(), root, from); err != nil {
+		if err := l.includeFile(dir+"/"+name, root, from); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// readDir returns the names in dir, sorted byte-wise, at most MaxDirEntries of
+// them. dir is opened as a directory only (O_DIRECTORY) and non-blocking: a
+// FIFO is refused by open(2) without waiting.
+func (l *loader) readDir(dir string) ([]string, error) {
+	if err := l.budget.ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := openNonblock(dir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(MaxDirEntries + 1)
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	if len(names) > MaxDirEntries {
+		return nil, fmt.Errorf("%w: %s", ErrTooManyEntries, dir)
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // validName is valid_name (prof_parse.c): not a dotfile, and either ending in
