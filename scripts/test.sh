@@ -52,6 +52,10 @@ go test -run '^$' -fuzz '^FuzzParseSettings$' -fuzztime "$FUZZTIME" .
 go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotiation
 go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss
 go test -run '^$' -fuzz '^FuzzSecretLiteral$' -fuzztime "$FUZZTIME" ./tracing
+go test -run '^$' -fuzz '^FuzzFileCache$' -fuzztime "$FUZZTIME" ./internal/ccache
+go test -run '^$' -fuzz '^FuzzRecords$' -fuzztime "$FUZZTIME" ./internal/ccache
+go test -run '^$' -fuzz '^FuzzPrimaryName$' -fuzztime "$FUZZTIME" ./internal/ccache
+go test -run '^$' -fuzz '^FuzzKCMReply$' -fuzztime "$FUZZTIME" ./internal/ccache
 echo "== go test -race"
 status=0
 for m in "${modules[@]}"; do
