@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jcmturner/gokrb5/v8/credentials"
+	"github.com/jcmturner/gokrb5/v8/test/testdata"
 
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
@@ -69,6 +71,16 @@ func writeSeed(t *testing.T, name, file string, args ...[]byte) {
 func FuzzFileCache(f *testing.F) {
 	f.Add(harness.HugeAddressCountCCache())
 	f.Add([]byte{5, 4, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0})
+	gokrb5Cache, err := hex.DecodeString(testdata.CCACHE_TEST) // an MIT cache, gokrb5's test data
+	if err != nil {
+		f.Fatal(err)
+	}
+	if cc, err := parseFile(gokrb5Cache); err != nil {
+		f.Fatalf("gokrb5's test cache: %v", err)
+	} else if ref, ok := gokrb5Unmarshal(gokrb5Cache); !ok || !sameCCache(cc, ref) {
+		f.Fatalf("gokrb5's test cache: decoded %+v, gokrb5 (ok %v) %+v", cc, ok, ref)
+	}
+	f.Add(gokrb5Cache)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var cc *credentials.CCache
 		var err error
