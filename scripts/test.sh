@@ -54,6 +54,10 @@ go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotia
 go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss
 go test -run '^$' -fuzz '^FuzzSecretLiteral$' -fuzztime "$FUZZTIME" ./tracing
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime "$FUZZTIME" ./internal/krb5conf
+go test -run '^$' -fuzz '^FuzzFileCache$' -fuzztime "$FUZZTIME" ./internal/ccache
+go test -run '^$' -fuzz '^FuzzRecords$' -fuzztime "$FUZZTIME" ./internal/ccache
+go test -run '^$' -fuzz '^FuzzPrimaryName$' -fuzztime "$FUZZTIME" ./internal/ccache
+go test -run '^$' -fuzz '^FuzzKCMReply$' -fuzztime "$FUZZTIME" ./internal/ccache
 echo "== go test -race"
 status=0
 for m in "${modules[@]}"; do

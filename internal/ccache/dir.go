@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -109,12 +108,13 @@ func (c *dirCache) resolvePrimary() (*dirPrimary, error) {
 	}
 	p := &dirPrimary{stamp: st, file: "tkt"}
 	if st.Present {
-		b, err := os.ReadFile(path)
+		// Only the first line counts, at most 63 bytes with its newline (parsePrimaryFile).
+		b, err := readCacheFile(path, primaryFileMax, true)
 		switch {
-		case errors.Is(err, os.ErrNotExist):
+		case errors.Is(err, ErrNoCache):
 			p.stamp = Stamp{} // removed since the stat
-		case err != nil:
-			return nil, fmt.Errorf("credential cache %s: %w", c.name, err)
+		case err != nil: // not a regular file, or not readable
+			return nil, fmt.Errorf("credential cache %s: primary file: %w", c.name, err)
 		default:
 			if p.file, err = parsePrimaryFile(b); err != nil {
 				return nil, fmt.Errorf("credential cache %s: %s: %w", c.name, path, err)
@@ -125,6 +125,9 @@ func (c *dirCache) resolvePrimary() (*dirPrimary, error) {
 	c.primary.Store(p)
 	return p, nil
 }
+
+// primaryFileMax is how much of a DIR primary file is read: parsePrimaryFile looks at no more.
+const primaryFileMax = 64
 
 // parsePrimaryFile checks the first line of a DIR primary file as read_primary_file in
 // cc_dir.c does: at most 63 bytes with its newline (fgets into 64 bytes), a name starting

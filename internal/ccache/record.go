@@ -11,35 +11,32 @@ import (
 // fromRecords builds a gokrb5 CCache from a principal and credential records in the
 // version 4 format of ccmarshal.c (k5_marshal_princ, k5_marshal_cred), as KEYRING keys and
 // KCM replies carry them. Bytes after the principal are ignored, as MIT ignores them (MIT's
-// own test KCM server adds a NUL); each credential record must be whole.
+// own test KCM server adds a NUL); each credential record must be whole. It decodes with
+// decoder, so it allocates at most decodeAllocFactor times the bytes of its records plus
+// decodeAllocConst (FuzzRecords checks it).
 func fromRecords(principal []byte, creds [][]byte) (cc *credentials.CCache, err error) {
 	n, err := principalLen(principal)
 	if err != nil {
 		return nil, err
 	}
-	size := 4 + n
 	for i, c := range creds {
-		// gokrb5 sizes slices by the record's counts before reading them: check first.
 		if err := checkCredential(c); err != nil {
 			return nil, fmt.Errorf("credential record %d: %w", i, err)
 		}
-		size += len(c)
 	}
-	img := make([]byte, 0, size)
-	img = append(img, 5, 4, 0, 0) // FILE version 4, empty header
-	img = append(img, principal[:n]...)
-	for _, c := range creds {
-		img = append(img, c...)
+	cc = &credentials.CCache{Version: 4}
+	d := &decoder{b: principal[:n], order: binary.BigEndian, version: 4}
+	cc.DefaultPrincipal.Realm, cc.DefaultPrincipal.PrincipalName = d.principal()
+	if d.err != nil { // principalLen lets through nothing decoder refuses
+		return nil, fmt.Errorf("malformed principal record: %w", d.err)
 	}
-	// gokrb5 indexes past the end of short input instead of returning an error.
-	defer func() {
-		if r := recover(); r != nil {
-			cc, err = nil, fmt.Errorf("malformed credential record: %v", r)
+	for i, c := range creds {
+		d = &decoder{b: c, order: binary.BigEndian, version: 4}
+		cred := d.credential()
+		if d.err != nil { // checkCredential lets through nothing decoder refuses
+			return nil, fmt.Errorf("malformed credential record %d: %w", i, d.err)
 		}
-	}()
-	cc = new(credentials.CCache)
-	if err := cc.Unmarshal(img); err != nil {
-		return nil, fmt.Errorf("malformed credential record: %w", err)
+		cc.Credentials = append(cc.Credentials, cred)
 	}
 	return cc, nil
 }

@@ -380,9 +380,15 @@ func (c *Client) load(cc ccache.Cache, st ccache.Stamp, data *credentials.CCache
 			next.creds, next.expires = creds, expires
 			return next, nil
 		}
+		var unusable *ccache.UnusableError
 		if exp, ok := err.(errExpired); ok {
 			// Not a failure of the check: decided, no credentials until the cache changes.
 			next.missing, err = exp.Error(), nil
+		} else if errors.As(err, &unusable) {
+			// A cache that is not a regular file or not in MIT's format: decided likewise,
+			// so that gssencmode=prefer goes on without GSS as libpq does, and require says
+			// why (GSSCredentials.Missing).
+			next.missing, err = err.Error(), nil
 		}
 		if c.cfg.ClientKeytab == "" {
 			return next, err

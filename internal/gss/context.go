@@ -2,6 +2,7 @@ package gss
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
 
+	"github.com/pgconnector/pgconnector/internal/ccache"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
@@ -55,13 +57,18 @@ func NewCredentials(cl *client.Client, cfg *config.Config) (*Credentials, error)
 }
 
 // CredentialsFromCCache loads a FILE credential cache (as written by kinit)
-// with gokrb5 and builds a client from it. The cache must hold a TGT; gokrb5
-// reads it once and does not renew it.
+// with internal/ccache (a regular file of 16 MiB at most, decoded within
+// bounds) and builds a client from it. The cache must hold a TGT; it is read
+// once and not renewed.
 func CredentialsFromCCache(path string, cfg *config.Config, settings ...func(*client.Settings)) (*Credentials, error) {
 	if cfg == nil {
 		return nil, errors.New("gss: CredentialsFromCCache: no krb5 configuration")
 	}
-	cc, err := credentials.LoadCCache(path)
+	var cc *credentials.CCache
+	c, err := ccache.Resolve("FILE:"+path, ccache.Options{})
+	if err == nil {
+		cc, err = c.Load(context.Background())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gss: loading credential cache %s: %w", path, err)
 	}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -83,4 +84,33 @@ func (k *KDC) runCcacheTool(tool, ccacheName string, args ...string) error {
 		return nil // nothing to destroy
 	}
 	return err
+}
+
+// HugeAddressCountCCache returns a FILE credential cache of 179 bytes (format version 4,
+// as kinit writes it: a KDC time offset header, the principal alice@EXAMPLE.COM) whose first
+// credential, a ticket-granting ticket, claims 2^31-1 addresses and ends there. MIT 1.20's
+// klist shows its principal and no ticket (exit status 0); a reader that sizes its address
+// list from the count before checking it against the file asks for tens of GiB.
+func HugeAddressCountCCache() []byte {
+	u32 := binary.BigEndian.AppendUint32
+	data := func(b []byte, s string) []byte { return append(u32(b, uint32(len(s))), s...) }
+	princ := func(b []byte, realm string, comps ...string) []byte {
+		b = u32(u32(b, 1), uint32(len(comps))) // NT-PRINCIPAL
+		b = data(b, realm)
+		for _, c := range comps {
+			b = data(b, c)
+		}
+		return b
+	}
+	b := []byte{5, 4, 0, 12, 0, 1, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0} // v4, KDC offset 0 s 0 us
+	b = princ(b, "EXAMPLE.COM", "alice")
+	b = princ(b, "EXAMPLE.COM", "alice")
+	b = princ(b, "EXAMPLE.COM", "krbtgt", "EXAMPLE.COM")
+	b = binary.BigEndian.AppendUint16(b, 17) // aes128-cts-hmac-sha1-96
+	b = data(b, strings.Repeat("\x00", 16))  // key
+	b = append(b, make([]byte, 16)...)       // auth, start, end, renew-till times
+	b = append(b, 0)                         // is_skey
+	b = u32(b, 0x40e00000)                   // ticket flags
+	b = u32(b, 0x7fffffff)                   // address count
+	return u32(b, 0)                         // the first address's type and length begin
 }
