@@ -247,7 +247,8 @@ func manyComponents(n int) []byte {
 // the first entry's): never a panic, never more than AllocFactor*len+allocConst bytes
 // allocated, an error of printable ASCII only, and what it accepts gokrb5 reads alike.
 // Seeds: a keytab kadmin writes (TestLoadKDCKeytab writes it when
-// PGCONNECTOR_WRITE_FUZZ_SEEDS is set), version 1 and hole cases, and manyComponents.
+// PGCONNECTOR_WRITE_FUZZ_SEEDS is set; TestParseVersion1 its version 1 form with a hole),
+// small version 1 and hole cases, and manyComponents.
 func FuzzKeytab(f *testing.F) {
 	f.Add(manyComponents(MaxEntries-2), []byte(nil), []byte(nil))
 	f.Add(manyComponents(1<<20), []byte(nil), []byte(nil))
@@ -282,4 +283,60 @@ func FuzzKeytab(f *testing.F) {
 			t.Fatalf("decoded %v, gokrb5 %v", got, want)
 		}
 	})
+}
+
+// toVersion1 re-encodes the entries of kt in version 1 of the format: integers in the host's
+// byte order, the realm counted among the components, no name type.
+func toVersion1(kt *keytab.Keytab) []byte {
+	o := binary.NativeEndian
+	img := []byte{5, 1}
+	for _, e := range kt.Entries {
+		r := o.AppendUint16(nil, uint16(len(e.Principal.Components)+1))
+		r = o.AppendUint16(r, uint16(len(e.Principal.Realm)))
+		r = append(r, e.Principal.Realm...)
+		for _, c := range e.Principal.Components {
+			r = o.AppendUint16(r, uint16(len(c)))
+			r = append(r, c...)
+		}
+		r = o.AppendUint32(r, uint32(e.Timestamp.Unix()))
+		r = append(r, e.KVNO8)
+		r = o.AppendUint16(r, uint16(e.Key.KeyType))
+		r = o.AppendUint16(r, uint16(len(e.Key.KeyValue)))
+		r = append(r, e.Key.KeyValue...)
+		r = o.AppendUint32(r, e.KVNO)
+		img = o.AppendUint32(img, uint32(len(r)))
+		img = append(img, r...)
+	}
+	return img
+}
+
+// Version 1 (05 01, the host's byte order), with a hole between entries: kadmin's entries
+// re-encoded read as gokrb5 reads them.
+func TestParseVersion1(t *testing.T) {
+	_, b := kdcKeytab(t)
+	var kt keytab.Keytab
+	if err := kt.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	v1 := toVersion1(&kt)
+	// A hole of 8 bytes after the header: length -8, then 8 bytes skipped.
+	holed := binary.NativeEndian.AppendUint32([]byte{5, 1}, uint32(0xfffffff8))
+	holed = append(append(holed, make([]byte, 8)...), v1[2:]...)
+	if os.Getenv("PGCONNECTOR_WRITE_FUZZ_SEEDS") != "" {
+		writeSeed(t, "FuzzKeytab", "kadmin-ktadd-v1-hole", holed, nil, nil)
+	}
+	for _, img := range [][]byte{v1, holed} {
+		got, err := Parse(img, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		realm := kt.Entries[0].Principal.Realm
+		if want := gokrb5Entries(t, img, []string{"alice"}, realm); len(want) != 2 || !slices.Equal(entries(got), want) {
+			t.Fatalf("version 1: %v, gokrb5 %v", entries(got), want)
+		}
+		bob, err := Parse(img, "bob", realm)
+		if want := gokrb5Entries(t, img, []string{"bob"}, realm); err != nil || len(want) == 0 || !slices.Equal(entries(bob), want) {
+			t.Fatalf("version 1, bob: %v, %v; gokrb5 %v", entries(bob), err, want)
+		}
+	}
 }
