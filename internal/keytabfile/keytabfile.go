@@ -17,7 +17,9 @@
 // counting the realm too), the realm and each component as a 16-bit length and bytes, a 32-bit
 // name type (version 2 only), a 32-bit timestamp, an 8-bit key version, a 16-bit enctype, the
 // key as a 16-bit length and bytes, and an optional 32-bit key version. Bytes of a record past
-// these are ignored, as MIT ignores them.
+// these are ignored, as MIT ignores them. A count or length that is zero or negative, or that
+// goes past the record, makes the whole keytab unusable: MIT's kt_file.c stops reading at
+// such an entry (KRB5_KT_END), using the entries before it; refusing says what is wrong.
 package keytabfile
 
 import (
@@ -132,8 +134,8 @@ func Parse(b []byte, user, realm string) (*keytab.Keytab, error) {
 
 // MaxEntries is the most bytes the entries of the principal asked for may take: 64 KiB. MIT
 // sets no limit; a principal has an entry of about a hundred bytes per enctype and key
-// version. gokrb5's Unmarshal allocates up to about 90 bytes per byte it decodes (a buffer
-// and a copy for every field; worst for entries of many empty components): this bounds it.
+// version. gokrb5's Unmarshal allocates up to about 60 bytes per byte it decodes (a buffer
+// and a copy for every field; worst for entries of many one-byte components): this bounds it.
 const MaxEntries = 64 << 10
 
 // AllocFactor and allocConst bound what Parse allocates: AllocFactor*min(len(b), MaxEntries)
@@ -155,7 +157,7 @@ func checkEntry(rec []byte, v1 bool, order byteOrder) (princ []byte, err error) 
 		}
 		n := int(int16(order.Uint16(rec[p:])))
 		p += 2
-		if n < 0 || n > len(rec)-p {
+		if n <= 0 || n > len(rec)-p { // kt_file.c reads no further at an empty one either
 			return fmt.Errorf("%s of %d bytes, %d left", dataName(i), n, len(rec)-p)
 		}
 		p += n
@@ -169,7 +171,7 @@ func checkEntry(rec []byte, v1 bool, order byteOrder) (princ []byte, err error) 
 	if v1 {
 		count-- // version 1 counts the realm
 	}
-	if count < 0 {
+	if count <= 0 { // as in kt_file.c
 		return nil, fmt.Errorf("a principal of %d components", count)
 	}
 	for i := range count + 1 {

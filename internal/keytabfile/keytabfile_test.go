@@ -228,13 +228,14 @@ func writeSeed(t *testing.T, name, file string, args ...[]byte) {
 }
 
 // manyComponents is a version 2 keytab of n bytes or more: entries of one principal with
-// 32767 empty components, the input that makes gokrb5 allocate the most per byte.
-func manyComponents(n int) []byte {
-	e := []byte{0x7f, 0xff, 0, 1, 'R'}
-	for range 32767 {
-		e = append(e, 0, 0)
+// count one-byte components (at most 32767, the 16-bit count), the input that makes gokrb5
+// allocate the most per byte.
+func manyComponents(count, n int) []byte {
+	e := []byte{byte(count >> 8), byte(count), 0, 1, 'R'}
+	for range count {
+		e = append(e, 0, 1, 'a')
 	}
-	e = append(e, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 18, 0, 0)
+	e = append(e, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 18, 0, 1, 'k')
 	img := []byte{5, 2}
 	for len(img) < n {
 		img = binary.BigEndian.AppendUint32(img, uint32(len(e)))
@@ -250,8 +251,8 @@ func manyComponents(n int) []byte {
 // PGCONNECTOR_WRITE_FUZZ_SEEDS is set; TestParseVersion1 its version 1 form with a hole),
 // small version 1 and hole cases, and manyComponents.
 func FuzzKeytab(f *testing.F) {
-	f.Add(manyComponents(MaxEntries-2), []byte(nil), []byte(nil))
-	f.Add(manyComponents(1<<20), []byte(nil), []byte(nil))
+	f.Add(manyComponents(21000, 3), []byte(nil), []byte(nil))     // one entry, under MaxEntries
+	f.Add(manyComponents(32767, 1<<20), []byte(nil), []byte(nil)) // over MaxEntries
 	f.Add([]byte{5, 1, 0, 0, 0, 0}, []byte(nil), []byte(nil))
 	f.Add([]byte{5, 2, 0xff, 0xff, 0xff, 0xfc, 1, 2, 3, 4, 0x80, 0, 0, 0}, []byte(nil), []byte(nil))
 	f.Fuzz(func(t *testing.T, b, user, realm []byte) {
