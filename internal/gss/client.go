@@ -43,7 +43,8 @@ type ClientConfig struct {
 	// keytab, if given, is used instead.
 	CCache string
 	// ClientKeytab is a keytab to obtain credentials from when the cache holds none:
-	// KRB5_CLIENT_KTNAME.
+	// KRB5_CLIENT_KTNAME. It is read with keytabfile.Load; one that is unusable
+	// (*keytabfile.UnusableError) gives no credentials and the reason in Missing.
 	ClientKeytab string
 	// Principal is the client principal (user@REALM) to take from ClientKeytab; empty means
 	// its first entry.
