@@ -120,6 +120,12 @@ func hookError(hook string, err error) error {
 // (a directory is read like includedir), those that do not exist skipped, include and includedir
 // followed, the first value of a setting winning (so earlier files win). A missing include is an
 // error of the first connection that needs Kerberos.
+//
+// ClientKeytab is the path of a keytab in MIT's format (KRB5_CLIENT_KTNAME may say FILE:path),
+// read only if it is a regular file of at most 16 MiB whose lengths all fit
+// (internal/keytabfile); any other holds no credentials, as an unusable cache: GSS is skipped
+// (gssencmode=prefer) or the connect fails (require) with an error naming the file and the
+// problem.
 type Kerberos struct {
 	Krb5Conf     string // krb5.conf paths, colon-separated as KRB5_CONFIG
 	CCache       string // credential cache name, as KRB5CCNAME

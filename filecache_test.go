@@ -26,6 +26,7 @@ const (
 	childDSNEnv      = "PGCONNECTOR_TEST_HOSTILE_DSN"
 	childCCNameEnv   = "PGCONNECTOR_TEST_HOSTILE_KRB5CCNAME"
 	childKrb5ConfEnv = "PGCONNECTOR_TEST_HOSTILE_KRB5_CONFIG"
+	childKTNameEnv   = "PGCONNECTOR_TEST_HOSTILE_KRB5_CLIENT_KTNAME"
 )
 
 // transportQuery returns how the session is protected, as transport reports it.
@@ -41,6 +42,7 @@ var childLineRE = regexp.MustCompile(`(?m)^\s*filecache_test.go:\d+: (prefer|req
 func hostileCacheChild(t *testing.T) {
 	t.Setenv("KRB5CCNAME", os.Getenv(childCCNameEnv)) // empty: krb5.conf's default_ccache_name
 	t.Setenv("KRB5_CONFIG", os.Getenv(childKrb5ConfEnv))
+	t.Setenv("KRB5_CLIENT_KTNAME", os.Getenv(childKTNameEnv)) // empty: none, as TestMain sets
 	dsn := os.Getenv(childDSNEnv)
 	db := sql.OpenDB(newConnector(t, dsn))
 	defer db.Close()
@@ -87,9 +89,16 @@ func psqlTransport(t *testing.T, env []string, conninfo string) (string, error) 
 // what is wrong with the cache (want).
 func checkHostileCache(t *testing.T, srv *harness.Postgres, ccname, krb5Conf, want string) {
 	t.Helper()
+	checkHostile(t, srv, ccname, "", krb5Conf, want)
+}
+
+// checkHostile is checkHostileCache with the client keytab ktname (KRB5_CLIENT_KTNAME; empty:
+// none) as well.
+func checkHostile(t *testing.T, srv *harness.Postgres, ccname, ktname, krb5Conf, want string) {
+	t.Helper()
 	dsn := aliceDSN(srv, "localhost")
 	out, passed := harness.RunInChildProcess(t, 2*time.Minute,
-		childDSNEnv+"="+dsn, childCCNameEnv+"="+ccname, childKrb5ConfEnv+"="+krb5Conf)
+		childDSNEnv+"="+dsn, childCCNameEnv+"="+ccname, childKrb5ConfEnv+"="+krb5Conf, childKTNameEnv+"="+ktname)
 	if !passed {
 		if i := strings.Index(out, "fatal error"); i >= 0 {
 			out = out[i:min(len(out), i+400)]
@@ -100,7 +109,7 @@ func checkHostileCache(t *testing.T, srv *harness.Postgres, ccname, krb5Conf, wa
 	for _, m := range childLineRE.FindAllStringSubmatch(out, -1) {
 		got[m[1]] = m[2]
 	}
-	env := []string{"KRB5_CONFIG=" + krb5Conf}
+	env := []string{"KRB5_CONFIG=" + krb5Conf, "KRB5_CLIENT_KTNAME=" + ktname}
 	if ccname != "" {
 		env = append(env, "KRB5CCNAME="+ccname)
 	}

@@ -58,6 +58,7 @@ go test -run '^$' -fuzz '^FuzzFileCache$' -fuzztime "$FUZZTIME" ./internal/ccach
 go test -run '^$' -fuzz '^FuzzRecords$' -fuzztime "$FUZZTIME" ./internal/ccache
 go test -run '^$' -fuzz '^FuzzPrimaryName$' -fuzztime "$FUZZTIME" ./internal/ccache
 go test -run '^$' -fuzz '^FuzzKCMReply$' -fuzztime "$FUZZTIME" ./internal/ccache
+go test -run '^$' -fuzz '^FuzzKeytab$' -fuzztime "$FUZZTIME" ./internal/keytabfile
 echo "== go test -race"
 status=0
 for m in "${modules[@]}"; do

@@ -14,12 +14,12 @@ import (
 
 	"github.com/jcmturner/gokrb5/v8/config"
 	"github.com/jcmturner/gokrb5/v8/credentials"
-	"github.com/jcmturner/gokrb5/v8/keytab"
 	"github.com/jcmturner/gokrb5/v8/messages"
 	"github.com/jcmturner/gokrb5/v8/types"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/pgconnector/pgconnector/internal/ccache"
+	"github.com/pgconnector/pgconnector/internal/keytabfile"
 	"github.com/pgconnector/pgconnector/internal/krb5conf"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
@@ -43,7 +43,8 @@ type ClientConfig struct {
 	// keytab, if given, is used instead.
 	CCache string
 	// ClientKeytab is a keytab to obtain credentials from when the cache holds none:
-	// KRB5_CLIENT_KTNAME.
+	// KRB5_CLIENT_KTNAME. It is read with keytabfile.Load; one that is unusable
+	// (*keytabfile.UnusableError) gives no credentials and the reason in Missing.
 	ClientKeytab string
 	// Principal is the client principal (user@REALM) to take from ClientKeytab; empty means
 	// its first entry.
@@ -403,6 +404,12 @@ func (c *Client) load(cc ccache.Cache, st ccache.Stamp, data *credentials.CCache
 	if creds != nil {
 		next.source = "keytab"
 	}
+	var unusable *keytabfile.UnusableError
+	if errors.As(err, &unusable) {
+		// Not a regular file, too large or not in MIT's format: decided as for such a cache,
+		// so that gssencmode=prefer goes on without GSS and require says why.
+		next.missing, err = err.Error(), nil
+	}
 	return next, err
 }
 
@@ -500,21 +507,27 @@ func (e errExpired) Error() string {
 	return "the ticket-granting ticket expired at " + e.at.UTC().Format(time.RFC3339)
 }
 
+// fromKeytab obtains credentials from the client keytab (keytabfile.Load: a regular file of
+// at most 16 MiB in MIT's format, else a *keytabfile.UnusableError).
 func (c *Client) fromKeytab() (*Credentials, error) {
-	kt, err := keytab.Load(c.cfg.ClientKeytab)
-	if err != nil {
-		return nil, fmt.Errorf("gss: reading the client keytab: %w", err)
-	}
 	user, realm, ok := strings.Cut(c.cfg.Principal, "@")
+	if c.cfg.Principal != "" && !ok {
+		return nil, fmt.Errorf("gss: principal %q has no realm", c.cfg.Principal)
+	}
+	kt, err := keytabfile.Load(c.cfg.ClientKeytab, user, realm)
+	if err != nil {
+		var unusable *keytabfile.UnusableError
+		if errors.As(err, &unusable) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("gss: %w", err)
+	}
 	if c.cfg.Principal == "" {
 		if len(kt.Entries) == 0 {
 			return nil, errors.New("gss: the client keytab is empty")
 		}
 		p := kt.Entries[0].Principal
-		user, realm, ok = strings.Join(p.Components, "/"), p.Realm, true
-	}
-	if !ok {
-		return nil, fmt.Errorf("gss: principal %q has no realm", c.cfg.Principal)
+		user, realm = strings.Join(p.Components, "/"), p.Realm
 	}
 	cfg, err := c.config()
 	if err != nil {
