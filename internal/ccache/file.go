@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"strings"
-	"syscall"
 
 	"github.com/jcmturner/gokrb5/v8/credentials"
+
+	"github.com/pgconnector/pgconnector/internal/localfile"
 )
 
 // fileCache is FILE:path (cc_file.c). Stamp is one stat, without an allocation.
@@ -77,103 +76,27 @@ func loadFile(path string) (*credentials.CCache, error) {
 }
 
 // readCacheFile reads the regular file at path (symbolic links followed, as MIT follows them),
-// at most limit bytes: more is an *UnusableError when prefix is false, and left unread when it
-// is true. Anything but a regular file is an *UnusableError at once: the type is checked with
-// stat before the open, and again with fstat after it, and the open is non-blocking, so that
-// a FIFO (whose open waits for a writer, and whose read for data) or a device put in the
-// file's place between the two is never waited on. A file that does not exist is an error
-// that wraps ErrNoCache.
+// at most limit bytes, with package localfile: more is an *UnusableError when prefix is false,
+// and left unread when it is true. Anything but a regular file is an *UnusableError at once,
+// never waited on (a FIFO, a device). A file that does not exist is an error that wraps
+// ErrNoCache.
 func readCacheFile(path string, limit int64, prefix bool) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err == nil {
-		err = checkRegular(path, fi, limit, prefix)
+	read := localfile.Read
+	if prefix {
+		read = localfile.ReadPrefix
 	}
-	if err != nil {
-		return nil, fileError(path, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fileError(path, err)
-	}
-	defer f.Close()
-	if fi, err = f.Stat(); err == nil {
-		err = checkRegular(path, fi, limit, prefix)
-	}
-	if err != nil {
-		return nil, fileError(path, err)
-	}
-	// The file may have grown since the fstat: read one byte over the limit to know.
-	b := make([]byte, 0, min(fi.Size(), limit)+1)
-	b, err = readAtMost(f, b, limit+1)
-	if err != nil {
-		return nil, fmt.Errorf("reading the credential cache %s: %w", path, err)
-	}
-	if int64(len(b)) > limit {
-		if !prefix {
-			return nil, tooLarge(path, limit)
-		}
-		b = b[:limit]
-	}
-	return b, nil
-}
-
-// readAtMost appends to b what r holds, up to max bytes in all.
-func readAtMost(r io.Reader, b []byte, max int64) ([]byte, error) {
-	for int64(len(b)) < max {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):min(int64(cap(b)), max)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-	return b, nil
-}
-
-func checkRegular(path string, fi fs.FileInfo, limit int64, prefix bool) error {
-	if !fi.Mode().IsRegular() {
-		return &UnusableError{Path: path, Reason: fileType(fi.Mode()) + ", not a regular file"}
-	}
-	if !prefix && fi.Size() > limit {
-		return tooLarge(path, limit)
-	}
-	return nil
-}
-
-func tooLarge(path string, limit int64) error {
-	return &UnusableError{Path: path, Reason: fmt.Sprintf("over the limit of %d MiB for a credential cache file", limit>>20)}
-}
-
-// fileError maps a stat or open error of path: not there is ErrNoCache.
-func fileError(path string, err error) error {
-	var ue *UnusableError
+	b, err := read(path, limit)
+	var nr *localfile.NotRegularError
+	var tl *localfile.TooLargeError
 	switch {
-	case errors.As(err, &ue):
-		return err
+	case err == nil:
+		return b, nil
+	case errors.As(err, &nr):
+		return nil, &UnusableError{Path: path, Reason: localfile.TypeName(nr.Mode) + ", not a regular file"}
+	case errors.As(err, &tl):
+		return nil, &UnusableError{Path: path, Reason: fmt.Sprintf("over the limit of %d MiB for a credential cache file", limit>>20)}
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w at %s", ErrNoCache, path)
+		return nil, fmt.Errorf("%w at %s", ErrNoCache, path)
 	}
-	return fmt.Errorf("reading the credential cache %s: %w", path, err)
-}
-
-// fileType names the type of a file that is not regular.
-func fileType(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "a file of type " + m.Type().String()
+	return nil, fmt.Errorf("reading the credential cache %s: %w", path, err)
 }

@@ -26,14 +26,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"math"
-	"os"
 	"strings"
-	"syscall"
 
 	"github.com/jcmturner/gokrb5/v8/keytab"
+
+	"github.com/pgconnector/pgconnector/internal/localfile"
 )
 
 // MaxSize is the largest keytab read, in bytes: 16 MiB. MIT sets no limit; a client keytab
@@ -235,75 +233,20 @@ func encodePrincipal(user, realm string, v1 bool, order byteOrder) ([]byte, bool
 	return b, true
 }
 
-// readRegular reads the regular file at path, at most MaxSize bytes. Anything but a regular
-// file is an *UnusableError at once: the type is checked with stat before the open and with
-// fstat after it, and the open is non-blocking, so that a FIFO (whose open waits for a
-// writer) or a device put in the file's place between the two is never waited on.
+// readRegular reads the regular file at path, at most MaxSize bytes, with package localfile:
+// anything but a regular file is an *UnusableError at once, never waited on (a FIFO, a device),
+// and so is a larger file.
 func readRegular(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err == nil {
-		err = checkRegular(path, fi)
-	}
-	if err != nil {
-		return nil, fileError(path, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fileError(path, err)
-	}
-	defer f.Close()
-	if fi, err = f.Stat(); err == nil {
-		err = checkRegular(path, fi)
-	}
-	if err != nil {
-		return nil, fileError(path, err)
-	}
-	// The file may have grown since the fstat: read one byte over the limit to know.
-	b, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading the client keytab %s: %w", path, err)
-	}
-	if len(b) > MaxSize {
-		return nil, tooLarge(path)
-	}
-	return b, nil
-}
-
-func checkRegular(path string, fi fs.FileInfo) error {
-	if !fi.Mode().IsRegular() {
-		return &UnusableError{Path: path, Reason: fileType(fi.Mode()) + ", not a regular file"}
-	}
-	if fi.Size() > MaxSize {
-		return tooLarge(path)
-	}
-	return nil
-}
-
-func tooLarge(path string) error {
-	return &UnusableError{Path: path, Reason: fmt.Sprintf("over the limit of %d MiB for a keytab", MaxSize>>20)}
-}
-
-func fileError(path string, err error) error {
-	var ue *UnusableError
-	if errors.As(err, &ue) {
-		return err
-	}
-	return fmt.Errorf("reading the client keytab %s: %w", path, err)
-}
-
-// fileType names the type of a file that is not regular.
-func fileType(m fs.FileMode) string {
+	b, err := localfile.Read(path, MaxSize)
+	var nr *localfile.NotRegularError
+	var tl *localfile.TooLargeError
 	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m.IsDir():
-		return "a directory"
+	case err == nil:
+		return b, nil
+	case errors.As(err, &nr):
+		return nil, &UnusableError{Path: path, Reason: localfile.TypeName(nr.Mode) + ", not a regular file"}
+	case errors.As(err, &tl):
+		return nil, &UnusableError{Path: path, Reason: fmt.Sprintf("over the limit of %d MiB for a keytab", MaxSize>>20)}
 	}
-	return "a file of type " + m.Type().String()
+	return nil, fmt.Errorf("reading the client keytab %s: %w", path, err)
 }
