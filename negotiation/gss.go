@@ -22,7 +22,8 @@ type GSSClient interface {
 	// ends. An error that wraps context.DeadlineExceeded, context.Canceled or
 	// os.ErrDeadlineExceeded (or any error once ctx has ended) is a check that did not finish:
 	// the host fails with it at the step "GSS credentials", whatever gssencmode; any other
-	// error counts as no credentials (libpq: gss_acquire_cred failed).
+	// error counts as no credentials (libpq: gss_acquire_cred failed), its reason the
+	// returned Missing if set, else the error's text (it must name no secret).
 	Credentials(ctx context.Context) (GSSCredentials, error)
 	// ServiceTicket obtains a ticket for the server's service principal (krbsrvname@host, host
 	// as written in the connection string, or krbspn) and returns a session ready to establish
@@ -114,7 +115,8 @@ const stepGSSCredentials = "GSS credentials"
 // (fe-gssapi-common.c, pg_GSS_have_cred_cache; cc_kcm.c sets no timeout); like libpq at
 // connect_timeout's end, the connect goes on with the next host unless the caller's ctx ended.
 // Any other error of the check counts as no credentials, as libpq takes a failed
-// gss_acquire_cred.
+// gss_acquire_cred; the returned GSSCredentials keeps the reason in Missing (the client's, else
+// the error's text), which gssencmode=require's error ends with.
 func (n *Negotiator) credentials(ctx context.Context, b *budget, h *Host) (GSSCredentials, *HostError) {
 	if n.cfg.GSS == nil || n.cfg.GSSEncMode == GSSEncModeDisable || h.UnixSocket() {
 		return GSSCredentials{}, nil
@@ -127,7 +129,13 @@ func (n *Negotiator) credentials(ctx context.Context, b *budget, h *Host) (GSSCr
 	}
 	creds, err := n.cfg.GSS.Credentials(bctx)
 	if err != nil {
-		creds = GSSCredentials{}
+		// No credentials, but the reason stays: gssencmode=require's error gives it (a
+		// krb5.conf that could not be read, naming the file and line).
+		missing := creds.Missing
+		if missing == "" {
+			missing = err.Error()
+		}
+		creds = GSSCredentials{Missing: missing}
 	}
 	if n.trace.GSSCredentialsDone != nil {
 		n.trace.GSSCredentialsDone(cctx, GSSCredentialsInfo{Valid: creds.Valid, Reused: creds.Reused, Source: creds.Source, Err: err})

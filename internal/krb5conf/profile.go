@@ -15,7 +15,10 @@
 //     is always an error: see [ErrModule];
 //   - a name that is neither a regular file nor a directory (a FIFO, a socket, a
 //     device), listed or included, is an error and is never opened: MIT opens
-//     it with fopen, and a FIFO without a writer blocks the program for good;
+//     it with fopen, and a FIFO without a writer blocks the program for good.
+//     The null device (/dev/null: on Linux the character device 1,3) is the
+//     exception: it reads as an empty file, as in MIT, since reading it never
+//     waits ("KRB5_CONFIG=/dev/null" is the usual way to say "no krb5.conf");
 //   - one load reads at most [MaxFiles] files and [MaxBytes] bytes in all, and
 //     an includedir directory may hold at most [MaxDirEntries] names: MIT reads
 //     whatever it is given, and a file included several times (files that each
@@ -240,7 +243,8 @@ func Load(paths []string) (*Profile, error) { return LoadContext(context.Backgro
 //   - any other error (syntax, a missing include, a module line) fails the
 //     whole load with a *ParseError naming the file and line;
 //   - a FIFO, socket or device, listed or included, fails the load with
-//     [ErrNotRegular] (it is never opened, so reading never waits on it); going
+//     [ErrNotRegular] (it is never opened, so reading never waits on it), except
+//     the null device (/dev/null), which is read as an empty file; going
 //     past [MaxFiles], [MaxBytes] or [MaxDirEntries] fails it with
 //     [ErrTooManyFiles], [ErrTooLarge] or [ErrTooManyEntries], naming the file.
 //
@@ -406,13 +410,13 @@ func (l *loader) read(name, path string) (fs.FileInfo, []byte, error) {
 	return st, data, nil
 }
 
-// check refuses what read must not read: a file that is not regular, one past
-// the budget's files or bytes.
+// check refuses what read must not read: a file that is neither regular nor
+// the null device (isDevNull), one past the budget's files or bytes.
 func (l *loader) check(name string, st fs.FileInfo) error {
 	switch {
 	case st.IsDir():
 		return nil
-	case !st.Mode().IsRegular():
+	case !st.Mode().IsRegular() && !isDevNull(st):
 		return fmt.Errorf("%s: %w: it is %s", name, ErrNotRegular, typeName(st.Mode()))
 	case l.budget.files <= 0:
 		return fmt.Errorf("%w: %s", ErrTooManyFiles, name)

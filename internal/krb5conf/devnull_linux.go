@@ -1,0 +1,3 @@
+package krb5conf
+
+const isLinux = true

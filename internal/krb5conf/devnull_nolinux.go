@@ -1,0 +1,5 @@
+//go:build !linux
+
+package krb5conf
+
+const isLinux = false
