@@ -4,10 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
-	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,89 +30,15 @@ const (
 	fakeCodeFCCInternal   = -1765328188 // KRB5_FCC_INTERNAL: operation not supported (Heimdal)
 )
 
-// fakeKCMDaemon serves KCM on a private Unix socket. answer returns the reply to a request
-// and how long to wait before sending it; a negative wait never answers.
-type fakeKCMDaemon struct {
-	krb5Conf string
-	answer   func(op uint16) (reply []byte, wait time.Duration)
-}
-
-func startFakeKCMDaemon(t *testing.T, answer func(op uint16) ([]byte, time.Duration)) *fakeKCMDaemon {
+// startFakeKCMDaemon starts a harness.FakeKCM (its Krb5Conf names its socket). answer returns
+// the reply to a request and how long to wait before sending it; a negative wait never answers.
+func startFakeKCMDaemon(t *testing.T, answer func(op uint16) ([]byte, time.Duration)) *harness.FakeKCM {
 	t.Helper()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "kcm.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &fakeKCMDaemon{krb5Conf: filepath.Join(dir, "krb5.conf"), answer: answer}
-	conf := "[libdefaults]\n    default_realm = FAKE.TEST\n    kcm_socket = " + sock + "\n"
-	if err := os.WriteFile(d.krb5Conf, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		close(stop)
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-			wg.Go(func() { d.serve(conn, stop) })
-		}
-	})
-	return d
-}
-
-func (d *fakeKCMDaemon) serve(conn net.Conn, stop <-chan struct{}) {
-	defer conn.Close()
-	for {
-		var hdr [4]byte
-		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-			return
-		}
-		req := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-		if _, err := io.ReadFull(conn, req); err != nil || len(req) < 4 {
-			return
-		}
-		reply, wait := d.answer(binary.BigEndian.Uint16(req[2:]))
-		if wait < 0 {
-			<-stop
-			return
-		}
-		select {
-		case <-time.After(wait):
-		case <-stop:
-			return
-		}
-		if _, err := conn.Write(reply); err != nil {
-			return
-		}
-	}
+	return harness.FakeKCMT(t, func(op uint16, _ []byte) ([]byte, time.Duration) { return answer(op) })
 }
 
 // kcmAnswer is a KCM reply: u32 length, u32 outer code 0, u32 op status, result.
-func kcmAnswer(status int32, result []byte) []byte {
-	b := binary.BigEndian.AppendUint32(nil, uint32(4+len(result)))
-	b = binary.BigEndian.AppendUint32(b, 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(status))
-	return append(b, result...)
-}
+func kcmAnswer(status int32, result []byte) []byte { return harness.KCMReply(status, result) }
 
 // v4Data is a ccmarshal.c data field: u32 length, bytes.
 func v4Data(b, d []byte) []byte {
@@ -209,12 +131,12 @@ func checkCredentialsStep(t *testing.T, what string, err error, took, deadline t
 
 // psqlRun runs psql with conninfo against the fake daemon, for 4 s at most: its error (nil:
 // connected) and how long it took.
-func psqlRun(t *testing.T, d *fakeKCMDaemon, conninfo string) (time.Duration, error) {
+func psqlRun(t *testing.T, d *harness.FakeKCM, conninfo string) (time.Duration, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := harness.Psql(ctx, []string{"KRB5_CONFIG=" + d.krb5Conf, "KRB5CCNAME=KCM:"}, conninfo, "select 1")
+	_, err := harness.Psql(ctx, []string{"KRB5_CONFIG=" + d.Krb5Conf, "KRB5CCNAME=KCM:"}, conninfo, "select 1")
 	return time.Since(start), err
 }
 
@@ -260,7 +182,7 @@ func TestKCMDaemonConnectBounded(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := startFakeKCMDaemon(t, tt.answer)
-			kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.krb5Conf, CCache: "KCM:"})
+			kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.Krb5Conf, CCache: "KCM:"})
 			dsn := srv.DSN("host=127.0.0.1", "sslmode=disable", "gssencmode=prefer", "connect_timeout=1")
 			t.Run("connect_timeout=1", func(t *testing.T) {
 				c := newConnector(t, dsn, kerberos)
@@ -309,7 +231,7 @@ func TestKCMDaemonConcurrentConnects(t *testing.T) {
 		}
 		return stamp(op)
 	})
-	kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.krb5Conf, CCache: "KCM:"})
+	kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.Krb5Conf, CCache: "KCM:"})
 	c := newConnector(t, srv.DSN("host=127.0.0.1", "sslmode=disable", "connect_timeout=1"), kerberos)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second) // a safety net

@@ -87,7 +87,7 @@ func TestKCMFakeSlowDaemonOneDeadline(t *testing.T) {
 	if took > KCMTimeout+time.Second {
 		t.Errorf("Load returned after %v with KCMTimeout %v: a deadline per request", took.Round(time.Millisecond), KCMTimeout)
 	}
-	if ops, _ := f.seen(); len(ops) >= 24 {
+	if ops := f.Ops(); len(ops) >= 24 {
 		t.Errorf("%d requests: the whole cache was read", len(ops))
 	}
 	slow.Store(false)
@@ -153,7 +153,7 @@ func TestKCMFakeTooManyCredentials(t *testing.T) {
 			if !errors.Is(err, errTooLarge) || !strings.Contains(err.Error(), "credentials, over the limit of 65536") {
 				t.Errorf("Load: %v, want the bound on credentials", err)
 			}
-			if ops, _ := f.seen(); slices.Contains(ops, kcmOpGetCredByUUID) {
+			if ops := f.Ops(); slices.Contains(ops, kcmOpGetCredByUUID) {
 				t.Errorf("requests %v: credentials read after the count", ops)
 			}
 		})
