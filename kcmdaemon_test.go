@@ -129,6 +129,18 @@ func checkCredentialsStep(t *testing.T, what string, err error, took, deadline t
 	}
 }
 
+// connectTimed connects with c and closes the connection if one is made: how long the connect
+// took, and its error.
+func connectTimed(ctx context.Context, c *pgconnector.Connector) (time.Duration, error) {
+	start := time.Now()
+	conn, err := c.Connect(ctx)
+	took := time.Since(start)
+	if conn != nil {
+		conn.Close()
+	}
+	return took, err
+}
+
 // psqlRun runs psql with conninfo against the fake daemon, for 4 s at most: its error (nil:
 // connected) and how long it took.
 func psqlRun(t *testing.T, d *harness.FakeKCM, conninfo string) (time.Duration, error) {
@@ -184,32 +196,23 @@ func TestKCMDaemonConnectBounded(t *testing.T) {
 			d := startFakeKCMDaemon(t, tt.answer)
 			kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.Krb5Conf, CCache: "KCM:"})
 			dsn := srv.DSN("host=127.0.0.1", "sslmode=disable", "gssencmode=prefer", "connect_timeout=1")
-			t.Run("connect_timeout=1", func(t *testing.T) {
-				c := newConnector(t, dsn, kerberos)
-				defer c.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second) // a safety net
-				defer cancel()
-				start := time.Now()
-				conn, err := c.Connect(ctx)
-				took := time.Since(start)
-				if conn != nil {
-					conn.Close()
-				}
-				checkCredentialsStep(t, "connect_timeout=1", err, took, time.Second, "timeout expired (connect_timeout 1s)")
-			})
-			t.Run("context deadline", func(t *testing.T) {
-				c := newConnector(t, strings.ReplaceAll(dsn, "connect_timeout=1", "connect_timeout=0"), kerberos)
-				defer c.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				start := time.Now()
-				conn, err := c.Connect(ctx)
-				took := time.Since(start)
-				if conn != nil {
-					conn.Close()
-				}
-				checkCredentialsStep(t, "1s context", err, took, time.Second, "context deadline exceeded")
-			})
+			for _, b := range []struct {
+				name, what, dsn string
+				ctx             time.Duration
+				want            string
+			}{
+				{"connect_timeout=1", "connect_timeout=1", dsn, 8 * time.Second /* a safety net */, "timeout expired (connect_timeout 1s)"},
+				{"context deadline", "1s context", strings.ReplaceAll(dsn, "connect_timeout=1", "connect_timeout=0"), time.Second, "context deadline exceeded"},
+			} {
+				t.Run(b.name, func(t *testing.T) {
+					c := newConnector(t, b.dsn, kerberos)
+					defer c.Close()
+					ctx, cancel := context.WithTimeout(context.Background(), b.ctx)
+					defer cancel()
+					took, err := connectTimed(ctx, c)
+					checkCredentialsStep(t, b.what, err, took, time.Second, b.want)
+				})
+			}
 			if tt.psql != nil {
 				t.Run("psql", func(t *testing.T) {
 					took, err := psqlRun(t, d, dsn)
@@ -240,12 +243,7 @@ func TestKCMDaemonConcurrentConnects(t *testing.T) {
 	for i := range 2 {
 		wg.Go(func() {
 			time.Sleep(time.Duration(i) * 300 * time.Millisecond) // the second comes while the first reads
-			start := time.Now()
-			conn, err := c.Connect(ctx)
-			took := time.Since(start)
-			if conn != nil {
-				conn.Close()
-			}
+			took, err := connectTimed(ctx, c)
 			checkCredentialsStep(t, "connect "+strconv.Itoa(i+1), err, took, time.Second, "timeout expired (connect_timeout 1s)")
 		})
 	}
