@@ -40,46 +40,30 @@ func startFakeKCMDaemon(t *testing.T, answer func(op uint16) ([]byte, time.Durat
 // kcmAnswer is a KCM reply: u32 length, u32 outer code 0, u32 op status, result.
 func kcmAnswer(status int32, result []byte) []byte { return harness.KCMReply(status, result) }
 
-// v4Data is a ccmarshal.c data field: u32 length, bytes.
-func v4Data(b, d []byte) []byte {
-	return append(binary.BigEndian.AppendUint32(b, uint32(len(d))), d...)
-}
-
-// v4Principal is a version 4 principal record (ccmarshal.c, k5_marshal_princ).
-func v4Principal(realm string, comps ...string) []byte {
-	b := binary.BigEndian.AppendUint32(nil, 1)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(comps)))
-	b = v4Data(b, []byte(realm))
-	for _, c := range comps {
-		b = v4Data(b, []byte(c))
-	}
-	return b
-}
-
 // v4Credential is a version 4 credential record (k5_marshal_cred) valid until end.
 func v4Credential(client, server []byte, end time.Time) []byte {
 	b := append(append([]byte{}, client...), server...)
 	b = binary.BigEndian.AppendUint16(b, 18) // aes256-cts-hmac-sha1-96
-	b = v4Data(b, make([]byte, 32))
+	b = harness.KCMData(b, make([]byte, 32))
 	for _, ts := range []int64{end.Add(-time.Hour).Unix(), end.Add(-time.Hour).Unix(), end.Unix(), end.Unix()} {
 		b = binary.BigEndian.AppendUint32(b, uint32(ts))
 	}
-	b = append(b, 0)                           // is_skey
-	b = binary.BigEndian.AppendUint32(b, 0)    // flags
-	b = binary.BigEndian.AppendUint32(b, 0)    // addresses
-	b = binary.BigEndian.AppendUint32(b, 0)    // authdata
-	b = v4Data(b, []byte("not a real ticket")) // ticket
-	return v4Data(b, nil)                      // second ticket
+	b = append(b, 0)                                    // is_skey
+	b = binary.BigEndian.AppendUint32(b, 0)             // flags
+	b = binary.BigEndian.AppendUint32(b, 0)             // addresses
+	b = binary.BigEndian.AppendUint32(b, 0)             // authdata
+	b = harness.KCMData(b, []byte("not a real ticket")) // ticket
+	return harness.KCMData(b, nil)                      // second ticket
 }
 
 // slowKCM answers like a daemon with one cache "7" holding a ticket-granting ticket and
 // services-1 service tickets, reachable only by UUID (as Heimdal's kcm), each answer after
 // wait.
 func slowKCM(services int, wait time.Duration) func(op uint16) ([]byte, time.Duration) {
-	client := v4Principal("FAKE.TEST", "carol")
+	client := harness.KCMPrincipal("FAKE.TEST", "carol")
 	end := time.Now().Add(10 * time.Hour)
-	tgt := kcmAnswer(0, v4Credential(client, v4Principal("FAKE.TEST", "krbtgt", "FAKE.TEST"), end))
-	svc := kcmAnswer(0, v4Credential(client, v4Principal("FAKE.TEST", "postgres", "db"), end))
+	tgt := kcmAnswer(0, v4Credential(client, harness.KCMPrincipal("FAKE.TEST", "krbtgt", "FAKE.TEST"), end))
+	svc := kcmAnswer(0, v4Credential(client, harness.KCMPrincipal("FAKE.TEST", "postgres", "db"), end))
 	uuids := make([]byte, 16*services)
 	for i := range services {
 		uuids[16*i] = byte(i + 1)

@@ -414,27 +414,11 @@ func kcmOuter(code int32) []byte {
 	return binary.BigEndian.AppendUint32(b, uint32(code))
 }
 
-func appendData(b, d []byte) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(d)))
-	return append(b, d...)
-}
-
-// princRecord is a version 4 principal record: NT-PRINCIPAL, realm, components.
-func princRecord(realm string, comps ...string) []byte {
-	b := binary.BigEndian.AppendUint32(nil, 1)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(comps)))
-	b = appendData(b, []byte(realm))
-	for _, c := range comps {
-		b = appendData(b, []byte(c))
-	}
-	return b
-}
-
 // credRecord is a version 4 credential record with an aes256 key and a dummy ticket.
 func credRecord(client, server []byte, end time.Time) []byte {
 	b := slices.Concat(client, server)
 	b = binary.BigEndian.AppendUint16(b, 18)
-	b = appendData(b, make([]byte, 32))
+	b = harness.KCMData(b, make([]byte, 32))
 	now := uint32(end.Add(-time.Hour).Unix())
 	for _, t := range []uint32{now, now, uint32(end.Unix()), 0} {
 		b = binary.BigEndian.AppendUint32(b, t)
@@ -443,18 +427,18 @@ func credRecord(client, server []byte, end time.Time) []byte {
 	b = binary.BigEndian.AppendUint32(b, 0x40e00000)
 	b = binary.BigEndian.AppendUint32(b, 0) // addresses
 	b = binary.BigEndian.AppendUint32(b, 0) // authdata
-	b = appendData(b, []byte("ticket"))
-	return appendData(b, nil)
+	b = harness.KCMData(b, []byte("ticket"))
+	return harness.KCMData(b, nil)
 }
 
 const fakeRealm = "FAKE.TEST"
 
 var (
-	fakeClient = princRecord(fakeRealm, "carol")
+	fakeClient = harness.KCMPrincipal(fakeRealm, "carol")
 	fakeEnd    = time.Unix(2000000000, 0)
 	fakeCreds  = [][]byte{
-		credRecord(fakeClient, princRecord(fakeRealm, "krbtgt", fakeRealm), fakeEnd),
-		credRecord(fakeClient, princRecord(fakeRealm, "postgres", "db"), fakeEnd),
+		credRecord(fakeClient, harness.KCMPrincipal(fakeRealm, "krbtgt", fakeRealm), fakeEnd),
+		credRecord(fakeClient, harness.KCMPrincipal(fakeRealm, "postgres", "db"), fakeEnd),
 	}
 	fakeUUIDs = slices.Concat(slices.Repeat([]byte{1}, 16), slices.Repeat([]byte{2}, 16), slices.Repeat([]byte{3}, 16))
 )
@@ -462,7 +446,7 @@ var (
 func credListResult(creds [][]byte) []byte {
 	b := binary.BigEndian.AppendUint32(nil, uint32(len(creds)))
 	for _, c := range creds {
-		b = appendData(b, c)
+		b = harness.KCMData(b, c)
 	}
 	return b
 }
@@ -611,9 +595,9 @@ func TestKCMFakeNoCache(t *testing.T) {
 // Replies that are cut short, too long, or malformed give errors, never a panic; the
 // connection is dropped after a reply that leaves it out of step.
 func TestKCMFakeMalformed(t *testing.T) {
-	hugeCount := slices.Concat(fakeClient, princRecord(fakeRealm, "x"))
+	hugeCount := slices.Concat(fakeClient, harness.KCMPrincipal(fakeRealm, "x"))
 	hugeCount = binary.BigEndian.AppendUint16(hugeCount, 18)
-	hugeCount = appendData(hugeCount, nil)
+	hugeCount = harness.KCMData(hugeCount, nil)
 	hugeCount = append(hugeCount, make([]byte, 21)...)
 	hugeCount = binary.BigEndian.AppendUint32(hugeCount, 0x7fffffff) // addresses
 	for _, tt := range []struct {

@@ -23,18 +23,9 @@ import (
 // delay(op) (negative: never).
 func startKCMFake(t *testing.T, delay func(op uint16) time.Duration) *harness.FakeKCM {
 	t.Helper()
-	data := func(b, d []byte) []byte { return append(binary.BigEndian.AppendUint32(b, uint32(len(d))), d...) }
-	princ := func(comps ...string) []byte {
-		b := binary.BigEndian.AppendUint32(nil, 1)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(comps)))
-		b = data(b, []byte("FAKE.TEST"))
-		for _, c := range comps {
-			b = data(b, []byte(c))
-		}
-		return b
-	}
-	client := princ("carol")
-	cred := append(append([]byte{}, client...), princ("krbtgt", "FAKE.TEST")...)
+	data := harness.KCMData
+	client := harness.KCMPrincipal("FAKE.TEST", "carol")
+	cred := append(append([]byte{}, client...), harness.KCMPrincipal("FAKE.TEST", "krbtgt", "FAKE.TEST")...)
 	cred = binary.BigEndian.AppendUint16(cred, 18)
 	cred = data(cred, make([]byte, 32))
 	end := time.Now().Add(10 * time.Hour)

@@ -164,3 +164,21 @@ func KCMReply(status int32, result []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(status))
 	return append(b, result...)
 }
+
+// KCMData appends a data field of a version 4 ccache record (MIT ccmarshal.c, put_data): u32
+// big-endian length, then d.
+func KCMData(b, d []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(b, uint32(len(d))), d...)
+}
+
+// KCMPrincipal is a version 4 principal record as KCM replies carry it (MIT ccmarshal.c,
+// k5_marshal_princ): name type 1 (NT-PRINCIPAL), u32 component count, realm, components.
+func KCMPrincipal(realm string, comps ...string) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 1)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(comps)))
+	b = KCMData(b, []byte(realm))
+	for _, c := range comps {
+		b = KCMData(b, []byte(c))
+	}
+	return b
+}
