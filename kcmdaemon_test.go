@@ -4,10 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
-	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,130 +30,40 @@ const (
 	fakeCodeFCCInternal   = -1765328188 // KRB5_FCC_INTERNAL: operation not supported (Heimdal)
 )
 
-// fakeKCMDaemon serves KCM on a private Unix socket. answer returns the reply to a request
-// and how long to wait before sending it; a negative wait never answers.
-type fakeKCMDaemon struct {
-	krb5Conf string
-	answer   func(op uint16) (reply []byte, wait time.Duration)
-}
-
-func startFakeKCMDaemon(t *testing.T, answer func(op uint16) ([]byte, time.Duration)) *fakeKCMDaemon {
+// startFakeKCMDaemon starts a harness.FakeKCM (its Krb5Conf names its socket). answer returns
+// the reply to a request and how long to wait before sending it; a negative wait never answers.
+func startFakeKCMDaemon(t *testing.T, answer func(op uint16) ([]byte, time.Duration)) *harness.FakeKCM {
 	t.Helper()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "kcm.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &fakeKCMDaemon{krb5Conf: filepath.Join(dir, "krb5.conf"), answer: answer}
-	conf := "[libdefaults]\n    default_realm = FAKE.TEST\n    kcm_socket = " + sock + "\n"
-	if err := os.WriteFile(d.krb5Conf, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		close(stop)
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-			wg.Go(func() { d.serve(conn, stop) })
-		}
-	})
-	return d
-}
-
-func (d *fakeKCMDaemon) serve(conn net.Conn, stop <-chan struct{}) {
-	defer conn.Close()
-	for {
-		var hdr [4]byte
-		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-			return
-		}
-		req := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-		if _, err := io.ReadFull(conn, req); err != nil || len(req) < 4 {
-			return
-		}
-		reply, wait := d.answer(binary.BigEndian.Uint16(req[2:]))
-		if wait < 0 {
-			<-stop
-			return
-		}
-		select {
-		case <-time.After(wait):
-		case <-stop:
-			return
-		}
-		if _, err := conn.Write(reply); err != nil {
-			return
-		}
-	}
+	return harness.FakeKCMT(t, func(op uint16, _ []byte) ([]byte, time.Duration) { return answer(op) })
 }
 
 // kcmAnswer is a KCM reply: u32 length, u32 outer code 0, u32 op status, result.
-func kcmAnswer(status int32, result []byte) []byte {
-	b := binary.BigEndian.AppendUint32(nil, uint32(4+len(result)))
-	b = binary.BigEndian.AppendUint32(b, 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(status))
-	return append(b, result...)
-}
-
-// v4Data is a ccmarshal.c data field: u32 length, bytes.
-func v4Data(b, d []byte) []byte {
-	return append(binary.BigEndian.AppendUint32(b, uint32(len(d))), d...)
-}
-
-// v4Principal is a version 4 principal record (ccmarshal.c, k5_marshal_princ).
-func v4Principal(realm string, comps ...string) []byte {
-	b := binary.BigEndian.AppendUint32(nil, 1)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(comps)))
-	b = v4Data(b, []byte(realm))
-	for _, c := range comps {
-		b = v4Data(b, []byte(c))
-	}
-	return b
-}
+func kcmAnswer(status int32, result []byte) []byte { return harness.KCMReply(status, result) }
 
 // v4Credential is a version 4 credential record (k5_marshal_cred) valid until end.
 func v4Credential(client, server []byte, end time.Time) []byte {
 	b := append(append([]byte{}, client...), server...)
 	b = binary.BigEndian.AppendUint16(b, 18) // aes256-cts-hmac-sha1-96
-	b = v4Data(b, make([]byte, 32))
+	b = harness.KCMData(b, make([]byte, 32))
 	for _, ts := range []int64{end.Add(-time.Hour).Unix(), end.Add(-time.Hour).Unix(), end.Unix(), end.Unix()} {
 		b = binary.BigEndian.AppendUint32(b, uint32(ts))
 	}
-	b = append(b, 0)                           // is_skey
-	b = binary.BigEndian.AppendUint32(b, 0)    // flags
-	b = binary.BigEndian.AppendUint32(b, 0)    // addresses
-	b = binary.BigEndian.AppendUint32(b, 0)    // authdata
-	b = v4Data(b, []byte("not a real ticket")) // ticket
-	return v4Data(b, nil)                      // second ticket
+	b = append(b, 0)                                    // is_skey
+	b = binary.BigEndian.AppendUint32(b, 0)             // flags
+	b = binary.BigEndian.AppendUint32(b, 0)             // addresses
+	b = binary.BigEndian.AppendUint32(b, 0)             // authdata
+	b = harness.KCMData(b, []byte("not a real ticket")) // ticket
+	return harness.KCMData(b, nil)                      // second ticket
 }
 
 // slowKCM answers like a daemon with one cache "7" holding a ticket-granting ticket and
 // services-1 service tickets, reachable only by UUID (as Heimdal's kcm), each answer after
 // wait.
 func slowKCM(services int, wait time.Duration) func(op uint16) ([]byte, time.Duration) {
-	client := v4Principal("FAKE.TEST", "carol")
+	client := harness.KCMPrincipal("FAKE.TEST", "carol")
 	end := time.Now().Add(10 * time.Hour)
-	tgt := kcmAnswer(0, v4Credential(client, v4Principal("FAKE.TEST", "krbtgt", "FAKE.TEST"), end))
-	svc := kcmAnswer(0, v4Credential(client, v4Principal("FAKE.TEST", "postgres", "db"), end))
+	tgt := kcmAnswer(0, v4Credential(client, harness.KCMPrincipal("FAKE.TEST", "krbtgt", "FAKE.TEST"), end))
+	svc := kcmAnswer(0, v4Credential(client, harness.KCMPrincipal("FAKE.TEST", "postgres", "db"), end))
 	uuids := make([]byte, 16*services)
 	for i := range services {
 		uuids[16*i] = byte(i + 1)
@@ -207,14 +113,26 @@ func checkCredentialsStep(t *testing.T, what string, err error, took, deadline t
 	}
 }
 
+// connectTimed connects with c and closes the connection if one is made: how long the connect
+// took, and its error.
+func connectTimed(ctx context.Context, c *pgconnector.Connector) (time.Duration, error) {
+	start := time.Now()
+	conn, err := c.Connect(ctx)
+	took := time.Since(start)
+	if conn != nil {
+		conn.Close()
+	}
+	return took, err
+}
+
 // psqlRun runs psql with conninfo against the fake daemon, for 4 s at most: its error (nil:
 // connected) and how long it took.
-func psqlRun(t *testing.T, d *fakeKCMDaemon, conninfo string) (time.Duration, error) {
+func psqlRun(t *testing.T, d *harness.FakeKCM, conninfo string) (time.Duration, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := harness.Psql(ctx, []string{"KRB5_CONFIG=" + d.krb5Conf, "KRB5CCNAME=KCM:"}, conninfo, "select 1")
+	_, err := harness.Psql(ctx, []string{"KRB5_CONFIG=" + d.Krb5Conf, "KRB5CCNAME=KCM:"}, conninfo, "select 1")
 	return time.Since(start), err
 }
 
@@ -260,34 +178,25 @@ func TestKCMDaemonConnectBounded(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := startFakeKCMDaemon(t, tt.answer)
-			kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.krb5Conf, CCache: "KCM:"})
+			kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.Krb5Conf, CCache: "KCM:"})
 			dsn := srv.DSN("host=127.0.0.1", "sslmode=disable", "gssencmode=prefer", "connect_timeout=1")
-			t.Run("connect_timeout=1", func(t *testing.T) {
-				c := newConnector(t, dsn, kerberos)
-				defer c.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second) // a safety net
-				defer cancel()
-				start := time.Now()
-				conn, err := c.Connect(ctx)
-				took := time.Since(start)
-				if conn != nil {
-					conn.Close()
-				}
-				checkCredentialsStep(t, "connect_timeout=1", err, took, time.Second, "timeout expired (connect_timeout 1s)")
-			})
-			t.Run("context deadline", func(t *testing.T) {
-				c := newConnector(t, strings.ReplaceAll(dsn, "connect_timeout=1", "connect_timeout=0"), kerberos)
-				defer c.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				start := time.Now()
-				conn, err := c.Connect(ctx)
-				took := time.Since(start)
-				if conn != nil {
-					conn.Close()
-				}
-				checkCredentialsStep(t, "1s context", err, took, time.Second, "context deadline exceeded")
-			})
+			for _, b := range []struct {
+				name, what, dsn string
+				ctx             time.Duration
+				want            string
+			}{
+				{"connect_timeout=1", "connect_timeout=1", dsn, 8 * time.Second /* a safety net */, "timeout expired (connect_timeout 1s)"},
+				{"context deadline", "1s context", strings.ReplaceAll(dsn, "connect_timeout=1", "connect_timeout=0"), time.Second, "context deadline exceeded"},
+			} {
+				t.Run(b.name, func(t *testing.T) {
+					c := newConnector(t, b.dsn, kerberos)
+					defer c.Close()
+					ctx, cancel := context.WithTimeout(context.Background(), b.ctx)
+					defer cancel()
+					took, err := connectTimed(ctx, c)
+					checkCredentialsStep(t, b.what, err, took, time.Second, b.want)
+				})
+			}
 			if tt.psql != nil {
 				t.Run("psql", func(t *testing.T) {
 					took, err := psqlRun(t, d, dsn)
@@ -309,7 +218,7 @@ func TestKCMDaemonConcurrentConnects(t *testing.T) {
 		}
 		return stamp(op)
 	})
-	kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.krb5Conf, CCache: "KCM:"})
+	kerberos := pgconnector.WithKerberos(pgconnector.Kerberos{Krb5Conf: d.Krb5Conf, CCache: "KCM:"})
 	c := newConnector(t, srv.DSN("host=127.0.0.1", "sslmode=disable", "connect_timeout=1"), kerberos)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second) // a safety net
@@ -318,12 +227,7 @@ func TestKCMDaemonConcurrentConnects(t *testing.T) {
 	for i := range 2 {
 		wg.Go(func() {
 			time.Sleep(time.Duration(i) * 300 * time.Millisecond) // the second comes while the first reads
-			start := time.Now()
-			conn, err := c.Connect(ctx)
-			took := time.Since(start)
-			if conn != nil {
-				conn.Close()
-			}
+			took, err := connectTimed(ctx, c)
 			checkCredentialsStep(t, "connect "+strconv.Itoa(i+1), err, took, time.Second, "timeout expired (connect_timeout 1s)")
 		})
 	}

@@ -6,13 +6,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,7 +191,7 @@ func FuzzKCMReply(f *testing.F) {
 	f.Add(huge[16:48], credListResult([][]byte{huge[48:]}))
 	type replies struct{ principal, list []byte }
 	var cur atomic.Pointer[replies]
-	kcm := &fakeKCM{path: filepath.Join(f.TempDir(), "kcm.sock"), handle: func(op uint16, args []byte) []byte {
+	kcm := startFakeKCM(f, func(op uint16, args []byte) []byte {
 		r := cur.Load()
 		switch op {
 		case kcmOpGetDefaultCache:
@@ -204,23 +202,8 @@ func FuzzKCMReply(f *testing.F) {
 			return kcmReply(r.list)
 		}
 		return kcmStatus(codeFCCInternal, nil)
-	}}
-	ln, err := net.Listen("unix", kcm.path)
-	if err != nil {
-		f.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	f.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { kcm.serve(conn) })
-		}
 	})
-	c, err := Resolve("KCM:", Options{KCMSocket: kcm.path})
+	c, err := Resolve("KCM:", Options{KCMSocket: kcm.Socket})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -237,7 +220,7 @@ func FuzzKCMReply(f *testing.F) {
 		if used := allocatedBy(func() { _, err = c.Load(ctx) }); used > bound {
 			t.Fatalf("Load of replies of %d bytes allocated %d bytes, over %d", size, used, bound)
 		}
-		if err != nil && !strings.Contains(err.Error(), kcm.path) {
+		if err != nil && !strings.Contains(err.Error(), kcm.Socket) {
 			t.Fatalf("Load: %v does not name the socket", err)
 		}
 	})

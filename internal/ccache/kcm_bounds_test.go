@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
 // A KCM daemon is untrusted input: these fakes misbehave as the real Heimdal kcm will not on
@@ -20,7 +22,7 @@ import (
 func credWithTicket(server []byte, n int) []byte {
 	b := slices.Concat(fakeClient, server)
 	b = binary.BigEndian.AppendUint16(b, 18)
-	b = appendData(b, make([]byte, 32))
+	b = harness.KCMData(b, make([]byte, 32))
 	for _, ts := range []uint32{1, 1, uint32(fakeEnd.Unix()), 0} {
 		b = binary.BigEndian.AppendUint32(b, ts)
 	}
@@ -28,8 +30,8 @@ func credWithTicket(server []byte, n int) []byte {
 	b = binary.BigEndian.AppendUint32(b, 0)
 	b = binary.BigEndian.AppendUint32(b, 0) // addresses
 	b = binary.BigEndian.AppendUint32(b, 0) // authdata
-	b = appendData(b, make([]byte, n))
-	return appendData(b, nil)
+	b = harness.KCMData(b, make([]byte, n))
+	return harness.KCMData(b, nil)
 }
 
 // uuidDaemon answers like Heimdal's kcm (no GET_CRED_LIST) for one cache "7" of n credentials,
@@ -66,7 +68,7 @@ func TestKCMFakeSlowDaemonOneDeadline(t *testing.T) {
 	old := KCMTimeout
 	KCMTimeout = time.Second
 	t.Cleanup(func() { KCMTimeout = old })
-	tgt := credRecord(fakeClient, princRecord(fakeRealm, "krbtgt", fakeRealm), fakeEnd)
+	tgt := credRecord(fakeClient, harness.KCMPrincipal(fakeRealm, "krbtgt", fakeRealm), fakeEnd)
 	var slow atomic.Bool
 	slow.Store(true)
 	fast, late := uuidDaemon(20, tgt, 0), uuidDaemon(20, tgt, 300*time.Millisecond)
@@ -87,7 +89,7 @@ func TestKCMFakeSlowDaemonOneDeadline(t *testing.T) {
 	if took > KCMTimeout+time.Second {
 		t.Errorf("Load returned after %v with KCMTimeout %v: a deadline per request", took.Round(time.Millisecond), KCMTimeout)
 	}
-	if ops, _ := f.seen(); len(ops) >= 24 {
+	if ops := f.Ops(); len(ops) >= 24 {
 		t.Errorf("%d requests: the whole cache was read", len(ops))
 	}
 	slow.Store(false)
@@ -102,7 +104,7 @@ func TestKCMFakeSlowDaemonOneDeadline(t *testing.T) {
 // (64 credentials of 1 MiB here; before the bound every reply was kept, then copied again).
 func TestKCMFakeLargeCredentialsBounded(t *testing.T) {
 	const n, size = 64, 1 << 20
-	big := credWithTicket(princRecord(fakeRealm, "krbtgt", fakeRealm), size)
+	big := credWithTicket(harness.KCMPrincipal(fakeRealm, "krbtgt", fakeRealm), size)
 	f := startFakeKCM(t, uuidDaemon(n, big, 0))
 	c := resolveFake(t, f, "KCM:")
 	t.Cleanup(func() { c.Close() })
@@ -153,7 +155,7 @@ func TestKCMFakeTooManyCredentials(t *testing.T) {
 			if !errors.Is(err, errTooLarge) || !strings.Contains(err.Error(), "credentials, over the limit of 65536") {
 				t.Errorf("Load: %v, want the bound on credentials", err)
 			}
-			if ops, _ := f.seen(); slices.Contains(ops, kcmOpGetCredByUUID) {
+			if ops := f.Ops(); slices.Contains(ops, kcmOpGetCredByUUID) {
 				t.Errorf("requests %v: credentials read after the count", ops)
 			}
 		})

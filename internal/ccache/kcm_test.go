@@ -1,12 +1,10 @@
 package ccache
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -394,98 +392,21 @@ func BenchmarkKCMStamp(b *testing.B) {
 
 // ---- a fake KCM daemon, for what a real one will not do on demand ----
 
-// fakeKCM serves a Unix socket; handle answers each request with the raw bytes to write (nil:
-// close the connection without an answer).
-type fakeKCM struct {
-	path   string
-	handle func(op uint16, args []byte) []byte
-
-	mu      sync.Mutex
-	ops     []uint16
-	accepts int
-}
-
-func startFakeKCM(t *testing.T, handle func(op uint16, args []byte) []byte) *fakeKCM {
+// startFakeKCM starts a harness.FakeKCM whose handle answers each request at once with the
+// raw bytes to write (nil: close the connection without an answer; ending with hangupMark:
+// close it after the rest).
+func startFakeKCM(t testing.TB, handle func(op uint16, args []byte) []byte) *harness.FakeKCM {
 	t.Helper()
-	f := &fakeKCM{path: filepath.Join(t.TempDir(), "kcm.sock"), handle: handle}
-	ln, err := net.Listen("unix", f.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var connsMu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		connsMu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		connsMu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			connsMu.Lock()
-			conns = append(conns, conn)
-			connsMu.Unlock()
-			f.mu.Lock()
-			f.accepts++
-			f.mu.Unlock()
-			wg.Go(func() { f.serve(conn) })
-		}
-	})
-	return f
-}
-
-func (f *fakeKCM) serve(conn net.Conn) {
-	defer conn.Close()
-	for {
-		var hdr [4]byte
-		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-			return
-		}
-		req := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-		if _, err := io.ReadFull(conn, req); err != nil || len(req) < 4 || req[0] != 2 || req[1] != 0 {
-			return
-		}
-		op := binary.BigEndian.Uint16(req[2:])
-		f.mu.Lock()
-		f.ops = append(f.ops, op)
-		f.mu.Unlock()
-		rep := f.handle(op, req[4:])
-		if rep == nil {
-			return
-		}
-		rep, hangup := bytes.CutSuffix(rep, hangupMark)
-		if _, err := conn.Write(rep); err != nil || hangup {
-			return
-		}
-	}
-}
-
-func (f *fakeKCM) seen() ([]uint16, int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.ops), f.accepts
+	return harness.FakeKCMT(t, func(op uint16, args []byte) ([]byte, time.Duration) { return handle(op, args), 0 })
 }
 
 // hangupMark, at the end of a reply, makes the fake close the connection after the rest.
-var hangupMark = []byte("\xffhang up")
+var hangupMark = harness.KCMHangUp
 
 // kcmReply is a reply with op status 0 and result.
 func kcmReply(result []byte) []byte { return kcmStatus(0, result) }
 
-func kcmStatus(status int32, result []byte) []byte {
-	b := binary.BigEndian.AppendUint32(nil, uint32(4+len(result)))
-	b = binary.BigEndian.AppendUint32(b, 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(status))
-	return append(b, result...)
-}
+func kcmStatus(status int32, result []byte) []byte { return harness.KCMReply(status, result) }
 
 // kcmOuter is an sssd-style error: the outer code, no body.
 func kcmOuter(code int32) []byte {
@@ -493,27 +414,11 @@ func kcmOuter(code int32) []byte {
 	return binary.BigEndian.AppendUint32(b, uint32(code))
 }
 
-func appendData(b, d []byte) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(d)))
-	return append(b, d...)
-}
-
-// princRecord is a version 4 principal record: NT-PRINCIPAL, realm, components.
-func princRecord(realm string, comps ...string) []byte {
-	b := binary.BigEndian.AppendUint32(nil, 1)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(comps)))
-	b = appendData(b, []byte(realm))
-	for _, c := range comps {
-		b = appendData(b, []byte(c))
-	}
-	return b
-}
-
 // credRecord is a version 4 credential record with an aes256 key and a dummy ticket.
 func credRecord(client, server []byte, end time.Time) []byte {
 	b := slices.Concat(client, server)
 	b = binary.BigEndian.AppendUint16(b, 18)
-	b = appendData(b, make([]byte, 32))
+	b = harness.KCMData(b, make([]byte, 32))
 	now := uint32(end.Add(-time.Hour).Unix())
 	for _, t := range []uint32{now, now, uint32(end.Unix()), 0} {
 		b = binary.BigEndian.AppendUint32(b, t)
@@ -522,18 +427,18 @@ func credRecord(client, server []byte, end time.Time) []byte {
 	b = binary.BigEndian.AppendUint32(b, 0x40e00000)
 	b = binary.BigEndian.AppendUint32(b, 0) // addresses
 	b = binary.BigEndian.AppendUint32(b, 0) // authdata
-	b = appendData(b, []byte("ticket"))
-	return appendData(b, nil)
+	b = harness.KCMData(b, []byte("ticket"))
+	return harness.KCMData(b, nil)
 }
 
 const fakeRealm = "FAKE.TEST"
 
 var (
-	fakeClient = princRecord(fakeRealm, "carol")
+	fakeClient = harness.KCMPrincipal(fakeRealm, "carol")
 	fakeEnd    = time.Unix(2000000000, 0)
 	fakeCreds  = [][]byte{
-		credRecord(fakeClient, princRecord(fakeRealm, "krbtgt", fakeRealm), fakeEnd),
-		credRecord(fakeClient, princRecord(fakeRealm, "postgres", "db"), fakeEnd),
+		credRecord(fakeClient, harness.KCMPrincipal(fakeRealm, "krbtgt", fakeRealm), fakeEnd),
+		credRecord(fakeClient, harness.KCMPrincipal(fakeRealm, "postgres", "db"), fakeEnd),
 	}
 	fakeUUIDs = slices.Concat(slices.Repeat([]byte{1}, 16), slices.Repeat([]byte{2}, 16), slices.Repeat([]byte{3}, 16))
 )
@@ -541,7 +446,7 @@ var (
 func credListResult(creds [][]byte) []byte {
 	b := binary.BigEndian.AppendUint32(nil, uint32(len(creds)))
 	for _, c := range creds {
-		b = appendData(b, c)
+		b = harness.KCMData(b, c)
 	}
 	return b
 }
@@ -579,9 +484,9 @@ func fakeHandler(credList func() []byte, unsupported []byte) func(op uint16, arg
 	}
 }
 
-func resolveFake(t *testing.T, f *fakeKCM, name string) Cache {
+func resolveFake(t *testing.T, f *harness.FakeKCM, name string) Cache {
 	t.Helper()
-	c, err := Resolve(name, Options{KCMSocket: f.path})
+	c, err := Resolve(name, Options{KCMSocket: f.Socket})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,7 +513,7 @@ func TestKCMFakeCredList(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFakeCache(t, cc)
-	ops, accepts := f.seen()
+	ops, accepts := f.Ops(), f.Accepts()
 	if want := []uint16{kcmOpGetDefaultCache, kcmOpGetPrincipal, kcmOpGetCredList}; !slices.Equal(ops, want) || accepts != 1 {
 		t.Errorf("requests %v on %d connections, want %v on 1", ops, accepts, want)
 	}
@@ -635,7 +540,7 @@ func TestKCMFakeCredListUnsupported(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkFakeCache(t, cc)
-			ops, accepts := f.seen()
+			ops, accepts := f.Ops(), f.Accepts()
 			want := []uint16{kcmOpGetPrincipal, kcmOpGetCredList, kcmOpGetCredUUIDList,
 				kcmOpGetCredByUUID, kcmOpGetCredByUUID, kcmOpGetCredByUUID}
 			if !slices.Equal(ops, want) || accepts != 1 {
@@ -690,9 +595,9 @@ func TestKCMFakeNoCache(t *testing.T) {
 // Replies that are cut short, too long, or malformed give errors, never a panic; the
 // connection is dropped after a reply that leaves it out of step.
 func TestKCMFakeMalformed(t *testing.T) {
-	hugeCount := slices.Concat(fakeClient, princRecord(fakeRealm, "x"))
+	hugeCount := slices.Concat(fakeClient, harness.KCMPrincipal(fakeRealm, "x"))
 	hugeCount = binary.BigEndian.AppendUint16(hugeCount, 18)
-	hugeCount = appendData(hugeCount, nil)
+	hugeCount = harness.KCMData(hugeCount, nil)
 	hugeCount = append(hugeCount, make([]byte, 21)...)
 	hugeCount = binary.BigEndian.AppendUint32(hugeCount, 0x7fffffff) // addresses
 	for _, tt := range []struct {
@@ -728,7 +633,7 @@ func TestKCMFakeMalformed(t *testing.T) {
 			if err == nil || errors.Is(err, ErrNoCache) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Load: %v, want an error with %q", err, tt.want)
 			}
-			if !strings.Contains(err.Error(), f.path) {
+			if !strings.Contains(err.Error(), f.Socket) {
 				t.Errorf("Load: %v, want the socket named", err)
 			}
 		})
@@ -795,7 +700,7 @@ func TestKCMFakeNoAnswer(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("two timed-out calls took %v", d)
 	}
-	if _, accepts := f.seen(); accepts != 2 {
+	if accepts := f.Accepts(); accepts != 2 {
 		t.Errorf("%d connections, want 2 (none retried after a timeout)", accepts)
 	}
 }
@@ -822,14 +727,14 @@ func TestKCMFakeConnectionReuse(t *testing.T) {
 	if _, err := c.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, accepts := f.seen(); accepts != 1 {
+	if accepts := f.Accepts(); accepts != 1 {
 		t.Errorf("%d connections for 22 calls, want 1", accepts)
 	}
 	closeAfter.Store("yes", true)
 	if got := mustStamp(t, c); got != s {
 		t.Errorf("Stamp after a dropped connection: %+v, want %+v", got, s)
 	}
-	if _, accepts := f.seen(); accepts != 2 {
+	if accepts := f.Accepts(); accepts != 2 {
 		t.Errorf("%d connections, want 2", accepts)
 	}
 }
@@ -854,7 +759,7 @@ func TestKCMFakeStampCoalesced(t *testing.T) {
 			t.Fatalf("stamps differ: %+v, %+v", stamps[0], s)
 		}
 	}
-	ops, _ := f.seen()
+	ops := f.Ops()
 	if len(ops) > 4 { // one sequence of 2 requests; a straggler may start a second
 		t.Errorf("%d requests for %d concurrent Stamp calls: %v", len(ops), n, ops)
 	}
@@ -1003,7 +908,7 @@ func TestKCMFakeClose(t *testing.T) {
 	if _, err := c.Load(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("Load after Close: %v, want ErrClosed", err)
 	}
-	if _, accepts := f.seen(); accepts != 1 {
+	if accepts := f.Accepts(); accepts != 1 {
 		t.Errorf("%d connections, want 1 (none after Close)", accepts)
 	}
 }
