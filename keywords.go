@@ -67,7 +67,7 @@ var keywords = []Keyword{
 	{"sslcompression", "PGSSLCOMPRESSION", "15", NoEffect, "servers since PostgreSQL 14 refuse TLS compression, and libpq ignores it too"},
 	{"sslcert", "PGSSLCERT", "15", Honoured, ""},
 	{"sslkey", "PGSSLKEY", "15", Honoured, "files only (no OpenSSL engine)"},
-	{"sslkeylogfile", "", "18", Honoured, "TLS key log in NSS format, appended (mode 0600); a line that cannot be written is dropped"},
+	{"sslkeylogfile", "", "18", Honoured, "TLS key log in NSS format, appended (mode 0600) to a regular file only (a FIFO or device gets nothing); a line that cannot be written is dropped"},
 	{"sslpassword", "", "15", Honoured, "never shown"},
 	{"sslcertmode", "PGSSLCERTMODE", "16", Honoured, "require fails the connect when no certificate was sent"},
 	{"sslrootcert", "PGSSLROOTCERT", "15", Honoured, "read at each connection, default ~/.postgresql/root.crt; when it exists the server is verified under every sslmode (require acts as verify-ca; prefer and allow go on in plaintext when it does not verify), as libpq; verify-ca and verify-full without it fail before the TLS handshake (root certificate file \"...\" does not exist): the system roots are never used unless sslrootcert=system, which needs sslmode=verify-full (a weaker one is an error, as libpq 16)"},
