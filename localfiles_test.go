@@ -2,6 +2,7 @@ package pgconnector_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,4 +122,122 @@ func TestKeyLogFileNotRegular(t *testing.T) {
 			t.Errorf("key log has no CLIENT_TRAFFIC_SECRET_0 line (%d bytes)", len(data))
 		}
 	})
+}
+
+// sslcert, sslkey and the service file, which pgx reads whole when it parses the connection
+// string: one that is a FIFO or a device is refused by New at once with a *ParseError that names
+// the key and the file's type. libpq reads them with fopen (a FIFO holds it until a writer
+// comes, so psql is not run for those); /dev/null and sslmode=disable are compared with psql.
+func TestLocalFilesNotRegular(t *testing.T) {
+	home := clearLocalFileEnv(t)
+	srv := harness.StartT(t, harness.Options{TLS: true})
+	cert := filepath.Join(t.TempDir(), "client.crt")
+	if err := os.WriteFile(cert, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const fifoType = "is not a regular file: a named pipe (FIFO)"
+	for _, tc := range []struct {
+		name     string
+		dsn      func(fifo string) string
+		env      func(fifo string) map[string]string
+		home     string // a FIFO made at this path under HOME
+		key, src string // the ParseError's Key and Env
+		want     string
+	}{
+		{name: "sslcert", dsn: func(f string) string { return "sslcert=" + f }, key: "sslcert", want: fifoType},
+		{name: "PGSSLCERT", env: func(f string) map[string]string { return map[string]string{"PGSSLCERT": f} },
+			key: "sslcert", src: "PGSSLCERT", want: "(from PGSSLCERT) " + fifoType},
+		{name: "sslkey", dsn: func(f string) string { return "sslcert=" + cert + " sslkey=" + f }, key: "sslkey", want: fifoType},
+		{name: "PGSSLKEY", dsn: func(string) string { return "sslcert=" + cert },
+			env: func(f string) map[string]string { return map[string]string{"PGSSLKEY": f} },
+			key: "sslkey", src: "PGSSLKEY", want: "(from PGSSLKEY) " + fifoType},
+		{name: "servicefile", dsn: func(f string) string { return "service=app servicefile=" + f }, key: "servicefile", want: fifoType},
+		{name: "PGSERVICEFILE", dsn: func(string) string { return "service=app" },
+			env: func(f string) map[string]string { return map[string]string{"PGSERVICEFILE": f} },
+			key: "servicefile", src: "PGSERVICEFILE", want: "(from PGSERVICEFILE) " + fifoType},
+		{name: "~/.pg_service.conf", dsn: func(string) string { return "service=app" }, home: ".pg_service.conf",
+			key: "servicefile", want: fifoType},
+		{name: "~/.postgresql/postgresql.key", dsn: func(string) string { return "" }, home: ".postgresql/postgresql.key",
+			key: "sslkey", want: fifoType},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fifo string
+			if tc.home != "" {
+				fifo = filepath.Join(home, tc.home)
+				if err := os.MkdirAll(filepath.Dir(fifo), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.Remove(fifo) })
+				if strings.HasSuffix(tc.home, ".key") { // pgx's default key is read only beside its default cert
+					crt := filepath.Join(home, ".postgresql", "postgresql.crt")
+					if err := os.WriteFile(crt, []byte("not a certificate\n"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { os.Remove(crt) })
+				}
+			} else {
+				fifo = mkfifo(t, "file")
+			}
+			if tc.env != nil {
+				for k, v := range tc.env(fifo) {
+					t.Setenv(k, v)
+				}
+			}
+			dsn := srv.DSN("sslmode=require")
+			if tc.dsn != nil {
+				dsn += " " + tc.dsn(fifo)
+			}
+			var err error
+			within(t, "New", func() {
+				var c *pgconnector.Connector
+				if c, err = pgconnector.New(dsn); err == nil {
+					c.Close()
+				}
+			})
+			var pe *pgconnector.ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("New: %v; want a *ParseError", err)
+			}
+			if pe.Key != tc.key || pe.Env != tc.src || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v (Key %q, Env %q); want Key %q, Env %q, %q", err, pe.Key, pe.Env, tc.key, tc.src, tc.want)
+			}
+			if strings.Contains(err.Error(), srv.Password) {
+				t.Errorf("the error shows the password: %v", err)
+			}
+		})
+	}
+
+	// Beside psql: a device (libpq reads /dev/null as an empty file, which is no certificate and
+	// no service: both fail), and sslmode=disable, where neither libpq nor pgx reads sslcert.
+	for _, tc := range []struct {
+		name, conninfo string
+		env            []string // for both, as NAME=value
+		want           string   // the connector's error, "" for a connection
+	}{
+		{name: "sslcert /dev/null", conninfo: srv.DSN("sslmode=require", "sslcert=/dev/null"),
+			want: `sslcert "/dev/null" is not a regular file: a character device`},
+		{name: "PGSERVICEFILE /dev/null", conninfo: srv.DSN("service=app"), env: []string{"PGSERVICEFILE=/dev/null"},
+			want: `servicefile "/dev/null" (from PGSERVICEFILE) is not a regular file: a character device`},
+		{name: "sslcert FIFO under sslmode=disable", conninfo: srv.DSN("sslmode=disable", "sslcert="+mkfifo(t, "cert"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			psql, psqlMsg := psqlOutcome(t, nil, tc.env, tc.conninfo)
+			var ours, ourMsg string
+			within(t, "the connector", func() { ours, ourMsg = connectorOutcome(t, nil, tc.conninfo) })
+			t.Logf("psql: %s %s; pgconnector: %s %s", psql, psqlMsg, ours, ourMsg)
+			if (psql == "error") != (ours == "error") {
+				t.Fatalf("psql: %s %s; pgconnector: %s %s", psql, psqlMsg, ours, ourMsg)
+			}
+			if tc.want != "" && !strings.Contains(ourMsg, tc.want) {
+				t.Errorf("pgconnector: %s; want %q", ourMsg, tc.want)
+			}
+		})
+	}
 }
