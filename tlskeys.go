@@ -166,8 +166,7 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 func defaultCRLFile() string { return homeFile("root.crl") }
 
 // homeFile is name in libpq's directory of defaults, ~/.postgresql (%APPDATA%\postgresql on
-// Windows), the home directory from $HOME, else the user database (pqGetHomeDirectory); "" when
-// there is none.
+// Windows), in homeDir; "" when there is none.
 func homeFile(name string) string {
 	if runtime.GOOS == "windows" {
 		if d := os.Getenv("APPDATA"); d != "" {
@@ -175,16 +174,24 @@ func homeFile(name string) string {
 		}
 		return ""
 	}
+	home := homeDir()
+	if home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".postgresql", name)
+}
+
+// homeDir is the home directory libpq finds its default files in off Windows (fe-connect.c,
+// pqGetHomeDirectory): $HOME, else the user database's entry for the user (os/user); "" when
+// there is neither.
+func homeDir() string {
 	home := os.Getenv("HOME")
 	if home == "" {
 		if u, err := user.Current(); err == nil {
 			home = u.HomeDir
 		}
 	}
-	if home == "" {
-		return ""
-	}
-	return filepath.Join(home, ".postgresql", name)
+	return home
 }
 
 // apply applies the keys to c, a TLS configuration pgx built (pgconn.Config.TLSConfig or a
