@@ -143,6 +143,7 @@ func TestLocalFilesNotRegular(t *testing.T) {
 		home     string // a FIFO made at this path under HOME
 		key, src string // the ParseError's Key and Env
 		want     string
+		connects bool // New returns no error
 	}{
 		{name: "sslcert", dsn: func(f string) string { return "sslcert=" + f }, key: "sslcert", want: fifoType},
 		{name: "PGSSLCERT", env: func(f string) map[string]string { return map[string]string{"PGSSLCERT": f} },
@@ -159,6 +160,8 @@ func TestLocalFilesNotRegular(t *testing.T) {
 			key: "servicefile", want: fifoType},
 		{name: "~/.postgresql/postgresql.key", dsn: func(string) string { return "" }, home: ".postgresql/postgresql.key",
 			key: "sslkey", want: fifoType},
+		// Not read by pgx (the connector reads root files itself, at each connection: tlsroots.go).
+		{name: "~/.postgresql/root.crt", home: ".postgresql/root.crt", connects: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var fifo string
@@ -197,6 +200,12 @@ func TestLocalFilesNotRegular(t *testing.T) {
 					c.Close()
 				}
 			})
+			if tc.connects {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return
+			}
 			var pe *pgconnector.ParseError
 			if !errors.As(err, &pe) {
 				t.Fatalf("New: %v; want a *ParseError", err)

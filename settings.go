@@ -295,9 +295,14 @@ func (o *origin) libpqRewrites() ([][2]string, error) {
 	}
 	// The root certificate file is the connector's, read at each connection (tlsroots.go): pgx
 	// would read it once, here, and fail on a file that does not exist, where libpq goes on
-	// without verifying under sslmode prefer, allow and require.
+	// without verifying under sslmode prefer, allow and require. pgx also reads its default,
+	// ~/.postgresql/root.crt, when it exists (a FIFO there would hold New forever).
 	if root, _, ok := o.get("sslrootcert", "PGSSLROOTCERT", false); ok && root != "" && root != "system" {
 		extra = append(extra, [2]string{"sslrootcert", ""})
+	} else if home, err := os.UserHomeDir(); !ok && err == nil { // pgx's lookup (pgconn/defaults.go)
+		if _, err := os.Stat(filepath.Join(home, ".postgresql", "root.crt")); err == nil {
+			extra = append(extra, [2]string{"sslrootcert", ""})
+		}
 	}
 	if addrs, _, ok := o.get("hostaddr", "PGHOSTADDR", false); ok && addrs != "" {
 		if host, _, ok := o.get("host", "PGHOST", false); !ok || host == "" {
