@@ -19,36 +19,46 @@ type origin struct {
 	service map[string]string // the named service's keys, as written in the file; nil without one
 }
 
-func newOrigin(dsn string) *origin {
+// newOrigin reads the service file when a service is named (service, else PGSERVICE): servicefile,
+// else PGSERVICEFILE, else ~/.pg_service.conf, as pgx does. The error is a *ParseError for a
+// service file that exists but is not a regular file (a FIFO would hold pgx's read forever);
+// other problems with the file are left to pgx, which reports them.
+func newOrigin(dsn string) (*origin, error) {
 	o := &origin{dsn: dsn}
 	name, ok := o.inString("service")
 	if !ok {
 		name = os.Getenv("PGSERVICE")
 	}
 	if name == "" {
-		return o
+		return o, nil
 	}
 	path, ok := o.inString("servicefile")
+	src := source{value: path, known: true}
 	if !ok {
 		path = os.Getenv("PGSERVICEFILE")
+		src = source{value: path, env: "PGSERVICEFILE", known: true}
 	}
 	if path == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			return o
+			return o, nil
 		}
 		path = filepath.Join(home, ".pg_service.conf")
+		src = source{value: path, known: true}
+	}
+	if err := checkRegularFile("servicefile", src, path); err != nil {
+		return nil, err
 	}
 	f, err := pgservicefile.ReadServicefile(path)
 	if err != nil {
-		return o // pgx reports it
+		return o, nil // pgx reports it
 	}
 	s, err := f.GetService(name)
 	if err != nil {
-		return o
+		return o, nil
 	}
 	o.service = s.Settings
-	return o
+	return o, nil
 }
 
 // get returns key's value: from the connection string, else the service file, else env (when

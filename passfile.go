@@ -31,14 +31,19 @@ import (
 const maxPassfileSize = 1 << 20
 
 // passfilePath returns the password file libpq would read: passfile (from the connection string or
-// its service), else PGPASSFILE, else ~/.pgpass; an empty value means the default, as in libpq.
-// It returns "" when there is no home directory to find ~/.pgpass in.
+// its service), else PGPASSFILE, else ~/.pgpass (%APPDATA%\postgresql\pgpass.conf on Windows);
+// an empty value means the default, as in libpq. The home directory is libpq's (homeDir: $HOME,
+// else the user database's entry), as for ~/.postgresql/root.crt. It returns "" when there is no
+// home directory to find ~/.pgpass in.
 func passfilePath(o *origin) string {
 	if p, _, ok := o.get("passfile", "PGPASSFILE", false); ok && p != "" {
 		return p
 	}
-	home, err := os.UserHomeDir() // pgx's default too (pgconn/defaults.go)
-	if err != nil {
+	if runtime.GOOS == "windows" {
+		return homeFile("pgpass.conf")
+	}
+	home := homeDir()
+	if home == "" {
 		return ""
 	}
 	return filepath.Join(home, ".pgpass")

@@ -55,7 +55,10 @@ type Settings struct {
 // ParseSettings parses a connection string as New does. Every error is a [*ParseError]: it names
 // the bad key (and the allowed values) and never holds the password or another secret.
 func ParseSettings(dsn string) (*Settings, error) {
-	o := newOrigin(dsn)
+	o, err := newOrigin(dsn)
+	if err != nil {
+		return nil, err
+	}
 	// Keys that change what pgx must parse: a missing sslcert, hostaddr without host (the
 	// addresses then name the hosts, as libpq's PQhost does), requiressl (an sslmode).
 	extra, err := o.libpqRewrites()
@@ -270,11 +273,14 @@ func (s *Settings) hostaddrs(kv *keyValues) error {
 //     a service file is an error, as libpq's service file parser knows no such key.
 func (o *origin) libpqRewrites() ([][2]string, error) {
 	var extra [][2]string
-	cert, _, certOK := o.get("sslcert", "PGSSLCERT", false)
-	_, _, keyOK := o.get("sslkey", "PGSSLKEY", false)
-	if !certOK {
-		if home, err := os.UserHomeDir(); err == nil {
+	cert, certSrc, certOK := o.get("sslcert", "PGSSLCERT", false)
+	key, keySrc, keyOK := o.get("sslkey", "PGSSLKEY", false)
+	if home, err := os.UserHomeDir(); err == nil {
+		if !certOK {
 			cert = filepath.Join(home, ".postgresql", "postgresql.crt") // libpq's and pgx's default
+		}
+		if !keyOK {
+			key = filepath.Join(home, ".postgresql", "postgresql.key")
 		}
 	}
 	if certOK || keyOK {
@@ -289,9 +295,14 @@ func (o *origin) libpqRewrites() ([][2]string, error) {
 	}
 	// The root certificate file is the connector's, read at each connection (tlsroots.go): pgx
 	// would read it once, here, and fail on a file that does not exist, where libpq goes on
-	// without verifying under sslmode prefer, allow and require.
+	// without verifying under sslmode prefer, allow and require. pgx also reads its default,
+	// ~/.postgresql/root.crt, when it exists (a FIFO there would hold New forever).
 	if root, _, ok := o.get("sslrootcert", "PGSSLROOTCERT", false); ok && root != "" && root != "system" {
 		extra = append(extra, [2]string{"sslrootcert", ""})
+	} else if home, err := os.UserHomeDir(); !ok && err == nil { // pgx's lookup (pgconn/defaults.go)
+		if _, err := os.Stat(filepath.Join(home, ".postgresql", "root.crt")); err == nil {
+			extra = append(extra, [2]string{"sslrootcert", ""})
+		}
 	}
 	if addrs, _, ok := o.get("hostaddr", "PGHOSTADDR", false); ok && addrs != "" {
 		if host, _, ok := o.get("host", "PGHOST", false); !ok || host == "" {
@@ -312,6 +323,25 @@ func (o *origin) libpqRewrites() ([][2]string, error) {
 	} else if strings.HasPrefix(os.Getenv("PGREQUIRESSL"), "1") {
 		if _, _, ok := o.get("sslmode", "PGSSLMODE", false); !ok {
 			extra = append(extra, [2]string{"sslmode", "require"})
+		}
+	}
+	// Unless sslmode is disable, pgx reads both files with os.ReadFile when sslcert exists: a
+	// FIFO or a device would hold ParseSettings (and New) forever. sslkey is read only with a
+	// certificate, by libpq too.
+	mode, _, _ := o.get("sslmode", "PGSSLMODE", false)
+	for _, kv := range extra {
+		if kv[0] == "sslmode" {
+			mode = kv[1]
+		}
+	}
+	if mode != "disable" {
+		if err := checkRegularFile("sslcert", certSrc, cert); err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(cert); err == nil {
+			if err := checkRegularFile("sslkey", keySrc, key); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return extra, nil

@@ -166,8 +166,7 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 func defaultCRLFile() string { return homeFile("root.crl") }
 
 // homeFile is name in libpq's directory of defaults, ~/.postgresql (%APPDATA%\postgresql on
-// Windows), the home directory from $HOME, else the user database (pqGetHomeDirectory); "" when
-// there is none.
+// Windows), in homeDir; "" when there is none.
 func homeFile(name string) string {
 	if runtime.GOOS == "windows" {
 		if d := os.Getenv("APPDATA"); d != "" {
@@ -175,16 +174,24 @@ func homeFile(name string) string {
 		}
 		return ""
 	}
+	home := homeDir()
+	if home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".postgresql", name)
+}
+
+// homeDir is the home directory libpq finds its default files in off Windows (fe-connect.c,
+// pqGetHomeDirectory): $HOME, else the user database's entry for the user (os/user); "" when
+// there is neither.
+func homeDir() string {
 	home := os.Getenv("HOME")
 	if home == "" {
 		if u, err := user.Current(); err == nil {
 			home = u.HomeDir
 		}
 	}
-	if home == "" {
-		return ""
-	}
-	return filepath.Join(home, ".postgresql", name)
+	return home
 }
 
 // apply applies the keys to c, a TLS configuration pgx built (pgconn.Config.TLSConfig or a
@@ -288,14 +295,20 @@ func checkWeakSSLMode(sslmode string, sslmodeGiven bool, sslnegotiation, sslroot
 
 // keyLogFile is sslkeylogfile: each line crypto/tls writes (NSS key log format) is appended to
 // the file, opened for that line (O_APPEND|O_CREATE|O_WRONLY, mode 0600 when created) as libpq 18
-// does. Errors are not returned: the handshake goes on without the line.
+// does (fe-secure-openssl.c, SSL_CTX_keylog_cb), symbolic links followed. Unlike libpq, the file
+// is opened with O_NONBLOCK and written only when it is a regular file: a FIFO (which would hold
+// the handshake until a reader came, or block the write), a device or a socket is not written to.
+// Errors are not returned: the handshake goes on without the line.
 type keyLogFile string
 
 func (f keyLogFile) Write(p []byte) (int, error) {
-	fd, err := os.OpenFile(string(f), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err == nil {
+	fd, err := os.OpenFile(string(f), os.O_APPEND|os.O_CREATE|os.O_WRONLY|openNonBlocking, 0o600)
+	if err != nil {
+		return len(p), nil // ENXIO for a FIFO without a reader
+	}
+	defer fd.Close()
+	if st, err := fd.Stat(); err == nil && st.Mode().IsRegular() {
 		_, _ = fd.Write(p)
-		_ = fd.Close()
 	}
 	return len(p), nil
 }
