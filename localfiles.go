@@ -1,8 +1,9 @@
 package pgconnector
 
 import (
-	"io/fs"
 	"os"
+
+	"github.com/pgconnector/pgconnector/internal/localfile"
 )
 
 // checkRegularFile refuses a local file that pgx would read whole with os.ReadFile (sslcert,
@@ -27,22 +28,5 @@ func checkRegularFile(key string, src source, path string) error {
 	if src.env != "" {
 		msg += " (from " + src.env + ")"
 	}
-	return &ParseError{Key: key, Env: src.env, msg: msg + " is not a regular file: " + fileType(fi.Mode())}
-}
-
-// fileType names the type of a file that is not a regular file.
-func fileType(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "of type " + m.Type().String()
+	return &ParseError{Key: key, Env: src.env, msg: msg + " is not a regular file: " + localfile.TypeName(fi.Mode())}
 }
