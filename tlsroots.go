@@ -58,9 +58,9 @@ type serverCheck struct {
 }
 
 // rootCache is the last root certificate file read, kept for the handshakes that find the file
-// unchanged (the same file, size and modification time): each one still opens and checks the
-// file, but a bundle of every public CA (200 KiB) is not parsed again for it, which would cost
-// milliseconds twice per connection (before the handshake and in it).
+// unchanged (the same file, size and modification time, from one stat): a bundle of every
+// public CA (200 KiB) is then neither opened nor parsed again, which would cost milliseconds
+// twice per connection (before the handshake and in it).
 type rootCache struct {
 	mu    sync.Mutex
 	stamp fileStamp
@@ -91,11 +91,16 @@ func (s *serverCheck) roots() (*x509.CertPool, error) {
 		return nil, nil
 	}
 	// libpq: any failure of stat() is a file that does not exist.
-	if _, err := os.Stat(s.rootFile); err != nil {
+	fi, err := os.Stat(s.rootFile)
+	if err != nil {
 		if s.verify {
 			return nil, refused(fmt.Errorf("root certificate file %q does not exist\n%s", s.rootFile, rootHint))
 		}
 		return nil, nil
+	}
+	// The file unchanged since the last read: this stat is the only system call.
+	if pool := s.cache.unchanged(fi); pool != nil {
+		return pool, nil
 	}
 	pool, err := s.cache.read(s.rootFile)
 	if err != nil {
@@ -144,6 +149,21 @@ func refused(err error) error { return &negotiation.TLSRefusedError{Err: err} }
 // blocking, so that a FIFO or a device is refused, not read), with at least one certificate.
 func readRootFile(path string) (*x509.CertPool, error) {
 	return (&rootCache{}).read(path)
+}
+
+// unchanged returns the pool of the last read when fi, a stat of the file, shows it unchanged
+// (the same file, size and modification time); nil otherwise, or for a nil cache.
+func (rc *rootCache) unchanged(fi fs.FileInfo) *x509.CertPool {
+	if rc == nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	stamp := fileStamp{size: fi.Size(), mtime: fi.ModTime(), id: identityOf(fi)}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.pool == nil || rc.stamp != stamp {
+		return nil
+	}
+	return rc.pool
 }
 
 // read is readRootFile, with the pool of the last read when the file is unchanged; a nil
