@@ -86,16 +86,13 @@ func readCacheFile(path string, limit int64, prefix bool) ([]byte, error) {
 		read = localfile.ReadPrefix
 	}
 	b, err := read(path, limit)
-	var nr *localfile.NotRegularError
-	var tl *localfile.TooLargeError
-	switch {
-	case err == nil:
+	if err == nil {
 		return b, nil
-	case errors.As(err, &nr):
-		return nil, &UnusableError{Path: path, Reason: localfile.TypeName(nr.Mode) + ", not a regular file"}
-	case errors.As(err, &tl):
-		return nil, &UnusableError{Path: path, Reason: fmt.Sprintf("over the limit of %d MiB for a credential cache file", limit>>20)}
-	case errors.Is(err, fs.ErrNotExist):
+	}
+	if reason, ok := localfile.Problem(err, "a credential cache file"); ok {
+		return nil, &UnusableError{Path: path, Reason: reason}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w at %s", ErrNoCache, path)
 	}
 	return nil, fmt.Errorf("reading the credential cache %s: %w", path, err)

@@ -238,15 +238,11 @@ func encodePrincipal(user, realm string, v1 bool, order byteOrder) ([]byte, bool
 // and so is a larger file.
 func readRegular(path string) ([]byte, error) {
 	b, err := localfile.Read(path, MaxSize)
-	var nr *localfile.NotRegularError
-	var tl *localfile.TooLargeError
-	switch {
-	case err == nil:
+	if err == nil {
 		return b, nil
-	case errors.As(err, &nr):
-		return nil, &UnusableError{Path: path, Reason: localfile.TypeName(nr.Mode) + ", not a regular file"}
-	case errors.As(err, &tl):
-		return nil, &UnusableError{Path: path, Reason: fmt.Sprintf("over the limit of %d MiB for a keytab", MaxSize>>20)}
+	}
+	if reason, ok := localfile.Problem(err, "a keytab"); ok {
+		return nil, &UnusableError{Path: path, Reason: reason}
 	}
 	return nil, fmt.Errorf("reading the client keytab %s: %w", path, err)
 }

@@ -129,3 +129,18 @@ func TypeName(m fs.FileMode) string {
 	}
 	return "a file of type " + m.Type().String()
 }
+
+// Problem says in words what is wrong with a file that Read or ReadPrefix refused for its type
+// or size: "a named pipe (FIFO), not a regular file", "over the limit of 16 MiB for " + what;
+// ok is false for any other error (one of the file system's).
+func Problem(err error, what string) (reason string, ok bool) {
+	var nr *NotRegularError
+	var tl *TooLargeError
+	switch {
+	case errors.As(err, &nr):
+		return TypeName(nr.Mode) + ", not a regular file", true
+	case errors.As(err, &tl):
+		return fmt.Sprintf("over the limit of %d MiB for %s", tl.Limit>>20, what), true
+	}
+	return "", false
+}
