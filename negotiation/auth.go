@@ -16,7 +16,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-	xscram "github.com/xdg-go/scram"
 
 	"github.com/pgconnector/pgconnector/internal/scram"
 )
@@ -336,11 +335,11 @@ func (x *authExchange) startSASL(data []byte) error {
 	)
 	switch {
 	case tlsOK && plus && x.s.channelBinding != "disable":
-		b, err := xscram.NewTLSServerEndpointBinding(state)
+		b, err := scram.EndPointBinding(state)
 		if err != nil {
 			return &AuthError{Problem: "channel binding data could not be computed from the server certificate", Err: err}
 		}
-		mech, cb = scram.MechanismSHA256Plus, b.Data
+		mech, cb = scram.MechanismSHA256Plus, b
 	case x.s.channelBinding == "require" && !x.tlsInUse():
 		return &AuthError{Problem: "channel binding required, but SSL not in use"}
 	case x.s.channelBinding == "require":

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
-	"strings"
 	"time"
 )
 
