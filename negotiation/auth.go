@@ -156,6 +156,11 @@ func (x *authExchange) step() error {
 	}
 	switch typ {
 	case 'E': // pgx reports it
+		// The server ended the exchange (28P01: a wrong password): keys derived for it were
+		// not proven, and are not kept.
+		if x.sasl != nil && x.saslState < 3 {
+			x.sasl.Abandon()
+		}
 		x.out = msg
 		x.phase = phaseDone
 		return nil
