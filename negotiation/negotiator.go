@@ -748,8 +748,8 @@ type attempt struct {
 	connCtx       context.Context
 	saslMechanism string // the SASL mechanism used, if any
 	keyCached     bool   // SCRAM: the keys came from the cache
-	startupCtx context.Context
-	startupMu  sync.Mutex
+	startupCtx    context.Context
+	startupMu     sync.Mutex
 }
 
 type connHolder struct{ c net.Conn }

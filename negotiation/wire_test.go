@@ -256,4 +256,3 @@ func TestQuietBeforeTheClientSpeaks(t *testing.T) {
 		})
 	}
 }
-
