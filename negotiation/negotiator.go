@@ -121,7 +121,7 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 	}
 	var onDerive func(time.Duration)
 	if hook := n.trace.SCRAMKeyDerived; hook != nil {
-		onDerive = func(d time.Duration) { hook(SCRAMKeyDerivedInfo{Duration: d}) }
+		onDerive = func(d time.Duration) { hook(context.Background(), SCRAMKeyDerivedInfo{Duration: d}) }
 	}
 	n.scram = scram.NewKeys(scram.Config{OnDerive: onDerive})
 	return n, nil

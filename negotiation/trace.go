@@ -70,8 +70,8 @@ type Trace struct {
 
 	// SCRAMKeyDerived is called after each PBKDF2 derivation of SCRAM keys (once per user,
 	// password, salt and iteration count while they stay cached), on the goroutine that derived
-	// them, which may outlive the connect that asked.
-	SCRAMKeyDerived func(info SCRAMKeyDerivedInfo)
+	// them, which may outlive the connect that asked: ctx is context.Background(), with no span.
+	SCRAMKeyDerived func(ctx context.Context, info SCRAMKeyDerivedInfo)
 
 	// Fallback is called when the connect gives up a method and goes on with the next one.
 	Fallback func(ctx context.Context, info FallbackInfo)

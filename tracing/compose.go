@@ -52,7 +52,7 @@ func Compose(a, b *negotiation.Trace) *negotiation.Trace {
 		TLSHandshakeDone:    doneHook(a.TLSHandshakeDone, b.TLSHandshakeDone),
 		StartupStart:        startHook(a.StartupStart, b.StartupStart),
 		StartupDone:         doneHook(a.StartupDone, b.StartupDone),
-		SCRAMKeyDerived:     infoHook(a.SCRAMKeyDerived, b.SCRAMKeyDerived),
+		SCRAMKeyDerived:     eventHook(a.SCRAMKeyDerived, b.SCRAMKeyDerived),
 		Fallback:            eventHook(a.Fallback, b.Fallback),
 		RefreshStart:        startHook(a.RefreshStart, b.RefreshStart),
 		RefreshDone:         doneHook(a.RefreshDone, b.RefreshDone),
@@ -101,15 +101,4 @@ func eventHook[I any](a, b func(context.Context, I)) func(context.Context, I) {
 		return a
 	}
 	return func(ctx context.Context, info I) { a(ctx, info); b(ctx, info) }
-}
-
-// infoHook chains two hooks that take no context: a's first, then b's.
-func infoHook[I any](a, b func(I)) func(I) {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	}
-	return func(info I) { a(info); b(info) }
 }

@@ -170,10 +170,10 @@ func (m *Metrics) Trace() *negotiation.Trace {
 	}
 }
 
-func (m *Metrics) scramKeyDerived(info negotiation.SCRAMKeyDerivedInfo) {
+func (m *Metrics) scramKeyDerived(ctx context.Context, info negotiation.SCRAMKeyDerivedInfo) {
 	set := metric.WithAttributeSet(attribute.NewSet(m.pool))
-	m.derived.Add(context.Background(), 1, set)
-	m.deriveTime.Add(context.Background(), info.Duration.Seconds(), set)
+	m.derived.Add(ctx, 1, set)
+	m.deriveTime.Add(ctx, info.Duration.Seconds(), set)
 }
 
 // ObserveDBStats reports the pool metrics from stats (a sql.DB's Stats method) at each
