@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
 func backendMsg(typ byte, body []byte) []byte {
@@ -74,7 +76,7 @@ func TestParseAnswer(t *testing.T) {
 // loopbackPair returns the two ends of a TCP connection on 127.0.0.1.
 func loopbackPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := harness.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +194,7 @@ func TestQuietBeforeTheClientSpeaks(t *testing.T) {
 		{"N to GSSENCRequest, then SSLRequest on the same socket", 'N', true, "GSSENCRequest"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			ln, err := harness.Listen()
 			if err != nil {
 				t.Fatal(err)
 			}
