@@ -255,3 +255,103 @@ func TestParseRequireAuth(t *testing.T) {
 		}
 	}
 }
+
+// OAUTHBEARER (RFC 7628) is chosen when pgx's OAuthTokenProvider is set and the server offers it:
+// the token goes in the initial response, and the server's JSON error ends the attempt with its
+// status only when that is a plain word.
+func TestAuthExchangeOAuth(t *testing.T) {
+	ok := backendMsg('R', authBody(0))
+	offer := backendMsg('R', authBody(10, []byte("OAUTHBEARER\x00SCRAM-SHA-256\x00\x00")...))
+	provider := func(context.Context) (string, error) { return "tok123", nil }
+	initial, _ := (&pgproto3.SASLInitialResponse{AuthMechanism: "OAUTHBEARER", Data: []byte("n,,\x01auth=Bearer tok123\x01\x01")}).Encode(nil)
+
+	x, w := testExchange(t, cat(offer, ok), 0, authSettings{user: "u", oauth: provider}, false)
+	got, err := io.ReadAll(x)
+	if err != nil || !bytes.Equal(got, ok) || !bytes.Equal(w.Bytes(), initial) || x.at.saslMechanism != "OAUTHBEARER" {
+		t.Fatalf("pgx saw %q, client wrote %q, mechanism %q, error %v", got, w.Bytes(), x.at.saslMechanism, err)
+	}
+
+	for _, tt := range []struct{ status, want string }{
+		{"invalid_token", "OAuth authentication failed: invalid_token"},
+		{"<script>secret</script>", "OAuth authentication failed"},
+	} {
+		fail := backendMsg('R', authBody(11, []byte(`{"status":"`+tt.status+`"}`)...))
+		x, _ := testExchange(t, cat(offer, fail), 0, authSettings{user: "u", oauth: provider}, false)
+		_, err := io.ReadAll(x)
+		var ae *AuthError
+		if !errors.As(err, &ae) || err.Error() != tt.want {
+			t.Errorf("status %q: error %v, want %q", tt.status, err, tt.want)
+		}
+	}
+
+	// require_auth without oauth refuses it before the token is asked for.
+	ra, _ := parseRequireAuth("scram-sha-256")
+	asked := false
+	x, w = testExchange(t, cat(offer, ok), 0, authSettings{user: "u", requireAuth: ra,
+		oauth: func(context.Context) (string, error) { asked = true; return "t", nil }}, false)
+	if _, err := io.ReadAll(x); err == nil || !strings.Contains(err.Error(), "server requested OAuth authentication") || asked || w.Len() > 0 {
+		t.Errorf("require_auth=scram-sha-256 against OAUTHBEARER: %v (token asked: %v, %d bytes sent)", err, asked, w.Len())
+	}
+}
+
+// fakeGSSAuth is a GSSAuthenticator whose exchange takes two server tokens.
+type fakeGSSAuth struct {
+	GSSClient
+	host string
+	seen [][]byte
+}
+
+func (f *fakeGSSAuth) Authenticate(_ context.Context, host string) (GSSAuthExchange, error) {
+	f.host = host
+	return f, nil
+}
+
+func (f *fakeGSSAuth) Step(in []byte) ([]byte, bool, error) {
+	f.seen = append(f.seen, in)
+	switch len(f.seen) {
+	case 1:
+		return []byte("ap-req"), false, nil
+	case 2:
+		if string(in) != "ap-rep" {
+			return nil, false, errors.New("bad AP-REP")
+		}
+		return nil, true, nil
+	}
+	return nil, false, errors.New("too many tokens")
+}
+
+// GSSAPI authentication (AuthenticationGSS, then AuthenticationGSSContinue and GSSResponse)
+// goes through the negotiator's GSSAuthenticator, for the attempt's host; AuthenticationOk
+// before the context is established (the server's AP-REP verified) is refused.
+func TestAuthExchangeGSS(t *testing.T) {
+	ok := backendMsg('R', authBody(0))
+	gssReq := backendMsg('R', authBody(7))
+	cont := backendMsg('R', authBody(8, []byte("ap-rep")...))
+	resp, _ := (&pgproto3.GSSResponse{Data: []byte("ap-req")}).Encode(nil)
+	for _, tt := range []struct {
+		name   string
+		stream []byte
+		want   string
+	}{
+		{"complete", cat(gssReq, cont, ok), ""},
+		{"AuthenticationOk before the AP-REP", cat(gssReq, ok), "before completing the GSSAPI exchange"},
+		{"a wrong AP-REP", cat(gssReq, backendMsg('R', authBody(8, []byte("forged")...)), ok), "bad AP-REP"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			x, w := testExchange(t, tt.stream, 0, authSettings{user: "u"}, true)
+			g := &fakeGSSAuth{}
+			x.at.n.cfg.GSS = g
+			x.at.host = &Host{Host: "db.example.com"}
+			got, err := io.ReadAll(x)
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("error %v, want %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(got, ok) || !bytes.Equal(w.Bytes(), resp) || g.host != "db.example.com" || x.at.authMethod != "gss" {
+				t.Fatalf("pgx saw %q, client wrote %q, host %q, method %q, error %v", got, w.Bytes(), g.host, x.at.authMethod, err)
+			}
+		})
+	}
+}
