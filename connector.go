@@ -46,7 +46,6 @@ type Connector struct {
 	negotiator *negotiation.Negotiator
 	stdlib     driver.Connector
 	gss        *gss.Client
-	unregister func()
 	statements *tracing.Statements // nil: WithStatementSpans(false)
 	metrics    *tracing.Metrics
 	// beforeConnect is WithBeforeConnect's, run by configureAttempt for database/sql and pgx.
@@ -249,7 +248,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Connector{settings: s, negotiator: neg, gss: krb, unregister: krb.Register(), metrics: metrics, beforeConnect: o.beforeConnect}
+	c = &Connector{settings: s, negotiator: neg, gss: krb, metrics: metrics, beforeConnect: o.beforeConnect}
 	if o.statementSpans {
 		c.statements = tracing.NewStatements(tracing.StatementConfig{
 			TracerProvider: o.tracerProvider,
@@ -320,13 +319,13 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 		notePassfile(ctx, ignored)
 		cfg.Password = pw
 	}
-	// GSS authentication (pg_hba method gss without GSS encryption) with this
-	// connector's credentials: see internal/gss, pgxauth.go.
-	cfg.KerberosSpn = c.gss.AuthTokenContext(ctx, cfg.Host) // the KDC wait ends with ctx
 	if c.beforeConnect != nil {
-		return hookError("WithBeforeConnect", c.beforeConnect(ctx, cfg))
+		if err := hookError("WithBeforeConnect", c.beforeConnect(ctx, cfg)); err != nil {
+			return err
+		}
 	}
-	return nil
+	// Last: the authentication exchange is the negotiator's, with what the hooks left.
+	return c.negotiator.ConfigureAuth(ctx, &cfg.Config)
 }
 
 // OpenDB returns sql.OpenDB(c) with the pool metrics of the returned sql.DB reported to the
@@ -353,7 +352,7 @@ func (c *Connector) Driver() driver.Driver { return Driver{} }
 // the connector outlives it; connections already open stay open. A connect after Close that
 // needs Kerberos finds no credentials. database/sql calls it from DB.Close.
 func (c *Connector) Close() error {
-	c.negotiator.Close() // first: a refresh may still authenticate with the GSS provider below
+	c.negotiator.Close() // first: a refresh may still authenticate with the credentials below
 	c.mu.Lock()
 	onClose := c.onClose
 	c.onClose = nil
@@ -361,7 +360,6 @@ func (c *Connector) Close() error {
 	for _, f := range onClose {
 		f()
 	}
-	c.unregister()
 	return c.gss.Close()
 }
 

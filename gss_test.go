@@ -404,10 +404,12 @@ func (a *appGSSContext) Continue([]byte) (bool, []byte, error) {
 	return false, nil, errors.New("no exchange")
 }
 
-// pg_hba method gss, with a GSS provider the application registered with pgx before and after
-// connectors were created: the connectors authenticate with their own credentials, the
-// application's provider gets every other SPN, and a forged token gets nobody's credentials.
-func TestGSSAuthProviderChaining(t *testing.T) {
+// pg_hba method gss: the connector runs the GSSAPI authentication exchange itself, with its own
+// credentials, and pgx's process-wide GSS provider is no part of it. A provider the application
+// registers with pgx, before or after New, is never asked anything by a connector (nor shown a
+// principal, a ticket or a secret of it), still serves the application's own pgx connections,
+// and the connector authenticates the same with no provider registered at all.
+func TestGSSAuthIndependentOfPgxProvider(t *testing.T) {
 	lab := newKerberosLab(t)
 	srv := lab.server(t, true, "hostnogssenc all all 127.0.0.1/32 gss include_realm=0 krb_realm="+lab.kdc.Realm)
 	t.Cleanup(func() { pgconn.RegisterGSSProvider(nil) })
@@ -439,61 +441,50 @@ func TestGSSAuthProviderChaining(t *testing.T) {
 		}
 		return err
 	}
-	forged := "pgconnector-gss:" + strings.Repeat("5", 32) + ":localhost" // the right form, not a connector's secret
-	expectApp := func(t *testing.T, app *appGSS, err error, want string) {
+	noCalls := func(t *testing.T, app *appGSS) {
 		t.Helper()
-		if got := app.took(); err == nil || !strings.Contains(err.Error(), app.name+" was asked") || len(got) != 1 || got[0] != want {
-			t.Errorf("%v; the application's provider got %q, want %q", err, got, want)
+		if got := app.took(); len(got) != 0 {
+			t.Errorf("%s was asked by a connector: %q", app.name, got)
 		}
 	}
 
 	app := &appGSS{name: "the application's provider"}
 	pgconn.RegisterGSSProvider(app.newGSS) // before New
-	c := lab.connector(t, connectorDSN)
-	db := openDB(c)
+	db := openDB(lab.connector(t, connectorDSN))
 	defer db.Close()
 	gssConnect(t, db)
-	if got := app.took(); len(got) != 0 {
-		t.Errorf("the connector's authentication reached the application's provider: %q", got)
+	noCalls(t, app)
+	// The application's own pgx connections still go to its provider.
+	if err := pgxConnect("krbspn=postgres/localhost"); err == nil {
+		t.Error("a pgx connection authenticated without the application's provider")
 	}
-	expectApp(t, app, pgxConnect("krbspn=postgres/localhost"), "GetInitTokenFromSPN postgres/localhost")
-	expectApp(t, app, pgxConnect(), "GetInitToken localhost postgres")
-	expectApp(t, app, pgxConnect("krbspn="+forged), "GetInitTokenFromSPN "+forged)
+	if got := app.took(); len(got) != 1 || got[0] != "GetInitTokenFromSPN postgres/localhost" {
+		t.Errorf("the application's provider got %q", got)
+	}
 
-	// The application registers another provider after the connector was created: the
-	// connector's tokens reach it until the next New, which chains ours to it again.
+	// Registered after New: the connector made before and one made after never reach it.
 	app2 := &appGSS{name: "the application's second provider"}
 	pgconn.RegisterGSSProvider(app2.newGSS)
-	_, err := c.Connect(ctx)
-	got := app2.took()
-	if err == nil || len(got) == 0 {
-		t.Errorf("connect before the next New: %v; want the application's second provider asked", err)
-	}
-	for _, call := range got {
-		if !strings.HasPrefix(call, "GetInitTokenFromSPN pgconnector-gss:") {
-			t.Errorf("the application's second provider got %q, want the connector's token", call)
-		}
-	}
 	db2 := openDB(lab.connector(t, connectorDSN))
 	defer db2.Close()
-	gssConnect(t, db)
-	gssConnect(t, db2)
-	expectApp(t, app2, pgxConnect("krbspn=postgres/localhost"), "GetInitTokenFromSPN postgres/localhost")
-	if got := app.took(); len(got) != 0 {
-		t.Errorf("the replaced provider was asked: %q", got)
+	for range 3 {
+		gssConnect(t, db)
+		gssConnect(t, db2)
 	}
+	noCalls(t, app)
+	noCalls(t, app2)
 
-	// Without a provider of the application's: a forged token is refused, naming no secret.
+	// No provider at all: pgx alone cannot authenticate, the connector can.
 	pgconn.RegisterGSSProvider(nil)
+	if err := pgxConnect(); err == nil {
+		t.Error("pgx connected with no GSS provider registered")
+	}
 	db3 := openDB(lab.connector(t, connectorDSN))
 	defer db3.Close()
 	gssConnect(t, db3)
-	mark := srv.LogMark()
-	if err := pgxConnect("krbspn=" + forged); err == nil || !strings.Contains(err.Error(), "token of no open connector") || strings.Contains(err.Error(), forged) {
-		t.Errorf("forged token: %v", err)
-	}
-	if log := srv.Log()[mark:]; strings.Contains(log, "connection authenticated") || strings.Contains(log, "connection authorized") {
-		t.Errorf("the server authenticated the connection with the forged token:\n%s", log)
+	gssConnect(t, db)
+	if log := srv.Log(); strings.Contains(log, "pgconnector-gss:") {
+		t.Error("the server log shows a connector token")
 	}
 }
 

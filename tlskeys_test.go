@@ -1362,7 +1362,7 @@ func TestTLSKeysKeepClientCertificate(t *testing.T) {
 	}
 	serverCert := tls.Certificate{Certificate: [][]byte{p.leaf.cert.Raw, p.inter.cert.Raw}, PrivateKey: p.leaf.key}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := harness.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

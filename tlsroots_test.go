@@ -338,7 +338,7 @@ type probeConn struct {
 
 func startTLSProbe(t *testing.T, cert tls.Certificate, alpn string) *tlsProbe {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := harness.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

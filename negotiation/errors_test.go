@@ -4,18 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
 // A host's error says the host, the step and the cause once: not pgx's "failed to connect to
 // `user=... database=...`: address (host): dial error:" around it.
 func TestHostErrorLeadsWithItsCause(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := harness.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

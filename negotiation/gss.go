@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
-	"strings"
 	"time"
 )
 
@@ -62,6 +60,26 @@ var ErrGSSNotForwardable = errors.New("the ticket-granting ticket is not forward
 // delegation was not asked for.
 type GSSDelegationReporter interface {
 	Delegation() (sent bool, why error)
+}
+
+// GSSAuthenticator is implemented by a [GSSClient] that can answer the server's request for
+// GSSAPI authentication on a connection without GSS encryption (pg_hba method gss:
+// AuthenticationGSS, then AuthenticationGSSContinue and GSSResponse messages until the context is
+// established; protocol-flow.html, "GSSAPI authentication"). Without it, such a request fails the
+// attempt.
+type GSSAuthenticator interface {
+	// Authenticate returns a new context initiator for the service principal of host (as
+	// written in the connection string: krbsrvname@host, or krbspn). ctx bounds the KDC
+	// exchange for the service ticket.
+	Authenticate(ctx context.Context, host string) (GSSAuthExchange, error)
+}
+
+// GSSAuthExchange is one GSSAPI context establishment carried in authentication messages.
+type GSSAuthExchange interface {
+	// Step takes the server's last token (nil for the first call) and returns the token to
+	// send (none when empty) and whether the context is established: the server's AP-REP
+	// verified (mutual authentication, RFC 4121 section 4.1).
+	Step(in []byte) (out []byte, done bool, err error)
 }
 
 // GSSSession establishes one GSSAPI security context.
@@ -266,30 +284,4 @@ func (at *attempt) startGSS(ctx context.Context, conn net.Conn, info DialInfo) (
 		return nil, fmt.Errorf("GSSAPI context establishment failed: %w", err)
 	}
 	return gconn, nil
-}
-
-// gssEncRequireAuth is require_auth (libpq 16) for an attempt over GSS encryption: when the list
-// allows gss, the encrypted channel counts as the gss exchange the server then skips
-// (fe-auth.c, check_expected_areq: "a GSS-encrypted channel also satisfies the check"), so an
-// AuthenticationOk without exchange is accepted there. Any other method the server asks for is
-// still checked against the list. pgx's require_auth does not know GSS encryption.
-func gssEncRequireAuth(s string) string {
-	if s == "" {
-		return s
-	}
-	parts := strings.Split(s, ",")
-	for i := range parts {
-		parts[i] = strings.TrimSpace(parts[i])
-	}
-	if strings.HasPrefix(parts[0], "!") {
-		if slices.Contains(parts, "!gss") {
-			return s
-		}
-		kept := slices.DeleteFunc(parts, func(p string) bool { return p == "!none" })
-		return strings.Join(kept, ",")
-	}
-	if !slices.Contains(parts, "gss") || slices.Contains(parts, "none") {
-		return s
-	}
-	return s + ",none"
 }

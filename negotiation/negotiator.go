@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgconnector/pgconnector/internal/scram"
 )
 
 // Host is one host of a connection string, with what pgx parsed for it.
@@ -94,6 +96,8 @@ type Negotiator struct {
 	bg    background // the background refreshes, until Close
 	// literal holds the one address of each host that needs no lookup (literalAddrs).
 	literal map[*Host][]string
+	// scram keeps the SCRAM keys derived for this negotiator's users and passwords (auth.go).
+	scram *scram.Keys
 }
 
 // NewNegotiator returns a Negotiator for cfg. cfg.Hosts must not be empty.
@@ -115,6 +119,11 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 	if cfg.Trace != nil {
 		n.trace = *cfg.Trace
 	}
+	var onDerive func(time.Duration)
+	if hook := n.trace.SCRAMKeyDerived; hook != nil {
+		onDerive = func(d time.Duration) { hook(context.Background(), SCRAMKeyDerivedInfo{Duration: d}) }
+	}
+	n.scram = scram.NewKeys(scram.Config{OnDerive: onDerive})
 	return n, nil
 }
 
@@ -657,17 +666,24 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	}
 	buildFrontend := cfg.BuildFrontend
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		// pgx builds the frontend when it connects, after every hook that may set the password.
-		// An OAuth token provider answers AuthenticationSASL (OAUTHBEARER) without one.
-		noPassword := cfg.Password == "" && cfg.OAuthTokenProvider == nil
-		return buildFrontend(&authObserver{r: r, at: at, noPassword: noPassword}, w)
+		// pgx builds the frontend when it connects, after every hook. The authentication
+		// exchange is the negotiator's (auth.go), with what ConfigureAuth took, or else with cfg
+		// as it is now.
+		s := at.auth
+		if s == nil {
+			v, _ := authSettingsOf(cfg) // pgx checked require_auth when it parsed it
+			s = &v
+		}
+		ctx := at.connCtx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		return buildFrontend(&authExchange{r: r, w: w, at: at, s: *s, ctx: ctx}, w)
 	}
+	cfg.KerberosSpn = "" // pgx's GSS provider is never asked: the exchange is ours
 	cfg.ValidateConnect = nil
 	if tsa := at.n.cfg.TargetSessionAttrs; tsa != TargetAny && !at.anyServer {
 		cfg.ValidateConnect = tsa.validate
-	}
-	if at.method == MethodGSS {
-		cfg.RequireAuth = gssEncRequireAuth(cfg.RequireAuth)
 	}
 	return nil
 }
@@ -726,8 +742,14 @@ type attempt struct {
 	failStep   step // where the attempt failed, when the negotiator saw it (fail)
 	failErr    error
 	authMethod string
-	startupCtx context.Context
-	startupMu  sync.Mutex
+	// auth is what the attempt authenticates with (ConfigureAuth); connCtx is the context pgx
+	// connects with (from AfterNetConnect), which bounds the authentication exchange.
+	auth          *authSettings
+	connCtx       context.Context
+	saslMechanism string // the SASL mechanism used, if any
+	keyCached     bool   // SCRAM: the keys came from the cache
+	startupCtx    context.Context
+	startupMu     sync.Mutex
 }
 
 type connHolder struct{ c net.Conn }
@@ -867,6 +889,7 @@ func (at *attempt) onSSLAnswer(a Answer) {
 
 func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn, error) {
 	tr := &at.n.trace
+	at.connCtx = ctx
 	if tc, ok := conn.(*tls.Conn); ok {
 		// pgx leaves the handshake to the first write; do it now so that it is a step of its own.
 		hctx := ctx
@@ -914,7 +937,7 @@ func (at *attempt) endStartup(err error) {
 	at.startupCtx = nil
 	at.startupMu.Unlock()
 	if sctx != nil && at.n.trace.StartupDone != nil {
-		info := StartupDoneInfo{AuthMethod: at.authMethod, SQLState: sqlState(err)}
+		info := StartupDoneInfo{AuthMethod: at.authMethod, SASLMechanism: at.saslMechanism, KeyCached: at.keyCached, SQLState: sqlState(err)}
 		if err != nil {
 			info.Err = cause(err)
 		}

@@ -61,7 +61,8 @@ var clientChecks = []string{"require_auth check failed: ", "channel binding chec
 func clientRefused(err error) bool {
 	var rp *RequirePeerError
 	var ab *AbortError
-	if errors.As(err, &rp) || errors.As(err, &ab) || errors.Is(err, ErrNoPassword) {
+	var ae *AuthError
+	if errors.As(err, &rp) || errors.As(err, &ab) || errors.As(err, &ae) || errors.Is(err, ErrNoPassword) {
 		return true
 	}
 	for e := err; e != nil; e = errors.Unwrap(e) {

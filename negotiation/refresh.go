@@ -118,6 +118,7 @@ func (n *Negotiator) Close() error {
 		cancel()
 	}
 	b.wg.Wait()
+	n.scram.Close()
 	return nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
 // refreshServer is a loopback server without TLS that answers a StartupMessage as a trusting
@@ -28,7 +30,7 @@ type refreshServer struct {
 
 func startRefreshServer(t *testing.T, mode string) *refreshServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := harness.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

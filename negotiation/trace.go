@@ -68,6 +68,11 @@ type Trace struct {
 	StartupStart func(ctx context.Context, info DialInfo) context.Context
 	StartupDone  func(ctx context.Context, info StartupDoneInfo)
 
+	// SCRAMKeyDerived is called after each PBKDF2 derivation of SCRAM keys (once per user,
+	// password, salt and iteration count while they stay cached), on the goroutine that derived
+	// them, which may outlive the connect that asked: ctx is context.Background(), with no span.
+	SCRAMKeyDerived func(ctx context.Context, info SCRAMKeyDerivedInfo)
+
 	// Fallback is called when the connect gives up a method and goes on with the next one.
 	Fallback func(ctx context.Context, info FallbackInfo)
 
@@ -159,6 +164,13 @@ type StartupDoneInfo struct {
 	// there, the encrypted channel having authenticated the client, and the server sends the same
 	// bytes for trust); "" when unknown.
 	AuthMethod string
+	// SASLMechanism is the SASL mechanism the client chose: "SCRAM-SHA-256",
+	// "SCRAM-SHA-256-PLUS" (channel binding, tls-server-end-point) or "OAUTHBEARER"; "" when
+	// the server asked for none.
+	SASLMechanism string
+	// KeyCached: with SCRAM, ClientKey and ServerKey came from the connector's cache, no PBKDF2
+	// was run or waited for (RFC 7677 section 4). Never a key, a salt or an iteration count.
+	KeyCached bool
 	// SQLState is the SQLSTATE of a server error, if any.
 	SQLState string
 	// Err is why the startup failed, with pgx's wrappers peeled off (its "failed to connect to
@@ -198,4 +210,9 @@ type GSSContextDoneInfo struct {
 	Delegated     bool
 	DelegationErr error
 	Err           error
+}
+
+// SCRAMKeyDerivedInfo is one derivation of SCRAM keys (PBKDF2, RFC 5802 section 3).
+type SCRAMKeyDerivedInfo struct {
+	Duration time.Duration
 }

@@ -2,6 +2,7 @@ package negotiation
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -221,31 +222,24 @@ func (c *sslRequestConn) Close() error {
 	return c.Conn.Close()
 }
 
-// authObserver reads the backend's messages up to ReadyForQuery, as pgx receives them, to
-// learn which authentication the server asked for (AuthenticationOk at once is trust, or
-// authGSSOrTrust under GSS encryption), and holds them to libpq's rules for that phase. Until
-// AuthenticationOk (fe-connect.c, PQconnectPoll, CONNECTION_AWAITING_RESPONSE) only an
-// authentication request ('R') or NegotiateProtocolVersion ('v'), of 8 to 2000 bytes, or an
-// ErrorResponse ('E') of at most 30000 may come: anything else means it is not PostgreSQL at
-// the other end. From then to ReadyForQuery no message may exceed 30000 bytes (libpq allows
-// that for the message kinds that carry data, fe-protocol3.c, VALID_LONG_MESSAGE_TYPE, but
-// none of them belongs before ReadyForQuery but a NoticeResponse). Without these bounds a forged
-// length makes pgx allocate up to a gigabyte for a server that has not authenticated.
-// It reads message types, lengths and the authentication code, never a body beyond that; after
-// ReadyForQuery or an ErrorResponse it is a plain pass-through.
+// authObserver passes the backend's messages from AuthenticationOk to ReadyForQuery through to
+// pgx, holding them to libpq's bound for that phase: no message may exceed 30000 bytes (libpq
+// allows that for the message kinds that carry data, fe-protocol3.c, VALID_LONG_MESSAGE_TYPE,
+// but none of them belongs before ReadyForQuery but a NoticeResponse). Without it a forged length
+// makes pgx allocate up to a gigabyte for a server that has not finished the startup. It reads
+// message types and lengths, never a body; after ReadyForQuery or an ErrorResponse it is a
+// plain pass-through. What comes before AuthenticationOk is the authentication exchange's
+// (auth.go).
 type authObserver struct {
 	r    io.Reader
 	at   *attempt
 	done bool
 	err  error   // the rule broken, returned from then on
-	hdr  [9]byte // type, length, first 4 body bytes
+	hdr  [5]byte // type, length
 	have int
 	skip int  // body bytes of the current message still to pass
 	last bool // the message being skipped ends the phase (ReadyForQuery)
-	auth bool // AuthenticationOk has come
-	// noPassword: the attempt has no password, and a password request fails it with
-	// ErrNoPassword before pgx sees the request.
-	noPassword bool
+	auth bool // AuthenticationOk has come (always, as the exchange hands over)
 }
 
 func (o *authObserver) Read(b []byte) (int, error) {
@@ -278,12 +272,7 @@ func (o *authObserver) observe(p []byte) error {
 			}
 			continue
 		}
-		// The header is 5 bytes; an authentication request's code 4 more.
-		need := 5
-		if o.have >= 5 && o.hdr[0] == 'R' && !o.auth {
-			need = 9
-		}
-		k := min(need-o.have, len(p))
+		k := min(5-o.have, len(p))
 		copy(o.hdr[o.have:], p[:k])
 		o.have += k
 		p = p[k:]
@@ -291,61 +280,25 @@ func (o *authObserver) observe(p []byte) error {
 			continue
 		}
 		typ := o.hdr[0]
-		length := int(uint32(o.hdr[1])<<24 | uint32(o.hdr[2])<<16 | uint32(o.hdr[3])<<8 | uint32(o.hdr[4]))
+		length := int(binary.BigEndian.Uint32(o.hdr[1:]))
 		if length < 4 {
 			return errStartup(fmt.Sprintf("a message %q with length %d", typ, length))
 		}
-		switch {
-		case typ == 'E':
+		if typ == 'E' {
 			if length > 30000 {
 				return errStartup(fmt.Sprintf("an ErrorResponse of %d bytes during startup (libpq allows 30000)", length))
 			}
 			o.done = true // pgx reports it
 			continue
-		case o.auth:
-			if length > 30000 {
-				return errStartup(fmt.Sprintf("a message %q of %d bytes during startup (at most 30000)", typ, length))
-			}
-			o.last = typ == 'Z'
-		case typ == 'R' || typ == 'v':
-			if length < 8 || length > 2000 {
-				return errStartup(fmt.Sprintf("a message %q of %d bytes during authentication (libpq allows 8 to 2000)", typ, length))
-			}
-			if typ == 'R' {
-				if o.have < 9 {
-					continue
-				}
-				code := uint32(o.hdr[5])<<24 | uint32(o.hdr[6])<<16 | uint32(o.hdr[7])<<8 | uint32(o.hdr[8])
-				if o.noPassword && (code == 3 || code == 5 || code == 10) {
-					// libpq: "fe_sendauth: no password supplied" (fe-auth.c, pg_fe_sendauth).
-					if o.at.authMethod == "" {
-						o.at.authMethod = authMethodName(code)
-					}
-					return ErrNoPassword
-				}
-				if o.at.authMethod == "" {
-					o.at.authMethod = authMethodName(code)
-					if code == 0 && o.at.method == MethodGSS {
-						o.at.authMethod = authGSSOrTrust
-					}
-				}
-				o.auth = code == 0
-				if o.auth {
-					o.at.authOK.Store(true)
-				}
-			}
-		default:
-			return errStartup(fmt.Sprintf("message type 0x%02x where an authentication request was expected", typ))
 		}
-		// Skip the rest of the body.
-		consumed := o.have - 5
+		if length > 30000 {
+			return errStartup(fmt.Sprintf("a message %q of %d bytes during startup (at most 30000)", typ, length))
+		}
+		o.last = typ == 'Z'
 		o.have = 0
-		o.skip = length - 4 - consumed
-		if o.skip <= 0 {
-			o.skip = 0
-			if o.last {
-				o.done = true
-			}
+		o.skip = length - 4
+		if o.skip == 0 && o.last {
+			o.done = true
 		}
 	}
 	return nil

@@ -1,7 +1,6 @@
 package negotiation
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -12,10 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
 func backendMsg(typ byte, body []byte) []byte {
@@ -27,91 +27,6 @@ func backendMsg(typ byte, body []byte) []byte {
 func authBody(code uint32, rest ...byte) []byte {
 	b := binary.BigEndian.AppendUint32(nil, code)
 	return append(b, rest...)
-}
-
-// The observer learns the authentication method from the stream pgx reads, whatever the read
-// sizes, and passes every byte through unchanged.
-func TestAuthObserver(t *testing.T) {
-	negotiate := backendMsg('v', append(binary.BigEndian.AppendUint32(nil, 196608), 0, 0, 0, 0))
-	ok := backendMsg('R', authBody(0))
-	for _, tt := range []struct {
-		name   string
-		method Method // of the attempt; 0: plaintext
-		stream []byte
-		want   string
-	}{
-		{"trust", 0, ok, "trust"},
-		{"cleartext", 0, append(backendMsg('R', authBody(3)), ok...), "password"},
-		{"md5", 0, append(backendMsg('R', authBody(5, 1, 2, 3, 4)), ok...), "md5"},
-		{"scram", 0, append(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), ok...), "scram-sha-256"},
-		{"gss", 0, append(backendMsg('R', authBody(7)), ok...), "gss"},
-		{"after NegotiateProtocolVersion", 0, append(negotiate, append(backendMsg('R', authBody(10)), ok...)...), "scram-sha-256"},
-		{"error first", 0, backendMsg('E', []byte("SFATAL\x00\x00")), ""},
-		{"trust over TLS", MethodSSL, ok, "trust"},
-		// Over GSS encryption, AuthenticationOk at once is pg_hba gss (the encrypted channel
-		// authenticated the client) or trust: nothing on the wire tells them apart.
-		{"AuthenticationOk at once over GSS encryption", MethodGSS, ok, "gss-or-trust"},
-		{"password over GSS encryption", MethodGSS, append(backendMsg('R', authBody(10)), ok...), "scram-sha-256"},
-	} {
-		for _, oneByte := range []bool{false, true} {
-			name := tt.name
-			if oneByte {
-				name += ", one byte at a time"
-			}
-			t.Run(name, func(t *testing.T) {
-				at := &attempt{method: tt.method}
-				// After ReadyForQuery anything may follow, however large.
-				stream := append(append([]byte{}, tt.stream...), backendMsg('K', make([]byte, 8))...)
-				stream = append(stream, backendMsg('S', make([]byte, 5000))...)
-				stream = append(stream, backendMsg('S', []byte{0, 0})...) // shorter than 9 bytes
-				stream = append(stream, backendMsg('Z', []byte{'I'})...)
-				stream = append(stream, backendMsg('S', make([]byte, 50000))...)
-				var r io.Reader = bytes.NewReader(stream)
-				if oneByte {
-					r = iotest.OneByteReader(r)
-				}
-				got, err := io.ReadAll(&authObserver{r: r, at: at})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(got, stream) {
-					t.Error("the observer changed the stream")
-				}
-				if at.authMethod != tt.want {
-					t.Errorf("auth method = %q, want %q", at.authMethod, tt.want)
-				}
-			})
-		}
-	}
-}
-
-// Before AuthenticationOk only small authentication requests, NegotiateProtocolVersion and
-// ErrorResponse may come (fe-connect.c, CONNECTION_AWAITING_RESPONSE): a forged length must not
-// make pgx allocate a gigabyte for a server that has not authenticated.
-func TestAuthObserverRules(t *testing.T) {
-	huge := []byte{'R', 0x39, 0x30, 0x39, 0x31} // a length of 959 MB
-	for _, tt := range []struct {
-		name   string
-		stream []byte
-		want   string
-	}{
-		{"huge authentication request", huge, "during authentication (libpq allows 8 to 2000)"},
-		{"short authentication request", backendMsg('R', []byte{0, 0}), "of 6 bytes"},
-		{"query result before authentication", backendMsg('D', []byte{0, 0}), "message type 0x44"},
-		{"ReadyForQuery before authentication", backendMsg('Z', []byte{'I'}), "message type 0x5a"},
-		{"huge error", []byte{'E', 0, 0x01, 0, 0}, "ErrorResponse of 65536 bytes"},
-		{"huge message after a SASL request", append(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), huge...), "959"},
-		{"huge BackendKeyData after AuthenticationOk", append(backendMsg('R', authBody(0)), 'K', 0x37, 0x32, 0x30, 0x30), "a message 'K' of 926036016 bytes"},
-		{"negative length", []byte{'R', 0xff, 0xff, 0xff, 0xff}, "4294967295 bytes"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := io.ReadAll(&authObserver{r: bytes.NewReader(tt.stream), at: &attempt{}})
-			var pe *ProtocolError
-			if !errors.As(err, &pe) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %v, want a ProtocolError with %q", err, tt.want)
-			}
-		})
-	}
 }
 
 // The answer to SSLRequest or GSSENCRequest is one byte; anything else is an error, and only a
@@ -161,7 +76,7 @@ func TestParseAnswer(t *testing.T) {
 // loopbackPair returns the two ends of a TCP connection on 127.0.0.1.
 func loopbackPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := harness.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +194,7 @@ func TestQuietBeforeTheClientSpeaks(t *testing.T) {
 		{"N to GSSENCRequest, then SSLRequest on the same socket", 'N', true, "GSSENCRequest"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			ln, err := harness.Listen()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -339,44 +254,6 @@ func TestQuietBeforeTheClientSpeaks(t *testing.T) {
 			var pe *ProtocolError
 			if !errors.As(err, &pe) || pe.Request != tt.want || !strings.Contains(pe.Problem, "after the answer") {
 				t.Fatalf("connect: %v, want a ProtocolError about bytes after the answer to %s", err, tt.want)
-			}
-		})
-	}
-}
-
-// An attempt without a password refuses the server's password request (cleartext, MD5, SASL)
-// before pgx reads it, as libpq does (fe-auth.c, pg_fe_sendauth: "no password supplied"), and the
-// connect stops there; requests that need no password pass.
-func TestAuthObserverNoPassword(t *testing.T) {
-	ok := backendMsg('R', authBody(0))
-	for _, tt := range []struct {
-		name   string
-		stream []byte
-		refuse bool
-	}{
-		{"cleartext", append(backendMsg('R', authBody(3)), ok...), true},
-		{"md5", append(backendMsg('R', authBody(5, 1, 2, 3, 4)), ok...), true},
-		{"scram", append(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256\x00\x00")...)), ok...), true},
-		{"trust", ok, false},
-		{"gss", append(backendMsg('R', authBody(7)), ok...), false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			at := &attempt{}
-			got, err := io.ReadAll(&authObserver{r: iotest.OneByteReader(bytes.NewReader(tt.stream)), at: at, noPassword: true})
-			if !tt.refuse {
-				if err != nil || !bytes.Equal(got, tt.stream) {
-					t.Fatalf("read %d of %d bytes, error %v", len(got), len(tt.stream), err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrNoPassword) {
-				t.Fatalf("error %v, want ErrNoPassword", err)
-			}
-			if len(got) >= 9 {
-				t.Errorf("%d bytes of the request reached pgx", len(got))
-			}
-			if c := classify(context.Background(), err); c != classClientRefused {
-				t.Errorf("class %d, want classClientRefused (the connect stops)", c)
 			}
 		})
 	}

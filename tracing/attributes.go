@@ -108,6 +108,13 @@ const (
 	// on a plaintext or TLS connection and "gss-or-trust" on a GSS-encrypted one, where pg_hba gss
 	// (the encrypted channel authenticated the client) and trust send the same bytes. Span: startup.
 	AuthMethodKey = attribute.Key("pgconnector.auth.method")
+	// AuthSASLMechanismKey is the SASL mechanism the client chose: "SCRAM-SHA-256",
+	// "SCRAM-SHA-256-PLUS" (channel binding) or "OAUTHBEARER". Span: startup.
+	AuthSASLMechanismKey = attribute.Key("pgconnector.auth.sasl_mechanism")
+	// AuthKeyCachedKey is true when SCRAM's ClientKey and ServerKey came from the connector's
+	// cache (no PBKDF2 run or waited for: RFC 7677 section 4), false when they were derived.
+	// Present with a SCRAM mechanism only; never a key, salt or iteration count. Span: startup.
+	AuthKeyCachedKey = attribute.Key("pgconnector.auth.key_cached")
 	// FallbackFromKey is the method given up. Span: fallback.
 	FallbackFromKey = attribute.Key("pgconnector.fallback.from")
 	// FallbackToKey is the method tried next; absent when the host has none left. Span: fallback.

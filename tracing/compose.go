@@ -52,6 +52,7 @@ func Compose(a, b *negotiation.Trace) *negotiation.Trace {
 		TLSHandshakeDone:    doneHook(a.TLSHandshakeDone, b.TLSHandshakeDone),
 		StartupStart:        startHook(a.StartupStart, b.StartupStart),
 		StartupDone:         doneHook(a.StartupDone, b.StartupDone),
+		SCRAMKeyDerived:     eventHook(a.SCRAMKeyDerived, b.SCRAMKeyDerived),
 		Fallback:            eventHook(a.Fallback, b.Fallback),
 		RefreshStart:        startHook(a.RefreshStart, b.RefreshStart),
 		RefreshDone:         doneHook(a.RefreshDone, b.RefreshDone),

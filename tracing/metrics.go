@@ -35,6 +35,13 @@ const (
 	// MetricConnectionWaitTime is the total time callers waited for a connection, in seconds
 	// (DBStats.WaitDuration). Attribute: db.client.connection.pool.name.
 	MetricConnectionWaitTime = "pgconnector.connection.wait_time"
+	// MetricSCRAMDerivations counts the PBKDF2 derivations of SCRAM keys (RFC 5802 section 3):
+	// one per user, password, salt and iteration count while the connector keeps them, however
+	// many connections authenticate with them. Attribute: db.client.connection.pool.name.
+	MetricSCRAMDerivations = "pgconnector.scram.derivations"
+	// MetricSCRAMDerivationTime is the CPU-bound time of those derivations, in seconds.
+	// Attribute: db.client.connection.pool.name.
+	MetricSCRAMDerivationTime = "pgconnector.scram.derivation_time"
 )
 
 // Attribute keys of the metrics of this project.
@@ -113,6 +120,8 @@ type Metrics struct {
 	max        dbconv.ClientConnectionMaxObservable
 	waits      metric.Int64ObservableCounter
 	waitTime   metric.Float64ObservableCounter
+	derived    metric.Int64Counter
+	deriveTime metric.Float64Counter
 }
 
 // NewMetrics creates the instruments of a connector whose pool is pool. mp nil means
@@ -124,7 +133,7 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 	}
 	m := &Metrics{meter: meter(mp), poolName: pool.Name()}
 	m.pool = semconv.DBClientConnectionPoolName(m.poolName)
-	var errs [8]error
+	var errs [10]error
 	m.createTime, errs[0] = dbconv.NewClientConnectionCreateTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.hits, errs[1] = m.meter.Int64Counter(MetricCacheHits, metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions whose plan a remembered server answer changed or confirmed."))
@@ -138,6 +147,10 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 		metric.WithDescription("Connections callers waited for because the pool had none free."))
 	m.waitTime, errs[7] = m.meter.Float64ObservableCounter(MetricConnectionWaitTime, metric.WithUnit("s"),
 		metric.WithDescription("Total time callers waited for a connection from the pool."))
+	m.derived, errs[8] = m.meter.Int64Counter(MetricSCRAMDerivations, metric.WithUnit("{derivation}"),
+		metric.WithDescription("PBKDF2 derivations of SCRAM keys; the keys are kept per user, password, salt and iteration count."))
+	m.deriveTime, errs[9] = m.meter.Float64Counter(MetricSCRAMDerivationTime, metric.WithUnit("s"),
+		metric.WithDescription("Time spent in PBKDF2 derivations of SCRAM keys."))
 	for _, err := range errs {
 		if err != nil {
 			otel.Handle(err)
@@ -150,10 +163,17 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 // [NewTrace], spans last: Compose(m.Trace(), NewTrace(tp)).
 func (m *Metrics) Trace() *negotiation.Trace {
 	return &negotiation.Trace{
-		ConnectStart: m.connectStart,
-		Decision:     m.decision,
-		ConnectDone:  m.connectDone,
+		ConnectStart:    m.connectStart,
+		Decision:        m.decision,
+		ConnectDone:     m.connectDone,
+		SCRAMKeyDerived: m.scramKeyDerived,
 	}
+}
+
+func (m *Metrics) scramKeyDerived(ctx context.Context, info negotiation.SCRAMKeyDerivedInfo) {
+	set := metric.WithAttributeSet(attribute.NewSet(m.pool))
+	m.derived.Add(ctx, 1, set)
+	m.deriveTime.Add(ctx, info.Duration.Seconds(), set)
 }
 
 // ObserveDBStats reports the pool metrics from stats (a sql.DB's Stats method) at each

@@ -480,6 +480,12 @@ func (t *tracer) startupDone(ctx context.Context, info negotiation.StartupDoneIn
 	if info.AuthMethod != "" {
 		span.SetAttributes(AuthMethodKey.String(info.AuthMethod))
 	}
+	if m := info.SASLMechanism; m != "" {
+		span.SetAttributes(AuthSASLMechanismKey.String(m))
+		if strings.HasPrefix(m, "SCRAM-") {
+			span.SetAttributes(AuthKeyCachedKey.Bool(info.KeyCached))
+		}
+	}
 	if info.Err != nil {
 		fail(span, info.Err, info.SQLState, ErrorTypeStartup)
 	}

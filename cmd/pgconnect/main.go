@@ -66,8 +66,10 @@ type Connect struct {
 	Steps      []Step     `json:"steps"`
 	Host       string     `json:"host,omitempty"`
 	Port       int64      `json:"port,omitempty"`
-	Transport  string     `json:"transport,omitempty"` // plain, tls, gss
-	Auth       string     `json:"auth,omitempty"`      // pgconnector.auth.method of the startup
+	Transport  string     `json:"transport,omitempty"`  // plain, tls, gss
+	Auth       string     `json:"auth,omitempty"`       // pgconnector.auth.method of the startup
+	SASL       string     `json:"sasl,omitempty"`       // pgconnector.auth.sasl_mechanism
+	KeyCached  *bool      `json:"key_cached,omitempty"` // SCRAM: pgconnector.auth.key_cached
 	Server     string     `json:"server_version,omitempty"`
 	CacheHit   *bool      `json:"cache_hit,omitempty"`
 	Sockets    int64      `json:"sockets"`
@@ -352,6 +354,11 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 		case "startup":
 			if st.Error == "" {
 				cn.Auth = sa["pgconnector.auth.method"].AsString()
+				cn.SASL = sa["pgconnector.auth.sasl_mechanism"].AsString()
+				if v, ok := sa["pgconnector.auth.key_cached"]; ok {
+					b := v.AsBool()
+					cn.KeyCached = &b
+				}
 			}
 		}
 		if len(st.Attrs) == 0 {

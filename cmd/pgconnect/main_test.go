@@ -74,7 +74,7 @@ func TestExplainPlain(t *testing.T) {
 	wantIn(t, out, "cold connect", "warm 1 connect", "warm 2 connect",
 		"plan ssl,plain", "cache miss: asks the server", "plan plain (left out: ssl, remembered), cache hit",
 		"ssl_request", "ssl.answer=N", "tcp_connect", "startup",
-		"over plain", "auth scram-sha-256",
+		"over plain", "auth scram-sha-256 (SCRAM-SHA-256, keys derived)", "auth scram-sha-256 (SCRAM-SHA-256, keys cached)",
 		"estimated from the server's answers",
 		"libpq  1 socket(s), 1 backend(s), 2 round trip(s) before startup, plain",
 		"pgx    2 socket(s), 2 backend(s), 3 round trip(s) before startup, plain")
@@ -100,8 +100,11 @@ func TestExplainPlain(t *testing.T) {
 	if cold.CacheHit == nil || *cold.CacheHit || warm.CacheHit == nil || !*warm.CacheHit {
 		t.Errorf("cache hit cold %v warm %v", cold.CacheHit, warm.CacheHit)
 	}
-	if cold.Server == "" || cold.Auth != "scram-sha-256" {
-		t.Errorf("server %q auth %q", cold.Server, cold.Auth)
+	if cold.Server == "" || cold.Auth != "scram-sha-256" || cold.SASL != "SCRAM-SHA-256" || warm.SASL != "SCRAM-SHA-256" {
+		t.Errorf("server %q auth %q %q %q", cold.Server, cold.Auth, cold.SASL, warm.SASL)
+	}
+	if cold.KeyCached == nil || *cold.KeyCached || warm.KeyCached == nil || !*warm.KeyCached {
+		t.Errorf("SCRAM keys cached: cold %v, warm %v", cold.KeyCached, warm.KeyCached)
 	}
 	for _, s := range cold.Steps {
 		if s.StartMS < 0 || s.DurationMS < 0 || s.StartMS+s.DurationMS > cold.DurationMS+0.001 {

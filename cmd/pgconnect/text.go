@@ -44,8 +44,8 @@ func printText(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "  failed at %s: %s\n", cn.FailedStep, cn.Error)
 			continue
 		}
-		fmt.Fprintf(w, "  result: %s:%d over %s, server %s, auth %s, %d socket(s), %d round trip(s) before startup\n",
-			cn.Host, cn.Port, cn.Transport, cn.Server, cn.Auth, cn.Sockets, cn.RoundTrips)
+		fmt.Fprintf(w, "  result: %s:%d over %s, server %s, auth %s%s, %d socket(s), %d round trip(s) before startup\n",
+			cn.Host, cn.Port, cn.Transport, cn.Server, cn.Auth, saslNote(cn), cn.Sockets, cn.RoundTrips)
 	}
 	for _, cmp := range rep.Compare {
 		fmt.Fprintf(w, "\nper connect to %s:%d, %s (SSLRequest %s, GSSENCRequest %s):\n",
@@ -106,4 +106,21 @@ func stepNote(st Step) string {
 		return ""
 	}
 	return "  " + strings.Join(parts, " ")
+}
+
+// saslNote says the SASL mechanism and, for SCRAM, whether the keys were derived (PBKDF2) or came
+// from the connector's cache.
+func saslNote(cn Connect) string {
+	if cn.SASL == "" {
+		return ""
+	}
+	note := " (" + cn.SASL
+	if cn.KeyCached != nil {
+		if *cn.KeyCached {
+			note += ", keys cached"
+		} else {
+			note += ", keys derived"
+		}
+	}
+	return note + ")"
 }

@@ -68,14 +68,10 @@ type ClientConfig struct {
 // parse) or its ticket-granting ticket expires, so kinit, kdestroy, kswitch and renewal take
 // effect at the next connection. It is safe for concurrent use.
 type Client struct {
-	cfg        ClientConfig
-	now        func() time.Time
-	authSecret string // set by Register: see pgxauth.go
+	cfg ClientConfig
+	now func() time.Time
 
-	noCreds    atomic.Bool               // the last credentials check found none (read without mu)
-	attemptSeq atomic.Uint64             // numbers the tokens of AuthTokenContext
-	lastToken  atomic.Pointer[hostToken] // the last AuthToken made, for the next one to the same host
-	attempts   sync.Map                  // their number (base 36) -> the attempt's context.Context
+	noCreds atomic.Bool // the last credentials check found none (read without mu)
 
 	// closed: Close was called. Set with mu held, read without it.
 	closed atomic.Bool

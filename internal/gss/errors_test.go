@@ -20,6 +20,8 @@ import (
 	"github.com/jcmturner/gokrb5/v8/types"
 
 	"github.com/pgconnector/pgconnector/negotiation"
+
+	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
 // sentinel names the sentinel of package negotiation an error is, for test messages.
@@ -301,7 +303,7 @@ func TestUnverifiedThroughPgx(t *testing.T) {
 	ini, acc := pair(t, key, true, 0, 0)
 	for _, c := range badPackets(t, ini, acc) {
 		t.Run(c.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			ln, err := harness.Listen()
 			if err != nil {
 				t.Fatal(err)
 			}

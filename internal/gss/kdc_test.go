@@ -3,7 +3,6 @@ package gss
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -73,7 +72,7 @@ func validClient(t *testing.T, cfg ClientConfig) *Client {
 // closedPort returns a loopback address where nothing listens.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := harness.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -921,7 +921,7 @@ var pickPort = freePort
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := listenLow()
 	if err != nil {
 		return 0, fmt.Errorf("harness: finding a free port: %w", err)
 	}

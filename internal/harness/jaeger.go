@@ -358,7 +358,7 @@ func freePorts(n int) ([]int, error) {
 	}()
 	ports := make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listenLow()
 		if err != nil {
 			return nil, fmt.Errorf("harness: finding a free port: %w", err)
 		}

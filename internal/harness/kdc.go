@@ -585,7 +585,7 @@ func listenersOn(port int) (tcp, udp int, ok bool) {
 // and UDP a moment ago.
 func freeTCPAndUDPPort() (int, error) {
 	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listenLow()
 		if err != nil {
 			return 0, fmt.Errorf("harness: finding a free port: %w", err)
 		}

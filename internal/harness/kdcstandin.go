@@ -59,7 +59,7 @@ func StartKDCStandIn(mode KDCStandInMode) (*KDCStandIn, error) {
 	}
 	var lastErr error
 	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := listenLow()
 		if err != nil {
 			return nil, fmt.Errorf("harness: KDC stand-in: %w", err)
 		}

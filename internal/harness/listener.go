@@ -26,7 +26,7 @@ type loopbackServer struct {
 
 // listenLoopback listens on 127.0.0.1 at a free port. Nothing is accepted before start.
 func listenLoopback(name string) (*loopbackServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenLow()
 	if err != nil {
 		return nil, fmt.Errorf("harness: %s: %w", name, err)
 	}

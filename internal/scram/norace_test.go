@@ -1,0 +1,5 @@
+//go:build !race
+
+package scram
+
+const raceEnabled = false

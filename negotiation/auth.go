@@ -1,0 +1,617 @@
+package negotiation
+
+import (
+	"context"
+	"crypto/md5"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgconnector/pgconnector/internal/scram"
+)
+
+// The authentication exchange, from the first message after the StartupMessage to
+// AuthenticationOk, is the negotiator's: pgx sends the StartupMessage and reads the server
+// through an [authExchange], which answers every authentication request itself (cleartext,
+// MD5, SASL SCRAM-SHA-256 and -PLUS, OAUTHBEARER with pgx's OAuthTokenProvider, GSSAPI) and
+// lets through only what pgx must see: NegotiateProtocolVersion, AuthenticationOk and what
+// follows it, or the ErrorResponse that ends the attempt. pgx's authentication code, and its
+// process-wide GSS provider, are never reached. Sources: protocol-flow.html ("Start-up"),
+// protocol-message-formats.html, sasl-authentication.html; libpq's fe-auth.c (pg_fe_sendauth,
+// check_expected_areq, pg_SASL_init) for what the client refuses.
+
+// authSettings is what an attempt authenticates with, taken from its pgx configuration after
+// every hook ran ([Negotiator.ConfigureAuth]).
+type authSettings struct {
+	user, password string
+	requireAuth    requireAuth
+	channelBinding string // "disable", "prefer" (the default) or "require"
+	oauth          func(context.Context) (string, error)
+}
+
+// AuthError is the client's failure of the authentication exchange: the client refused what the
+// server asked (require_auth, channel_binding, a method it does not support), or the server's
+// part of the exchange did not pass the client's checks (a SCRAM server signature that does not
+// verify: the server does not know the password; an iteration count over the limit; a message out
+// of order). As libpq, no other method or host is tried after it (libpq-connect.html, "once a
+// server is reached and authentication fails"). It names no secret.
+type AuthError struct {
+	Problem string
+	Err     error // the cause, if any
+}
+
+func (e *AuthError) Error() string {
+	if e.Err != nil {
+		return e.Problem + ": " + e.Err.Error()
+	}
+	return e.Problem
+}
+
+func (e *AuthError) Unwrap() error { return e.Err }
+
+// AuthenticationRequest codes (protocol-message-formats.html, AuthenticationOk and following).
+const (
+	authOk           = 0
+	authKerberosV5   = 2
+	authCleartext    = 3
+	authMD5          = 5
+	authGSS          = 7
+	authGSSContinue  = 8
+	authSSPI         = 9
+	authSASL         = 10
+	authSASLContinue = 11
+	authSASLFinal    = 12
+)
+
+// The exchange's phases.
+const (
+	phaseAuth = iota // before AuthenticationOk: messages read whole and answered here
+	phaseOK          // after AuthenticationOk: passed through, bounded (authObserver)
+	phaseDone        // after an ErrorResponse: passed through as it is
+)
+
+// authExchange is the reader of the server's messages that pgx's frontend is built on.
+type authExchange struct {
+	r   io.Reader // the server, as pgx reads it
+	w   io.Writer // the connection, as pgx writes it
+	at  *attempt
+	s   authSettings
+	ctx context.Context // the attempt's: bounds a SCRAM key derivation and the KDC exchange
+
+	phase int
+	out   []byte // bytes for pgx, from the messages it must see
+	err   error  // the exchange's failure, returned from then on
+	after authObserver
+
+	finished     bool // the client completed an exchange (libpq's client_finished_auth)
+	channelBound bool
+	sasl         *scram.Exchange
+	saslState    int // 0: none, 1: client-first sent, 2: client-final sent, 3: verified
+	oauth        bool
+	gss          GSSAuthExchange
+	gssDone      bool
+}
+
+func (x *authExchange) Read(b []byte) (int, error) {
+	for len(x.out) == 0 {
+		switch {
+		case x.err != nil:
+			return 0, x.err
+		case x.phase == phaseOK:
+			return x.after.Read(b)
+		case x.phase == phaseDone:
+			return x.r.Read(b)
+		}
+		if err := x.step(); err != nil {
+			x.err = err
+			if x.sasl != nil && x.saslState < 3 {
+				x.sasl.Abandon()
+			}
+			return 0, err
+		}
+	}
+	n := copy(b, x.out)
+	x.out = x.out[n:]
+	return n, nil
+}
+
+// step reads one message of the authentication phase and answers it, or queues it for pgx.
+func (x *authExchange) step() error {
+	var hdr [5]byte
+	if _, err := io.ReadFull(x.r, hdr[:]); err != nil {
+		return unexpectedEOF(err)
+	}
+	typ := hdr[0]
+	length := int(binary.BigEndian.Uint32(hdr[1:]))
+	if length < 4 {
+		return errStartup(fmt.Sprintf("a message %q with length %d", typ, length))
+	}
+	// The bounds of authObserver: libpq's for the messages before AuthenticationOk.
+	switch typ {
+	case 'E':
+		if length > 30000 {
+			return errStartup(fmt.Sprintf("an ErrorResponse of %d bytes during startup (libpq allows 30000)", length))
+		}
+	case 'R', 'v':
+		if length < 8 || length > 2000 {
+			return errStartup(fmt.Sprintf("a message %q of %d bytes during authentication (libpq allows 8 to 2000)", typ, length))
+		}
+	default:
+		return errStartup(fmt.Sprintf("message type 0x%02x where an authentication request was expected", typ))
+	}
+	msg := make([]byte, 5+length-4)
+	copy(msg, hdr[:])
+	if _, err := io.ReadFull(x.r, msg[5:]); err != nil {
+		return unexpectedEOF(err)
+	}
+	switch typ {
+	case 'E': // pgx reports it
+		// The server ended the exchange (28P01: a wrong password): keys derived for it were
+		// not proven, and are not kept.
+		if x.sasl != nil && x.saslState < 3 {
+			x.sasl.Abandon()
+		}
+		x.out = msg
+		x.phase = phaseDone
+		return nil
+	case 'v': // pgx checks it against min_protocol_version
+		x.out = msg
+		return nil
+	}
+	body := msg[5:]
+	code := binary.BigEndian.Uint32(body)
+	if x.at.authMethod == "" {
+		x.at.authMethod = authMethodName(code)
+		if code == authOk && x.at.method == MethodGSS {
+			x.at.authMethod = authGSSOrTrust
+		}
+	}
+	if code == authOk {
+		if err := x.checkOK(); err != nil {
+			return err
+		}
+		x.at.authOK.Store(true)
+		x.out = msg
+		x.phase = phaseOK
+		x.after = authObserver{r: x.r, at: x.at, auth: true}
+		return nil
+	}
+	if err := x.checkRequest(code); err != nil {
+		return err
+	}
+	data := body[4:]
+	switch code {
+	case authCleartext:
+		if x.s.password == "" {
+			return ErrNoPassword
+		}
+		x.finished = true
+		return x.send(&pgproto3.PasswordMessage{Password: x.s.password})
+	case authMD5:
+		if x.s.password == "" {
+			return ErrNoPassword
+		}
+		if len(data) != 4 {
+			return errStartup(fmt.Sprintf("an AuthenticationMD5Password with a salt of %d bytes", len(data)))
+		}
+		x.finished = true
+		return x.send(&pgproto3.PasswordMessage{Password: md5Password(x.s.user, x.s.password, data)})
+	case authGSS, authSSPI:
+		return x.startGSS()
+	case authGSSContinue:
+		if x.gss == nil || x.gssDone {
+			return x.outOfOrder("AuthenticationGSSContinue")
+		}
+		return x.continueGSS(data)
+	case authSASL:
+		if x.sasl != nil || x.oauth {
+			return x.outOfOrder("AuthenticationSASL")
+		}
+		return x.startSASL(data)
+	case authSASLContinue:
+		if x.oauth {
+			return oauthFailure(data)
+		}
+		if x.sasl == nil || x.saslState != 1 {
+			return x.outOfOrder("AuthenticationSASLContinue")
+		}
+		final, err := x.sasl.ServerFirst(x.ctx, data)
+		if err != nil {
+			if x.ctx.Err() != nil {
+				return err // the deadline or the caller: the wait, not the server, failed
+			}
+			return &AuthError{Problem: "SCRAM authentication failed", Err: err}
+		}
+		x.saslState = 2
+		return x.send(&pgproto3.SASLResponse{Data: final})
+	case authSASLFinal:
+		if x.sasl == nil || x.saslState != 2 {
+			return x.outOfOrder("AuthenticationSASLFinal")
+		}
+		if err := x.sasl.ServerFinal(data); err != nil {
+			return &AuthError{Problem: "SCRAM authentication failed", Err: err}
+		}
+		x.saslState = 3
+		x.finished = true
+		x.at.keyCached = x.sasl.Cached()
+		return nil
+	}
+	// libpq: "authentication method %u not supported" (fe-auth.c, pg_fe_sendauth).
+	return &AuthError{Problem: fmt.Sprintf("authentication method %d not supported", code)}
+}
+
+func (x *authExchange) outOfOrder(what string) error {
+	return errStartup(what + " out of order")
+}
+
+// checkOK holds AuthenticationOk to the client's requirements (fe-auth.c, check_expected_areq,
+// AUTH_REQ_OK), and to mutual authentication: an exchange the client started must have ended
+// with the server's proof (pgx and libpq refuse an AuthenticationOk in the middle of SCRAM).
+func (x *authExchange) checkOK() error {
+	if x.sasl != nil && x.saslState != 3 {
+		return &AuthError{Problem: "the server sent AuthenticationOk before completing the SCRAM exchange: it did not prove that it knows the password"}
+	}
+	if x.gss != nil && !x.gssDone {
+		return &AuthError{Problem: "the server sent AuthenticationOk before completing the GSSAPI exchange: it was not authenticated"}
+	}
+	if x.s.channelBinding == "require" && !x.channelBound {
+		return &AuthError{Problem: "channel binding required, but server authenticated client without channel binding"}
+	}
+	ra := &x.s.requireAuth
+	if ra.text != "" && ra.authRequired && !x.finished {
+		// A GSS-encrypted channel counts as gss: the server then skips the exchange.
+		if !(ra.allows(authGSS) && x.at.method == MethodGSS) {
+			return ra.failure("server did not complete authentication")
+		}
+	}
+	return nil
+}
+
+// checkRequest holds an authentication request to channel_binding and require_auth
+// (check_expected_areq), before anything is sent.
+func (x *authExchange) checkRequest(code uint32) error {
+	if x.s.channelBinding == "require" {
+		switch code {
+		case authSASL, authSASLContinue, authSASLFinal:
+		default:
+			return &AuthError{Problem: "channel binding required but not supported by server's authentication request"}
+		}
+	}
+	ra := &x.s.requireAuth
+	if ra.text == "" {
+		return nil
+	}
+	switch code {
+	case authCleartext, authMD5, authGSS, authSSPI:
+		if !ra.allows(code) {
+			return ra.failure(authRequestDescription(code))
+		}
+	}
+	return nil
+}
+
+// startSASL picks the mechanism among the server's (pg_SASL_init) and sends
+// SASLInitialResponse.
+func (x *authExchange) startSASL(data []byte) error {
+	mechs, err := saslMechanisms(data)
+	if err != nil {
+		return err
+	}
+	ra := &x.s.requireAuth
+	if x.s.oauth != nil && slices.Contains(mechs, "OAUTHBEARER") {
+		if x.s.channelBinding == "require" {
+			return &AuthError{Problem: "channel binding is required, but server did not offer an authentication method that supports channel binding"}
+		}
+		if ra.text != "" && !ra.allowsOAuth() {
+			return ra.failure("server requested OAuth authentication")
+		}
+		token, err := x.s.oauth(x.ctx)
+		if err != nil {
+			return &AbortError{Err: fmt.Errorf("OAuthTokenProvider: %w", err)}
+		}
+		x.oauth = true
+		x.finished = true
+		x.at.saslMechanism = "OAUTHBEARER"
+		// RFC 7628 section 3.1: gs2-header, then auth=Bearer <token>, kvsep-terminated.
+		return x.send(&pgproto3.SASLInitialResponse{AuthMechanism: "OAUTHBEARER", Data: []byte("n,,\x01auth=Bearer " + token + "\x01\x01")})
+	}
+	if ra.text != "" && !ra.allows(authSASL) {
+		return ra.failure("server requested SASL authentication")
+	}
+	if x.s.password == "" {
+		return ErrNoPassword
+	}
+	state, tlsOK := x.tlsState()
+	plus := slices.Contains(mechs, scram.MechanismSHA256Plus)
+	var (
+		mech      string
+		cb        []byte
+		advertise bool
+	)
+	switch {
+	case tlsOK && plus && x.s.channelBinding != "disable":
+		b, err := scram.EndPointBinding(state)
+		if err != nil {
+			return &AuthError{Problem: "channel binding data could not be computed from the server certificate", Err: err}
+		}
+		mech, cb = scram.MechanismSHA256Plus, b
+	case x.s.channelBinding == "require" && !x.tlsInUse():
+		return &AuthError{Problem: "channel binding required, but SSL not in use"}
+	case x.s.channelBinding == "require":
+		return &AuthError{Problem: "channel binding is required, but server did not offer an authentication method that supports channel binding"}
+	case slices.Contains(mechs, scram.MechanismSHA256):
+		mech = scram.MechanismSHA256
+		advertise = tlsOK && x.s.channelBinding != "disable"
+	default:
+		return &AuthError{Problem: "none of the server's SASL authentication mechanisms are supported"}
+	}
+	ex, err := x.at.n.scram.Start(mech, x.s.user, x.s.password, cb, advertise)
+	if err != nil {
+		return &AuthError{Problem: "SCRAM authentication could not start", Err: err}
+	}
+	x.sasl = ex
+	x.saslState = 1
+	x.channelBound = cb != nil
+	x.at.saslMechanism = mech
+	return x.send(&pgproto3.SASLInitialResponse{AuthMechanism: mech, Data: ex.ClientFirst()})
+}
+
+// saslMechanisms parses AuthenticationSASL's list: names ending with a zero byte, then an empty
+// one.
+func saslMechanisms(data []byte) ([]string, error) {
+	var mechs []string
+	for len(data) > 0 {
+		i := slices.Index(data, 0)
+		if i < 0 {
+			return nil, errStartup("an AuthenticationSASL whose mechanism list is not terminated")
+		}
+		if i == 0 {
+			return mechs, nil
+		}
+		mechs = append(mechs, string(data[:i]))
+		data = data[i+1:]
+	}
+	return nil, errStartup("an AuthenticationSASL whose mechanism list is not terminated")
+}
+
+// oauthFailure is the server's AuthenticationSASLContinue after OAUTHBEARER's initial response:
+// the JSON error of RFC 7628 section 3.2.2. Its status is shown only when it is a short word:
+// the server is not authenticated.
+func oauthFailure(data []byte) error {
+	var resp struct {
+		Status string `json:"status"`
+	}
+	problem := "OAuth authentication failed"
+	if json.Unmarshal(data, &resp) == nil && len(resp.Status) <= 64 && strings.Trim(resp.Status, "abcdefghijklmnopqrstuvwxyz_-") == "" && resp.Status != "" {
+		problem += ": " + resp.Status
+	}
+	return &AuthError{Problem: problem}
+}
+
+// tlsInUse reports whether the attempt's method is TLS.
+func (x *authExchange) tlsInUse() bool {
+	return x.at.method == MethodSSL || x.at.method == MethodDirectSSL
+}
+
+// tlsState returns the TLS connection state of the connection pgx writes to, when the attempt
+// is over TLS and it can be found (an AfterNetConnect of the application may have wrapped it in
+// a type that hides it: then there is no channel binding, as with pgx).
+func (x *authExchange) tlsState() (*tls.ConnectionState, bool) {
+	if !x.tlsInUse() {
+		return nil, false
+	}
+	var c any = x.w
+	for range 8 {
+		switch v := c.(type) {
+		case interface{ ConnectionState() tls.ConnectionState }:
+			st := v.ConnectionState()
+			return &st, st.HandshakeComplete && len(st.PeerCertificates) > 0
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// startGSS answers AuthenticationGSS (and SSPI, which libpq built with GSSAPI and without SSPI
+// answers the same way: fe-auth.c, pg_fe_sendauth) with the first token of a GSSAPI context
+// for the attempt's host.
+func (x *authExchange) startGSS() error {
+	if x.gss != nil {
+		return x.outOfOrder("AuthenticationGSS")
+	}
+	ga, ok := x.at.n.cfg.GSS.(GSSAuthenticator)
+	if !ok {
+		return &AuthError{Problem: "the server requested GSSAPI authentication, but this client has no Kerberos support"}
+	}
+	ex, err := ga.Authenticate(x.ctx, x.at.host.Host)
+	if err != nil {
+		return fmt.Errorf("GSSAPI authentication failed: %w", err)
+	}
+	x.gss = ex
+	return x.continueGSS(nil)
+}
+
+// continueGSS gives the server's token to the context and sends its answer in a GSSResponse.
+func (x *authExchange) continueGSS(in []byte) error {
+	out, done, err := x.gss.Step(in)
+	if err != nil {
+		return fmt.Errorf("GSSAPI authentication failed: %w", err)
+	}
+	if done {
+		x.gssDone = true
+		x.finished = true
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return x.send(&pgproto3.GSSResponse{Data: out})
+}
+
+// send writes one message to the server.
+func (x *authExchange) send(m pgproto3.FrontendMessage) error {
+	b, err := m.Encode(nil)
+	if err != nil {
+		return err
+	}
+	_, err = x.w.Write(b)
+	return err
+}
+
+// md5Password is AuthenticationMD5Password's answer: "md5" + md5(md5(password + user) + salt),
+// in hex (protocol-flow.html, "MD5 password").
+func md5Password(user, password string, salt []byte) string {
+	inner := md5.Sum([]byte(password + user))
+	h := md5.New()
+	var hx [32]byte
+	hex.Encode(hx[:], inner[:])
+	h.Write(hx[:])
+	h.Write(salt)
+	return "md5" + hex.EncodeToString(h.Sum(nil))
+}
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// authRequestDescription is libpq's reason for a refused request (fe-auth.c,
+// auth_method_description).
+func authRequestDescription(code uint32) string {
+	switch code {
+	case authCleartext:
+		return "server requested a cleartext password"
+	case authMD5:
+		return "server requested a hashed password"
+	case authGSS, authGSSContinue:
+		return "server requested GSSAPI authentication"
+	case authSSPI:
+		return "server requested SSPI authentication"
+	case authSASL, authSASLContinue, authSASLFinal:
+		return "server requested SASL authentication"
+	}
+	return "server requested an unknown authentication type"
+}
+
+// requireAuth is require_auth parsed as libpq parses it (fe-connect.c, pqConnectOptions2): a
+// list of methods the server may ask for, or, with every element prefixed by '!', of methods it
+// may not; "none" (or "!none") says whether the server may skip authentication.
+type requireAuth struct {
+	text         string // as given; "" means no requirement
+	negated      bool
+	methods      map[string]bool // the methods named, without '!'
+	authRequired bool
+}
+
+// parseRequireAuth parses s; pgx has checked it when the string was parsed, but a hook may have
+// changed it since.
+func parseRequireAuth(s string) (requireAuth, error) {
+	ra := requireAuth{text: s, methods: map[string]bool{}}
+	if s == "" {
+		return ra, nil
+	}
+	ra.authRequired = true
+	for i, part := range strings.Split(s, ",") {
+		m := strings.TrimSpace(part)
+		neg := strings.HasPrefix(m, "!")
+		if i == 0 {
+			ra.negated = neg
+			if neg {
+				ra.authRequired = false
+			}
+		} else if neg != ra.negated {
+			return ra, fmt.Errorf("require_auth %q: negative and positive methods cannot be mixed", s)
+		}
+		m = strings.TrimPrefix(m, "!")
+		switch m {
+		case "password", "md5", "gss", "sspi", "scram-sha-256", "oauth":
+		case "none":
+			ra.authRequired = ra.negated
+		default:
+			return ra, fmt.Errorf("require_auth %q: invalid method %q", s, m)
+		}
+		if ra.methods[m] {
+			return ra, fmt.Errorf("require_auth %q: method %q is listed more than once", s, m)
+		}
+		ra.methods[m] = true
+	}
+	return ra, nil
+}
+
+// allows reports whether the request code is one of the allowed methods.
+func (ra *requireAuth) allows(code uint32) bool {
+	var m string
+	switch code {
+	case authCleartext:
+		m = "password"
+	case authMD5:
+		m = "md5"
+	case authGSS, authGSSContinue:
+		m = "gss"
+	case authSSPI:
+		m = "sspi"
+	case authSASL, authSASLContinue, authSASLFinal:
+		m = "scram-sha-256"
+	default:
+		return false
+	}
+	return ra.methods[m] != ra.negated
+}
+
+func (ra *requireAuth) allowsOAuth() bool { return ra.methods["oauth"] != ra.negated }
+
+// failure is libpq's error for a refused method: `authentication method requirement "..."
+// failed: <reason>`.
+func (ra *requireAuth) failure(reason string) error {
+	return &AuthError{Problem: fmt.Sprintf("authentication method requirement %q failed: %s", ra.text, reason)}
+}
+
+// ConfigureAuth takes the authentication settings of an attempt's configuration (user, password,
+// require_auth, channel_binding, OAuthTokenProvider) into the attempt, whose exchange the
+// negotiator runs, and leaves pgx a configuration that expects none: no password, no
+// require_auth, no channel_binding, no GSS provider. Call it after [Negotiator.Configure] and
+// after every hook that may change these (a BeforeConnect setting the password per connection).
+// Without it the attempt authenticates with cfg as it is when pgx connects, and pgx's own
+// require_auth and channel_binding checks would refuse the AuthenticationOk it is shown.
+func (n *Negotiator) ConfigureAuth(ctx context.Context, cfg *pgconn.Config) error {
+	at, _ := ctx.Value(attemptKey{}).(*attempt)
+	if at == nil || at.n != n {
+		return errors.New("pgconnector: connection attempt did not come through the negotiator")
+	}
+	s, err := authSettingsOf(cfg)
+	if err != nil {
+		return &AbortError{Err: err}
+	}
+	at.auth = &s
+	cfg.Password = ""
+	cfg.RequireAuth = ""
+	cfg.ChannelBinding = "disable"
+	cfg.OAuthTokenProvider = nil
+	return nil
+}
+
+func authSettingsOf(cfg *pgconn.Config) (authSettings, error) {
+	ra, err := parseRequireAuth(cfg.RequireAuth)
+	if err != nil {
+		return authSettings{}, err
+	}
+	cb := cfg.ChannelBinding
+	if cb == "" {
+		cb = "prefer"
+	}
+	return authSettings{user: cfg.User, password: cfg.Password, requireAuth: ra, channelBinding: cb, oauth: cfg.OAuthTokenProvider}, nil
+}
