@@ -325,3 +325,24 @@ func checkWrap(t *testing.T, rows []WrapResult) {
 func TestWrapRates(t *testing.T) {
 	checkWrap(t, wrapRates(true))
 }
+
+// A storm of scenarios 8 and 9 gives each client two connections a round at least: with many
+// clients it has fewer rounds, and more connections only when one round is too many.
+func TestStormShape(t *testing.T) {
+	for _, tc := range []struct{ conns, clients, rounds, wantRounds, wantConns int }{
+		{600, 1, 10, 10, 600},
+		{600, 8, 10, 10, 600},
+		{600, 64, 10, 4, 600},
+		{30, 64, 1, 1, 128},
+		{100, 4, 4, 4, 100},
+		{600, 500, 10, 1, 1000},
+	} {
+		r, n := stormShape(tc.conns, tc.clients, tc.rounds)
+		if r != tc.wantRounds || n != tc.wantConns {
+			t.Errorf("stormShape(%d, %d, %d) = %d rounds, %d connections; want %d, %d", tc.conns, tc.clients, tc.rounds, r, n, tc.wantRounds, tc.wantConns)
+		}
+		if per := n / r / tc.clients; per < 2 {
+			t.Errorf("stormShape(%d, %d, %d): %d connections per client and round", tc.conns, tc.clients, tc.rounds, per)
+		}
+	}
+}

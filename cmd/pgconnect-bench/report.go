@@ -89,10 +89,11 @@ servers on loopback, and in a process of its own:
 - **Client CPU per connection**: user+system time of the client process. For Go peers, getrusage
   around the storm (warm-up and process start left out); for pgbench, the whole process (its start,
   its first connection and its log writes included: slightly against libpq).
-- Each storm is split into ` + plural(max(r.Rounds, 1), "round") + `, the peers taking turns, so that a slow patch of a noisy
-  machine is shared; each transfer runs ` + plural(max(r.BulkReps, 1), "time") + `, the fastest counts. Unless the run
-  says otherwise under Machine (CPUs), the clients run on half of the CPUs and the servers on the
-  other half (` + "`-pin`" + `), as on separate hosts: a client's CPU time does not slow the server.
+- Each storm is split into ` + plural(max(r.Rounds, 1), "round") + ` (in scenarios 8 and 9 fewer where a round would
+  give a client fewer than two connections, and in scenario 9 at most 4), the peers taking turns,
+  so that a slow patch of a noisy machine is shared; each transfer runs ` + plural(max(r.BulkReps, 1), "time") + `, the fastest
+  counts. Unless the run says otherwise under Machine (CPUs), the clients run on half of the CPUs
+  and the servers on the other half (` + "`-pin`" + `), as on separate hosts: a client's CPU time does not slow the server.
 - Scenarios 1-3 use ` + "`trust`" + `, so that authentication (the same for every peer) does not hide the
   negotiation; scenario 4 uses ` + "`gss`" + `, which the server skips under GSS encryption.
 - Scenario 8 measures SCRAM-SHA-256 authentication on the client: the peers connect through
@@ -220,7 +221,8 @@ var scenarioIntro = map[int]string{
 	9: "A PostgreSQL server with TLS (an ECDSA P-256 certificate from a throwaway CA) whose pg_hba.conf " +
 		"says `scram-sha-256` for TCP: every connection is a TLS handshake, a backend and a SCRAM " +
 		"exchange, and verify-full checks the certificate chain and the host name (the CA as " +
-		"`sslrootcert`). The role's secret has PostgreSQL's default 4096 iterations.\n\n",
+		"`sslrootcert`). The role's secret has PostgreSQL's default 4096 iterations. Each storm runs in " +
+		"at most 4 rounds: every connection forks a backend.\n\n",
 }
 
 // connectRow formats one row of a connect scenario's table, with the

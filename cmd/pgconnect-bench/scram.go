@@ -43,12 +43,20 @@ func (noCounter) begin() func() (int, int, error) {
 	return func() (int, int, error) { return 0, 0, nil }
 }
 
-// stormConns is the connections per peer of one storm of scenarios 8 and 9: conns (-scram-conns,
-// -tls-conns), and at least two per client and round, so that every client of every round has a
-// connect latency (measured from its previous connection on).
-func (l *lab) stormConns(conns, clients int) int {
-	return max(conns, 2*clients*max(1, l.cfg.rounds))
+// stormShape returns the rounds and the connections per peer of one storm of scenarios 8 and 9,
+// given conns (-scram-conns, -tls-conns), the clients and the rounds wanted: every client of
+// every round needs two connections at least, to have a connect latency (measured from its
+// previous connection on), so with many clients the storm has fewer rounds (one at the least),
+// and more connections only when one round is still too many.
+func stormShape(conns, clients, rounds int) (int, int) {
+	rounds = max(1, min(rounds, conns/(2*clients)))
+	return rounds, max(conns, 2*clients*rounds)
 }
+
+// tlsRounds caps the rounds of scenario 9, whose connections cost a backend each (about 30 ms on
+// a 2-core VM): fewer, longer rounds keep its run short and each client process's fixed costs
+// small beside the connections it measures.
+const tlsRounds = 4
 
 // pgbouncerScenario is scenario 8: pgbouncer (pool_mode=transaction) in front of a server, a
 // trust role and a scram-sha-256 role whose SCRAM secret is in pgbouncer's auth_file, so that
@@ -84,7 +92,8 @@ func (l *lab) pgbouncerScenario(ctx context.Context) error {
 		for _, clients := range l.cfg.scramClients {
 			log.Printf("scenario 8: role %s, %s", u.auth, plural(clients, "client"))
 			from := len(l.rep.Connect)
-			if err := l.storm(ctx, 8, noCounter{}, peers, noTickets(len(peers)), clients, l.stormConns(l.cfg.scramConns, clients)); err != nil {
+			rounds, conns := stormShape(l.cfg.scramConns, clients, l.cfg.rounds)
+			if err := l.storm(ctx, 8, noCounter{}, peers, noTickets(len(peers)), clients, conns, rounds); err != nil {
 				return err
 			}
 			for i := from; i < len(l.rep.Connect); i++ {
@@ -143,7 +152,7 @@ func derivationsText(d *int64) string {
 
 // scramTLS is scenario 9: a server that wants scram-sha-256 over TCP and has TLS, reached with
 // sslmode=require and with sslmode=verify-full (the harness's CA as sslrootcert), one storm per
-// client count (-tls-clients).
+// client count (-tls-clients) in at most tlsRounds rounds.
 func (l *lab) scramTLS(ctx context.Context) error {
 	pg, err := startServer(ctx, "scenario 9 server (TLS, scram-sha-256)", harness.Options{TLS: true, Auth: "scram-sha-256"})
 	if err != nil {
@@ -162,7 +171,8 @@ func (l *lab) scramTLS(ctx context.Context) error {
 		{Name: peerPcVerify, Family: "pgconnector", Kind: kindPgconnector, DSN: verify, Warm: true, WarmConns: tlsWarmConns},
 	}
 	for _, clients := range l.cfg.tlsClients {
-		if err := l.storm(ctx, 9, pgCounter{pg}, peers, noTickets(len(peers)), clients, l.stormConns(l.cfg.tlsConns, clients)); err != nil {
+		rounds, conns := stormShape(l.cfg.tlsConns, clients, min(l.cfg.rounds, tlsRounds))
+		if err := l.storm(ctx, 9, pgCounter{pg}, peers, noTickets(len(peers)), clients, conns, rounds); err != nil {
 			return err
 		}
 	}
