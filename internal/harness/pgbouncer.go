@@ -117,7 +117,7 @@ func StartPgbouncer(ctx context.Context, pg *Postgres, opts PgbouncerOptions) (*
 	if opts.MaxClientConn < 0 || opts.DefaultPoolSize < 0 {
 		return nil, fmt.Errorf("harness: PgbouncerOptions: MaxClientConn %d and DefaultPoolSize %d must not be negative", opts.MaxClientConn, opts.DefaultPoolSize)
 	}
-	maxClients, poolSize := cmp0(opts.MaxClientConn, 1000), cmp0(opts.DefaultPoolSize, 20)
+	maxClients, poolSize := orDefault(opts.MaxClientConn, 1000), orDefault(opts.DefaultPoolSize, 20)
 	prog, err := findPgbouncer()
 	if err != nil {
 		return nil, err
@@ -144,8 +144,8 @@ func StartPgbouncer(ctx context.Context, pg *Postgres, opts PgbouncerOptions) (*
 	return b, nil
 }
 
-// cmp0 is v, or def when v is 0.
-func cmp0(v, def int) int {
+// orDefault is v, or def when v is 0.
+func orDefault(v, def int) int {
 	if v == 0 {
 		return def
 	}
