@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces docs/benchmarks.md and its charts: installs what the benchmark needs (the same as the
-# tests: PostgreSQL server programs with pgbench, psql, MIT Kerberos, Go modules), then runs every
-# peer side by side on throwaway servers (about 6 minutes on 2 cores). Arguments go to
+# tests: PostgreSQL server programs with pgbench, psql, MIT Kerberos, pgbouncer, Go modules), then runs every
+# peer side by side on throwaway servers (about 8 minutes on 2 cores). Arguments go to
 # cmd/pgconnect-bench, for example -quick for a smoke run or -out DIR to write elsewhere. The
 # command is a module of its own (cmd/pgconnect-bench/go.mod): it is built there and run from here,
 # so that -out (docs/ by default) is relative to the repository root.

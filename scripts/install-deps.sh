@@ -10,6 +10,8 @@
 #   - psql (postgresql-client), which the GSSAPI tests run beside the connector;
 #   - Heimdal's KCM daemon (heimdal-kcm) for the KCM credential cache tests, which start their
 #     own daemon on a private socket: the package's service is not started;
+#   - pgbouncer, which the harness runs in front of its throwaway clusters (tests and the SCRAM
+#     scenario of the benchmark): the package's service is neither started nor left enabled;
 #   - the Go modules that the go.mod of each module of the repository lists (go mod download).
 # Idempotent: anything already present is left alone. System packages need root; when
 # not run as root the privileged part goes through sudo if it exists.
@@ -89,6 +91,19 @@ kcm_pids() {
   local d
   for d in /proc/[0-9]*; do
     [ "$(cat "$d/comm" 2>/dev/null)" = kcm ] && echo "${d#/proc/}"
+  done
+  return 0
+}
+
+# The pgbouncer the harness runs (see internal/harness/pgbouncer.go).
+PGBOUNCER_PROGRAM=/usr/sbin/pgbouncer
+need_pgbouncer() { [ ! -x "$PGBOUNCER_PROGRAM" ] && ! command -v pgbouncer >/dev/null 2>&1; }
+
+# pgbouncer_pids: pids of running pgbouncer processes, one a line.
+pgbouncer_pids() {
+  local d
+  for d in /proc/[0-9]*; do
+    [ "$(cat "$d/comm" 2>/dev/null)" = pgbouncer ] && echo "${d#/proc/}"
   done
   return 0
 }
@@ -267,6 +282,32 @@ PRESEED
     if need_kcm; then die "the heimdal-kcm package did not provide $KCM_PROGRAM"; fi
   fi
 
+  # pgbouncer: the harness starts its own, as the clusters' account, in a throwaway directory
+  # (internal/harness/pgbouncer.go). The package's service would listen on 127.0.0.1:6432 with
+  # /etc/pgbouncer: the policy-rc.d guard keeps it from starting, a pgbouncer that still appeared
+  # during the install is stopped (by pid, only a new one), and under systemd the unit is
+  # disabled so that it does not start at the next boot either.
+  if need_pgbouncer; then
+    log "pgbouncer missing: installing pgbouncer (its service is not started)"
+    local before_bouncer pid
+    before_bouncer=$(pgbouncer_pids)
+    install_policy_rc
+    apt_update
+    log "apt-get install --no-install-recommends pgbouncer"
+    apt-get install -y -q --no-install-recommends pgbouncer
+    restore_policy_rc
+    for pid in $(pgbouncer_pids); do
+      if ! grep -qx "$pid" <<<"$before_bouncer"; then
+        log "stopping pgbouncer (pid $pid), started during the install"
+        kill "$pid" 2>/dev/null || true
+      fi
+    done
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+      systemctl disable --quiet pgbouncer.service 2>/dev/null && log "disabled pgbouncer.service" || true
+    fi
+    if need_pgbouncer; then die "the pgbouncer package did not provide $PGBOUNCER_PROGRAM"; fi
+  fi
+
   # psql: the GSSAPI tests compare the connector's outcome with libpq's.
   if need_psql; then
     log "psql missing: installing postgresql-client"
@@ -289,7 +330,7 @@ fi
 cd "$(dirname "$SCRIPT")/.."
 check_go
 
-if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_kcm && ! need_psql && command -v openssl >/dev/null; then
+if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_kcm && ! need_psql && ! need_pgbouncer && command -v openssl >/dev/null; then
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 else
   if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
@@ -309,10 +350,13 @@ fi
 if need_krb5; then die "Kerberos programs still missing: $(missing_krb5)"; fi
 if need_psql; then die "psql still missing"; fi
 if need_kcm; then die "$KCM_PROGRAM still missing"; fi
+if need_pgbouncer; then die "pgbouncer still missing"; fi
 log "Kerberos: $(/usr/bin/klist -V 2>/dev/null | head -1) (krb5kdc, kdb5_util, kadmin.local, kinit, klist, kvno)"
 if [ -x "$bindir/psql" ]; then psql_path=$bindir/psql; else psql_path=$(command -v psql); fi
 log "psql: $psql_path ($("$psql_path" --version))"
 log "KCM daemon: $KCM_PROGRAM (heimdal-kcm)"
+pgbouncer_path=$(command -v pgbouncer 2>/dev/null || echo "$PGBOUNCER_PROGRAM")
+log "pgbouncer: $pgbouncer_path ($("$pgbouncer_path" --version 2>/dev/null | head -1))"
 
 while IFS= read -r mod; do
   log "go mod download ($mod)"

@@ -24,6 +24,7 @@ const (
 	connectChartFile     = "bench-connect.png"
 	clientBoundChartFile = "bench-clientbound.png"
 	throughputChartFile  = "bench-throughput.png"
+	scramChartFile       = "bench-scram.png"
 )
 
 const (
@@ -37,8 +38,9 @@ const (
 // writeCharts writes the PNG charts of r into dir: bench-connect.png
 // (connections per second per peer, one panel per scenario 1-4),
 // bench-clientbound.png (scenario 5's connections per second and client CPU
-// per connection by client count) and bench-throughput.png (scenario 4's
-// MB/s). A chart whose data r lacks is not written. It returns the base names
+// per connection by client count), bench-throughput.png (scenario 4's
+// MB/s) and bench-scram.png (scenario 8's connections per second and client
+// CPU per connection by role and client count). A chart whose data r lacks is not written. It returns the base names
 // of the files written, on error those written before it.
 func writeCharts(dir string, r *Report) ([]string, error) {
 	if r == nil {
@@ -49,8 +51,9 @@ func writeCharts(dir string, r *Report) ([]string, error) {
 		make func() (*vgimg.Canvas, error)
 	}{
 		{connectChartFile, func() (*vgimg.Canvas, error) { return connectChart(r.Connect) }},
-		{clientBoundChartFile, func() (*vgimg.Canvas, error) { return clientBoundChart(scenarioRows(r.Connect, 5)) }},
+		{clientBoundChartFile, func() (*vgimg.Canvas, error) { return clientCountChart(5, scenarioRows(r.Connect, 5)) }},
 		{throughputChartFile, func() (*vgimg.Canvas, error) { return throughputChart(r.Throughput) }},
+		{scramChartFile, func() (*vgimg.Canvas, error) { return clientCountChart(8, scenarioRows(r.Connect, 8)) }},
 	}
 	var written []string
 	for _, ch := range charts {
@@ -152,11 +155,11 @@ func connectPanel(n int, rows []ConnectResult, thickness vg.Length) (*plot.Plot,
 	return p, nil
 }
 
-// clientBoundChart draws bench-clientbound.png from scenario 5's rows: two
-// panels, connections per second and client CPU per connection, each with
-// one group of bars per peer (and ticket) and one bar per client count. It
-// returns nil when no row succeeded.
-func clientBoundChart(rows []ConnectResult) (*vgimg.Canvas, error) {
+// clientCountChart draws bench-clientbound.png from scenario 5's rows, or
+// bench-scram.png from scenario 8's: two panels, connections per second and
+// client CPU per connection, each with one group of bars per peer (and ticket
+// or role) and one bar per client count. It returns nil when no row succeeded.
+func clientCountChart(n int, rows []ConnectResult) (*vgimg.Canvas, error) {
 	keys, counts, cells := pivotClients(okRows(rows))
 	if len(keys) == 0 || len(counts) == 0 {
 		return nil, nil
@@ -170,9 +173,9 @@ func clientBoundChart(rows []ConnectResult) (*vgimg.Canvas, error) {
 		title, xlabel string
 		value         func(ConnectResult) float64
 	}{
-		{"5. " + scenarioTitles[5] + ": connections per second", "connections/s",
+		{fmt.Sprintf("%d. %s: connections per second", n, scenarioTitles[n]), "connections/s",
 			func(c ConnectResult) float64 { return c.ConnsPerSec }},
-		{"5. " + scenarioTitles[5] + ": client CPU per connection", "client CPU µs per connection",
+		{fmt.Sprintf("%d. %s: client CPU per connection", n, scenarioTitles[n]), "client CPU µs per connection",
 			func(c ConnectResult) float64 { return float64(c.CPU) / 1e3 }},
 	}
 	plots := make([][]*plot.Plot, len(panels))
@@ -540,15 +543,15 @@ func hasThroughputData(rows []ThroughputResult) bool {
 	return slices.ContainsFunc(rows, throughputOK)
 }
 
-// pivotKey is one cell of scenario 5's pivot: a peer (and ticket) at a
-// client count.
+// pivotKey is one cell of the pivot of scenario 5, 8 or 9: a peer (and
+// ticket or role) at a client count.
 type pivotKey struct {
 	peer    string
 	clients int
 }
 
-// pivotClients arranges scenario 5's rows by peer key (Peer, plus ", ticket"
-// when a ticket is held) and client count: the keys in order of first
+// pivotClients arranges a scenario's rows by peer key (see peerKey) and
+// client count: the keys in order of first
 // appearance, the client counts in increasing order, and the first
 // successful row of each cell.
 func pivotClients(rows []ConnectResult) (keys []string, counts []int, cells map[pivotKey]ConnectResult) {
@@ -565,13 +568,18 @@ func pivotClients(rows []ConnectResult) (keys []string, counts []int, cells map[
 	return keys, clientCounts(rows), cells
 }
 
-// peerKey names a scenario 5 peer: Peer, plus ", ticket" when the client
-// held a Kerberos ticket.
+// peerKey names a peer of a pivot: Peer, plus ", ticket" when the client
+// held a Kerberos ticket, plus the role's authentication where the scenario
+// has several roles (", scram-sha-256").
 func peerKey(c ConnectResult) string {
+	k := c.Peer
 	if c.Ticket {
-		return c.Peer + ", ticket"
+		k += ", ticket"
 	}
-	return c.Peer
+	if c.User != "" {
+		k += ", " + c.User
+	}
+	return k
 }
 
 // clientCounts returns the distinct client counts of rows, in increasing

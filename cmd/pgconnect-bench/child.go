@@ -65,10 +65,17 @@ type clientSpec struct {
 	Workload string `json:"workload"`
 	Clients  int    `json:"clients"`
 	Conns    int    `json:"conns"`
-	Warm     bool   `json:"warm"`  // one unmeasured connection before "ready"
-	Query    string `json:"query"` // workCopy: the COPY statement
-	File     string `json:"file"`  // workBytea: the SQL file
-	Want     int64  `json:"want"`  // workBytea: length of the expected text result
+	Warm     bool   `json:"warm"` // one unmeasured connection before "ready"
+	// WarmConns is how many unmeasured connections to make before "ready" (at least one with
+	// Warm): enough of them bring the process's heap and runtime to the state a long-running one
+	// is in, whose first faults and collections a short storm would otherwise pay for.
+	WarmConns int    `json:"warm_conns"`
+	Query     string `json:"query"` // workCopy: the COPY statement
+	File      string `json:"file"`  // workBytea: the SQL file
+	Want      int64  `json:"want"`  // workBytea: length of the expected text result
+	// Metrics, for workHerd and kindPgconnector: give the Connector a meter provider and report
+	// its pgconnector.scram.derivations counter (clientResult.Derivations).
+	Metrics bool `json:"metrics"`
 }
 
 type clientResult struct {
@@ -80,6 +87,9 @@ type clientResult struct {
 	CPU       int64   `json:"cpu_ns"`       // user+system CPU of this process after "go"
 	Bytes     int64   `json:"bytes"`        // workCopy, workBytea: bytes moved
 	Transport string  `json:"transport"`    // workCopy, workBytea: "GSS", "TLS" or "plain"
+	// Derivations is the connector's pgconnector.scram.derivations after a workHerd with
+	// Metrics; nil when not asked for, or when the connector does not export that counter.
+	Derivations *int64 `json:"scram_derivations,omitempty"`
 }
 
 // childMain is main for a client process. It returns the exit status.
@@ -189,13 +199,32 @@ func prepare(spec clientSpec) (func() clientResult, error) {
 	case workConnect:
 		return prepareConnect(spec)
 	case workHerd:
-		c, err := connectorFor(spec.Kind, spec.DSN)
+		var (
+			c           driver.Connector
+			derivations func() *int64
+			err         error
+		)
+		if spec.Metrics {
+			if spec.Kind != kindPgconnector {
+				return nil, fmt.Errorf("spec: metrics need kind %s, not %s", kindPgconnector, spec.Kind)
+			}
+			c, derivations, err = meteredConnector(spec.DSN)
+		} else {
+			c, err = connectorFor(spec.Kind, spec.DSN)
+		}
 		if err != nil {
 			return nil, err
 		}
 		db := sql.OpenDB(c)
 		db.SetMaxIdleConns(0)
-		return func() clientResult { defer db.Close(); return herd(db, spec.Kind, spec.Clients) }, nil
+		return func() clientResult {
+			defer db.Close()
+			res := herd(db, spec.Kind, spec.Clients)
+			if derivations != nil {
+				res.Derivations = derivations()
+			}
+			return res
+		}, nil
 	case workCopy, workBytea:
 		return prepareBulk(spec)
 	}
@@ -271,17 +300,23 @@ func prepareConnect(spec clientSpec) (func() clientResult, error) {
 		db.SetMaxIdleConns(0)
 		p = warmPool{db: db}
 	}
+	warm := spec.WarmConns
 	if spec.Warm {
+		warm = max(warm, 1)
+	}
+	if warm > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		c, release, err := p.conn(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("warm-up connection: %w", err)
-		}
-		err = selectOne(ctx, spec.Kind, c)
-		release()
-		if err != nil {
-			return nil, fmt.Errorf("warm-up connection: %w", err)
+		for range warm {
+			c, release, err := p.conn(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("warm-up connection: %w", err)
+			}
+			err = selectOne(ctx, spec.Kind, c)
+			release()
+			if err != nil {
+				return nil, fmt.Errorf("warm-up connection: %w", err)
+			}
 		}
 	}
 	return func() clientResult { return storm(p, spec.Kind, spec.Clients, spec.Conns) }, nil

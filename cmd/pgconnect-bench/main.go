@@ -21,6 +21,14 @@
 //     AES-CBC and HMAC rates that bound it.
 //  6. Cold herd: concurrent first connections on a cold cache, and the
 //     probes that reach the server.
+//  8. SCRAM through pgbouncer (pool_mode=transaction, the SCRAM secret in
+//     its auth_file): a trust role and a scram-sha-256 role, 1, 8 and 64
+//     clients; and a cold herd of SCRAM logins through one new Connector,
+//     with the PBKDF2 derivations it ran.
+//  9. SCRAM-SHA-256 over TLS to PostgreSQL, sslmode=require and
+//     verify-full, 1 and 4 clients.
+//
+// -scenarios scram runs 8 and 9 alone (about 2 minutes on 2 cores).
 //
 // Each peer runs in a process of its own (pgbench, psql, or this program
 // re-executed as a Go client), so that the client CPU time reported is that
@@ -31,7 +39,7 @@
 // It is a module of its own (this directory's go.mod: gonum/plot and lib/pq stay out of the
 // library's), built against the library beside it. From the repository root:
 //
-//	bash scripts/bench.sh                   # builds and runs it: about 9 minutes on 2 cores, writes docs/
+//	bash scripts/bench.sh                   # builds and runs it: about 8 minutes on 2 cores, writes docs/
 //	bash scripts/bench.sh -quick -out DIR   # a smoke run with small counts
 package main
 
@@ -57,37 +65,45 @@ import (
 
 // config is the command line.
 type config struct {
-	out         string
-	quick       bool
-	scenarios   []int
-	clients     int   // concurrent clients, scenarios 1-4
-	conns       int   // connections per peer, scenarios 1-3
-	gssConns    int   // connections per peer, scenario 4
-	fakeConns   int   // connections per peer and client count, scenario 5
-	fakeClients []int // client counts, scenario 5
-	herd        int   // concurrent first connections, scenario 6
-	rounds      int   // each storm is split into this many rounds, peers taking turns
-	copyMiB     int   // scenario 4 COPY table size
-	byteaMiB    int   // scenario 4 bytea size
-	bulkReps    int   // scenario 4 repetitions (the best counts)
-	cpuProfile  string
-	render      string // a benchmarks.json to render again instead of measuring
-	pin         bool   // clients and servers on separate CPUs
+	out          string
+	quick        bool
+	scenarios    []int
+	clients      int   // concurrent clients, scenarios 1-4
+	conns        int   // connections per peer, scenarios 1-3
+	gssConns     int   // connections per peer, scenario 4
+	fakeConns    int   // connections per peer and client count, scenario 5
+	fakeClients  []int // client counts, scenario 5
+	herd         int   // concurrent first connections, scenarios 6 and 8
+	scramConns   int   // connections per peer, role and client count, scenario 8
+	tlsConns     int   // connections per peer and client count, scenario 9
+	scramClients []int // client counts, scenario 8
+	tlsClients   []int // client counts, scenario 9
+	rounds       int   // each storm is split into this many rounds, peers taking turns
+	copyMiB      int   // scenario 4 COPY table size
+	byteaMiB     int   // scenario 4 bytea size
+	bulkReps     int   // scenario 4 repetitions (the best counts)
+	cpuProfile   string
+	render       string // a benchmarks.json to render again instead of measuring
+	pin          bool   // clients and servers on separate CPUs
 }
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("pgconnect-bench", flag.ContinueOnError)
 	var c config
-	var scenarios, fakeClients string
+	var scenarios, fakeClients, scramClients, tlsClients string
 	fs.StringVar(&c.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and the charts")
 	fs.BoolVar(&c.quick, "quick", false, "small counts: a smoke run whose figures are not for publishing")
-	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7", "comma-separated scenarios to run")
+	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9", `comma-separated scenarios to run (1-9); "scram" stands for 8,9`)
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients in scenarios 1-4")
 	fs.IntVar(&c.conns, "conns", 2000, "connections per peer in scenarios 1-3")
 	fs.IntVar(&c.gssConns, "gss-conns", 1000, "connections per peer in scenario 4")
 	fs.IntVar(&c.fakeConns, "fake-conns", 3000, "connections per peer and client count in scenario 5")
 	fs.StringVar(&fakeClients, "fake-clients", "1,8,64", "client counts in scenario 5")
-	fs.IntVar(&c.herd, "herd", 64, "concurrent first connections in scenario 6")
+	fs.IntVar(&c.herd, "herd", 64, "concurrent first connections in scenarios 6 and 8")
+	fs.IntVar(&c.scramConns, "scram-conns", 600, "connections per peer, role and client count in scenario 8 (fewer rounds where that makes fewer than 2 per client and round)")
+	fs.IntVar(&c.tlsConns, "tls-conns", 100, "connections per peer and client count in scenario 9 (at most 4 rounds, fewer where that makes fewer than 2 per client and round)")
+	fs.StringVar(&scramClients, "scram-clients", "1,8,64", "client counts in scenario 8")
+	fs.StringVar(&tlsClients, "tls-clients", "1,4", "client counts in scenario 9")
 	fs.IntVar(&c.rounds, "rounds", 10, "rounds per storm; peers take turns, so that noise is shared")
 	fs.IntVar(&c.copyMiB, "copy-mib", 256, "size of the COPY table in scenario 4, MiB (0: skip)")
 	fs.IntVar(&c.byteaMiB, "bytea-mib", 64, "size of the bytea round trip in scenario 4, MiB (0: skip)")
@@ -102,14 +118,20 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if c.quick {
-		c.conns, c.gssConns, c.fakeConns, c.rounds = 30, 20, 60, 1
+		c.conns, c.gssConns, c.fakeConns, c.scramConns, c.tlsConns, c.rounds = 30, 20, 60, 30, 20, 1
 		c.copyMiB, c.byteaMiB, c.bulkReps = 4, 2, 1
 	}
 	var err error
-	if c.scenarios, err = intList("-scenarios", scenarios, 1, 7); err != nil {
+	if c.scenarios, err = intList("-scenarios", strings.ReplaceAll(scenarios, "scram", "8,9"), 1, 9); err != nil {
 		return c, err
 	}
 	if c.fakeClients, err = intList("-fake-clients", fakeClients, 1, 1024); err != nil {
+		return c, err
+	}
+	if c.scramClients, err = intList("-scram-clients", scramClients, 1, 500); err != nil {
+		return c, err
+	}
+	if c.tlsClients, err = intList("-tls-clients", tlsClients, 1, 150); err != nil {
 		return c, err
 	}
 	if c.quick {
@@ -120,7 +142,7 @@ func parseFlags(args []string) (config, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"-clients", c.clients}, {"-conns", c.conns}, {"-gss-conns", c.gssConns}, {"-fake-conns", c.fakeConns}, {"-herd", c.herd}, {"-rounds", c.rounds}, {"-bulk-reps", c.bulkReps}} {
+	}{{"-clients", c.clients}, {"-conns", c.conns}, {"-gss-conns", c.gssConns}, {"-fake-conns", c.fakeConns}, {"-herd", c.herd}, {"-scram-conns", c.scramConns}, {"-tls-conns", c.tlsConns}, {"-rounds", c.rounds}, {"-bulk-reps", c.bulkReps}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("%s must be at least 1, got %d", v.name, v.n)
 		}
@@ -244,6 +266,16 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	}
 	if has(5) {
 		if err := l.clientBound(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(8) {
+		if err := l.pgbouncerScenario(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(9) {
+		if err := l.scramTLS(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,7 +42,7 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"benchmarks.json", "benchmarks.md", "bench-connect.png", "bench-clientbound.png", "bench-throughput.png"} {
+	for _, name := range []string{"benchmarks.json", "benchmarks.md", "bench-connect.png", "bench-clientbound.png", "bench-throughput.png", "bench-scram.png"} {
 		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 			t.Errorf("%s not written (wrote %v)", name, files)
 		}
@@ -117,6 +118,7 @@ func TestQuickRun(t *testing.T) {
 	}
 
 	checkWrap(t, rep.Wrap)
+	checkScram(t, cfg, rep)
 
 	herds := 0
 	for _, h := range rep.Herd {
@@ -160,9 +162,59 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"smoke", "## Scenario 4: throughput", "## Scenario 6: cold herd", "warm decision path", "**CPUs:**"} {
+	for _, want := range []string{"smoke", "## Scenario 4: throughput", "## Scenario 6: cold herd", "warm decision path", "**CPUs:**",
+		"## Scenario 8: SCRAM through pgbouncer", "## Scenario 8: cold herd of SCRAM logins", "## Scenario 9: " + scenarioTitles[9]} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md has no %q", want)
+		}
+	}
+}
+
+// checkScram checks scenarios 8 and 9 of a quick run: every peer connects without an error as
+// either role through pgbouncer and over TLS with SCRAM, one backend per connection over TLS,
+// and a cold herd without errors whose derivations, where the connector counts them, are at
+// least one and at most one per connection.
+func checkScram(t *testing.T, cfg config, rep *Report) {
+	t.Helper()
+	get := func(scenario int, peer, user string, clients int) ConnectResult {
+		t.Helper()
+		for _, c := range rep.Connect {
+			if c.Scenario == scenario && c.Peer == peer && c.User == user && c.Clients == clients {
+				return c
+			}
+		}
+		t.Fatalf("no result for scenario %d, %s, role %q, %d clients", scenario, peer, user, clients)
+		return ConnectResult{}
+	}
+	for _, user := range []string{userTrust, userScram} {
+		for _, clients := range cfg.scramClients {
+			for _, peer := range []string{peerLibpqDefault, peerLibpqExplicit, peerPgxDefault, peerPgxExplicit, peerDefault} {
+				c := get(8, peer, user, clients)
+				if c.Errors != 0 || c.ConnsPerSec <= 0 || c.P50 <= 0 || c.P99 < c.P50 || c.CPU <= 0 {
+					t.Errorf("scenario 8, %s, %s, %d clients: %d of %d failed (%s), %.0f/s, p50 %v, p99 %v, CPU %v",
+						user, peer, clients, c.Errors, c.Conns, c.Error, c.ConnsPerSec, c.P50, c.P99, c.CPU)
+				}
+			}
+		}
+	}
+	for _, clients := range cfg.tlsClients {
+		for _, peer := range []string{peerLibpqRequire, peerLibpqVerify, peerPgxRequire, peerPgxVerify, peerPcRequire, peerPcVerify} {
+			c := get(9, peer, "", clients)
+			if c.Errors != 0 || c.ConnsPerSec <= 0 || c.P50 <= 0 || c.CPU <= 0 || c.Backends != 1 {
+				t.Errorf("scenario 9, %s, %d clients: %d of %d failed (%s), %.0f/s, p50 %v, CPU %v, %.3f backends per connection",
+					peer, clients, c.Errors, c.Conns, c.Error, c.ConnsPerSec, c.P50, c.CPU, c.Backends)
+			}
+		}
+	}
+	if len(rep.ScramHerd) != 3 {
+		t.Fatalf("%d results of the SCRAM cold herd, want 3 (libpq, pgx, pgconnector)", len(rep.ScramHerd))
+	}
+	for _, h := range rep.ScramHerd {
+		if h.Errors != 0 || h.Clients < cfg.herd || h.CPU <= 0 || h.Seconds <= 0 {
+			t.Errorf("SCRAM cold herd, %s: %d of %d failed (%s), CPU %v, %.3fs", h.Peer, h.Errors, h.Clients, h.Error, h.CPU, h.Seconds)
+		}
+		if d := h.Derivations; d != nil && (h.Family != "pgconnector" || *d < 1 || *d > int64(h.Clients)) {
+			t.Errorf("SCRAM cold herd, %s: %d SCRAM derivations for %d connections", h.Peer, *d, h.Clients)
 		}
 	}
 }
@@ -173,7 +225,11 @@ func TestParseFlags(t *testing.T) {
 		want string // part of the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-scenarios", "1,8"}, `-scenarios: "8" is not a number from 1 to 7`},
+		{[]string{"-scenarios", "1,10"}, `-scenarios: "10" is not a number from 1 to 9`},
+		{[]string{"-scenarios", "scram,5"}, ""},
+		{[]string{"-scram-clients", "1,0"}, `-scram-clients: "0"`},
+		{[]string{"-tls-clients", "200"}, `-tls-clients: "200" is not a number from 1 to 150`},
+		{[]string{"-tls-conns", "0"}, "-tls-conns must be at least 1"},
 		{[]string{"-scenarios", "one"}, `-scenarios: "one"`},
 		{[]string{"-fake-clients", "0"}, `-fake-clients: "0"`},
 		{[]string{"-conns", "0"}, "-conns must be at least 1"},
@@ -187,6 +243,15 @@ func TestParseFlags(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("parseFlags(%q) = %v, want an error with %q", tc.args, err, tc.want)
 		}
+	}
+	// "scram" stands for the SCRAM scenarios, so that they can run alone.
+	c, err := parseFlags([]string{"-scenarios", "scram"})
+	if err != nil || !slices.Equal(c.scenarios, []int{8, 9}) {
+		t.Errorf("-scenarios scram: %v, %v; want scenarios 8 and 9", c.scenarios, err)
+	}
+	c, err = parseFlags(nil)
+	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) {
+		t.Errorf("defaults: scenarios %v, SCRAM clients %v, %v", c.scenarios, c.scramClients, err)
 	}
 }
 
@@ -259,4 +324,25 @@ func checkWrap(t *testing.T, rows []WrapResult) {
 // TestWrapRates measures scenario 7 with the -quick benchmark time.
 func TestWrapRates(t *testing.T) {
 	checkWrap(t, wrapRates(true))
+}
+
+// A storm of scenarios 8 and 9 gives each client two connections a round at least: with many
+// clients it has fewer rounds, and more connections only when one round is too many.
+func TestStormShape(t *testing.T) {
+	for _, tc := range []struct{ conns, clients, rounds, wantRounds, wantConns int }{
+		{600, 1, 10, 10, 600},
+		{600, 8, 10, 10, 600},
+		{600, 64, 10, 4, 600},
+		{30, 64, 1, 1, 128},
+		{100, 4, 4, 4, 100},
+		{600, 500, 10, 1, 1000},
+	} {
+		r, n := stormShape(tc.conns, tc.clients, tc.rounds)
+		if r != tc.wantRounds || n != tc.wantConns {
+			t.Errorf("stormShape(%d, %d, %d) = %d rounds, %d connections; want %d, %d", tc.conns, tc.clients, tc.rounds, r, n, tc.wantRounds, tc.wantConns)
+		}
+		if per := n / r / tc.clients; per < 2 {
+			t.Errorf("stormShape(%d, %d, %d): %d connections per client and round", tc.conns, tc.clients, tc.rounds, per)
+		}
+	}
 }

@@ -16,10 +16,11 @@ type Report struct {
 	Rounds   int `json:"rounds"`
 	BulkReps int `json:"bulk_reps"`
 
-	Connect    []ConnectResult    `json:"connect"`    // scenarios 1, 2, 3, 4 (connect rate) and 5
+	Connect    []ConnectResult    `json:"connect"`    // scenarios 1, 2, 3, 4 (connect rate), 5, 8 and 9
 	Throughput []ThroughputResult `json:"throughput"` // scenario 4
 	Herd       []HerdResult       `json:"herd"`       // scenario 6
 	Wrap       []WrapResult       `json:"wrap"`       // scenario 7
+	ScramHerd  []ScramHerdResult  `json:"scram_herd"` // scenario 8's cold herd
 	Targets    []Target           `json:"targets"`    // the targets, checked against this run (checkTargets)
 	// WarmDecision is the warm decision path measured in process (its
 	// allocations and time), as target lines.
@@ -45,11 +46,14 @@ type Machine struct {
 // connections, each opened, used for "select 1" and closed, by Clients
 // concurrent clients.
 type ConnectResult struct {
-	Scenario int    `json:"scenario"` // 1-5
+	Scenario int    `json:"scenario"` // 1-5, 8, 9
 	Peer     string `json:"peer"`     // for example "libpq default (pgbench -C)"
 	Family   string `json:"family"`   // "libpq", "pgx", "lib/pq" or "pgconnector"
 	Clients  int    `json:"clients"`
 	Ticket   bool   `json:"ticket"` // a Kerberos ticket is in the client's credential cache
+	// User is how the role logs in where a scenario has several roles: "trust" or
+	// "scram-sha-256" (scenario 8); "" elsewhere.
+	User string `json:"user,omitempty"`
 
 	Conns   int     `json:"conns"`   // logical connections attempted
 	Errors  int     `json:"errors"`  // of which failed
@@ -98,6 +102,23 @@ type HerdResult struct {
 	Backends       int    `json:"backends"`
 }
 
+// ScramHerdResult is scenario 8's cold herd for one peer: Clients first connections of the
+// SCRAM role released at once through pgbouncer (for the Go peers, on one new pool: for
+// pgconnector one new Connector), and what they cost the client.
+type ScramHerdResult struct {
+	Peer    string        `json:"peer"`
+	Family  string        `json:"family"`
+	Clients int           `json:"clients"` // logical connections (pgbench's own first one included)
+	Errors  int           `json:"errors"`
+	Error   string        `json:"error"`   // the first error, if any
+	Seconds float64       `json:"seconds"` // wall time from the release to the last connection's end
+	CPU     time.Duration `json:"cpu_ns"`  // client CPU (user+system) of the whole herd
+	// Derivations is the sum of the connector's pgconnector.scram.derivations counter after the
+	// herd: the SaltedPassword derivations (PBKDF2, RFC 5802 section 3) it ran. Nil when not
+	// measured: another family, or a library that does not export the metric.
+	Derivations *int64 `json:"scram_derivations,omitempty"`
+}
+
 // WrapResult is scenario 7 for one enctype: MB/s (1e6 bytes) of plaintext
 // through internal/gss's Wrap and Unwrap, one 16 KiB PostgreSQL GSS packet per
 // operation on one goroutine, beside the standard library's primitives over
@@ -133,4 +154,6 @@ var scenarioTitles = map[int]string{
 	5: "client-bound: fake server, no fork",
 	6: "cold herd: concurrent first connections",
 	7: "GSS wrap and unwrap per core",
+	8: "SCRAM through pgbouncer",
+	9: "SCRAM-SHA-256 over TLS to PostgreSQL",
 }

@@ -25,6 +25,9 @@ type peer struct {
 	Kind   string // kindPgbench or a Go client kind (child.go)
 	DSN    string
 	Warm   bool // Go peers: one unmeasured connection first (fills pgconnector's cache)
+	// WarmConns, for Go peers, is the unmeasured connections before the storm (at least one with
+	// Warm): see clientSpec.WarmConns.
+	WarmConns int
 }
 
 // kindPgbench runs the peer as pgbench -C (libpq).
@@ -80,7 +83,7 @@ func (r *runner) connectRun(ctx context.Context, p peer, krbEnv []string, client
 	if p.Kind == kindPgbench {
 		return r.pgbenchRun(ctx, p, env, clients, conns, mark)
 	}
-	spec := clientSpec{Kind: p.Kind, Peer: p.Name, DSN: p.DSN, Workload: workConnect, Clients: clients, Conns: conns, Warm: p.Warm}
+	spec := clientSpec{Kind: p.Kind, Peer: p.Name, DSN: p.DSN, Workload: workConnect, Clients: clients, Conns: conns, Warm: p.Warm, WarmConns: p.WarmConns}
 	res, err := r.child(ctx, env, spec, mark)
 	if err != nil {
 		return outcome{}, err

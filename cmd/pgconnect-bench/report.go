@@ -39,6 +39,9 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	writeThroughput(&b, r.Throughput)
 	writeHerd(&b, r.Herd)
 	writeWrap(&b, r.Wrap)
+	writeConnectScenario(&b, 8, scenarioRows(r.Connect, 8))
+	writeScramHerd(&b, r.ScramHerd)
+	writeConnectScenario(&b, 9, scenarioRows(r.Connect, 9))
 	if _, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n"); err != nil {
 		return fmt.Errorf("write benchmarks markdown: %w", err)
 	}
@@ -86,12 +89,18 @@ servers on loopback, and in a process of its own:
 - **Client CPU per connection**: user+system time of the client process. For Go peers, getrusage
   around the storm (warm-up and process start left out); for pgbench, the whole process (its start,
   its first connection and its log writes included: slightly against libpq).
-- Each storm is split into ` + plural(max(r.Rounds, 1), "round") + `, the peers taking turns, so that a slow patch of a noisy
-  machine is shared; each transfer runs ` + plural(max(r.BulkReps, 1), "time") + `, the fastest counts. Unless the run
-  says otherwise under Machine (CPUs), the clients run on half of the CPUs and the servers on the
-  other half (` + "`-pin`" + `), as on separate hosts: a client's CPU time does not slow the server.
+- Each storm is split into ` + plural(max(r.Rounds, 1), "round") + ` (in scenarios 8 and 9 fewer where a round would
+  give a client fewer than two connections, and in scenario 9 at most 4), the peers taking turns,
+  so that a slow patch of a noisy machine is shared; each transfer runs ` + plural(max(r.BulkReps, 1), "time") + `, the fastest
+  counts. Unless the run says otherwise under Machine (CPUs), the clients run on half of the CPUs
+  and the servers on the other half (` + "`-pin`" + `), as on separate hosts: a client's CPU time does not slow the server.
 - Scenarios 1-3 use ` + "`trust`" + `, so that authentication (the same for every peer) does not hide the
   negotiation; scenario 4 uses ` + "`gss`" + `, which the server skips under GSS encryption.
+- Scenario 8 measures SCRAM-SHA-256 authentication on the client: the peers connect through
+  pgbouncer (` + "`pool_mode=transaction`" + `, ` + "`default_pool_size=20`" + `), whose ` + "`auth_file`" + ` holds the role's
+  SCRAM secret copied from ` + "`pg_authid`" + `, so that pgbouncer only checks proofs and the PBKDF2 of
+  each login (4096 iterations) is the client's; a ` + "`trust`" + ` role beside it shows the same path
+  without authentication. Scenario 9 is SCRAM-SHA-256 over TLS to PostgreSQL itself.
 - **Telemetry**: pgconnector runs as an application that has set no OpenTelemetry provider: with
   the global default providers it starts no span and records no measurement, though its statement
   tracer (sqlmw) still wraps each connection. What spans cost with an SDK is measured by the root
@@ -165,12 +174,15 @@ func writeConnectScenario(b *strings.Builder, n int, rows []ConnectResult) {
 		return
 	}
 	fmt.Fprintf(b, "## Scenario %d: %s\n\n", n, scenarioTitles[n])
+	b.WriteString(scenarioIntro[n])
 	ticket := n == 5
+	user := slices.ContainsFunc(rows, func(c ConnectResult) bool { return c.User != "" })
 	backends := slices.ContainsFunc(rows, func(c ConnectResult) bool { return c.Backends > 0 })
 	tcp := slices.ContainsFunc(rows, func(c ConnectResult) bool { return c.TCP > 0 })
 
 	t := table{head: []string{"Peer", "Clients"}, right: []bool{false, true}}
 	t.col(ticket, "Ticket", false)
+	t.col(user, "Role's authentication", false)
 	t.col(true, "Connections/s", true)
 	t.col(true, "p50 connect", true)
 	t.col(true, "p99 connect", true)
@@ -179,25 +191,50 @@ func writeConnectScenario(b *strings.Builder, n int, rows []ConnectResult) {
 	t.col(true, "Client CPU/conn", true)
 	t.col(true, "Errors", false)
 	for _, c := range rows {
-		t.add(connectRow(c, ticket, backends, tcp)...)
+		t.add(connectRow(c, ticket, user, backends, tcp)...)
 	}
 	t.write(b)
 
-	if n == 5 {
+	if n == 5 || n == 8 || n == 9 {
 		writeClientPivot(b, rows)
-		if hasClientBoundData(rows) {
-			fmt.Fprintf(b, "![client-bound](%s)\n\n", clientBoundChartFile)
-		}
 	}
+	if n == 5 && hasClientBoundData(rows) {
+		fmt.Fprintf(b, "![client-bound](%s)\n\n", clientBoundChartFile)
+	}
+	if n == 8 && len(okRows(rows)) > 0 {
+		fmt.Fprintf(b, "![SCRAM through pgbouncer](%s)\n\n", scramChartFile)
+	}
+}
+
+// scenarioIntro is what a connect scenario's section says before its table, where the title
+// is not enough.
+var scenarioIntro = map[int]string{
+	8: "pgbouncer 1.18 (`pool_mode=transaction`, `max_client_conn=1000`, `default_pool_size=20`, TCP " +
+		"only) in front of a PostgreSQL server that it reaches with `trust`. Two roles: one that pgbouncer " +
+		"lets in with `trust`, one with `scram-sha-256` whose SCRAM secret (StoredKey, ServerKey) pgbouncer " +
+		"has in its `auth_file`: pgbouncer checks the proof and runs no PBKDF2, so the SaltedPassword " +
+		"derivation (PBKDF2-HMAC-SHA-256, 4096 iterations) is all of SCRAM's cost and all the client's. " +
+		"libpq and pgx derive it on every connection; RFC 7677 section 4 lets a client cache the ClientKey " +
+		"for a salt and iteration count. pgconnector runs with its default settings, one Connector for " +
+		"the whole storm. No TLS: pgbouncer has none, and the default modes find that out (libpq on the " +
+		"same socket after `N`, pgx with a second connection).\n\n",
+	9: "A PostgreSQL server with TLS (an ECDSA P-256 certificate from a throwaway CA) whose pg_hba.conf " +
+		"says `scram-sha-256` for TCP: every connection is a TLS handshake, a backend and a SCRAM " +
+		"exchange, and verify-full checks the certificate chain and the host name (the CA as " +
+		"`sslrootcert`). The role's secret has PostgreSQL's default 4096 iterations. Each storm runs in " +
+		"at most 4 rounds: every connection forks a backend.\n\n",
 }
 
 // connectRow formats one row of a connect scenario's table, with the
 // optional columns that table has.
-func connectRow(c ConnectResult, ticket, backends, tcp bool) []string {
+func connectRow(c ConnectResult, ticket, user, backends, tcp bool) []string {
 	ok := connectOK(c)
 	row := []string{cell(c.Peer), strconv.Itoa(c.Clients)}
 	if ticket {
 		row = append(row, yesNo(c.Ticket))
+	}
+	if user {
+		row = append(row, cell(c.User))
 	}
 	row = append(row,
 		figure(ok, "%.0f", c.ConnsPerSec),
@@ -283,6 +320,38 @@ func writeHerd(b *strings.Builder, rows []HerdResult) {
 		t.add(cell(h.Server), yesNo(h.Ticket), cell(h.Peer), strconv.Itoa(h.Clients),
 			strconv.Itoa(h.SSLRequests), strconv.Itoa(h.GSSENCRequests),
 			strconv.Itoa(h.TCP), strconv.Itoa(h.Backends), strconv.Itoa(h.Errors))
+	}
+	t.write(b)
+}
+
+// writeScramHerd writes scenario 8's cold herd: for each peer, what its concurrent first
+// connections of the SCRAM role cost, and how many PBKDF2 derivations pgconnector ran.
+func writeScramHerd(b *strings.Builder, rows []ScramHerdResult) {
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## Scenario 8: cold herd of SCRAM logins\n\n")
+	b.WriteString("The SCRAM role's first connections through pgbouncer, released at once: " +
+		"pgbench -C with one connection per client (and its own first one), one new pgx pool, one new " +
+		"pgconnector Connector (so nothing cached yet). The derivations are the Connector's " +
+		"`" + scramDerivationsMetric + "` counter, read from an OpenTelemetry SDK meter provider after " +
+		"the herd; n/a where the library exports no such counter.\n\n")
+	t := table{
+		head:  []string{"Peer", "Clients", "Wall time", "Client CPU", "Client CPU/conn", "SCRAM derivations", "Errors"},
+		right: []bool{false, true, true, true, true, true, false},
+	}
+	for _, h := range rows {
+		derivations := dash
+		if h.Family == "pgconnector" {
+			derivations = derivationsText(h.Derivations)
+		}
+		perConn := dash
+		if h.Clients > 0 && h.CPU > 0 {
+			perConn = micros(h.CPU / time.Duration(h.Clients))
+		}
+		t.add(cell(h.Peer), strconv.Itoa(h.Clients), fmt.Sprintf("%.0f ms", h.Seconds*1000),
+			fmt.Sprintf("%.1f ms", float64(h.CPU)/float64(time.Millisecond)), perConn, derivations,
+			errorsCell(h.Errors, h.Clients, h.Error))
 	}
 	t.write(b)
 }

@@ -101,6 +101,31 @@ func sampleReport() *Report {
 		{Peer: "pgconnector", Family: "pgconnector", Server: "scenario 3", Ticket: true, Clients: 64,
 			SSLRequests: 1, GSSENCRequests: 1, TCP: 66, Backends: 66, Errors: 2},
 	}
+	for _, user := range []string{userTrust, userScram} {
+		for _, clients := range []int{1, 8} {
+			for i, p := range []struct{ peer, family string }{{peerPgxExplicit, "pgx"}, {peerDefault, "pgconnector"}} {
+				cpu := 300.0 + 100*float64(clients)
+				if user == userScram && i == 0 {
+					cpu += 1100
+				}
+				r.Connect = append(r.Connect, ConnectResult{
+					Scenario: 8, Peer: p.peer, Family: p.family, Clients: clients, User: user,
+					Conns: 600, Seconds: 1, ConnsPerSec: 1e6 / cpu * float64(min(clients, 2)),
+					P50: us(cpu), P99: ms(2), CPU: us(cpu),
+				})
+			}
+		}
+	}
+	r.Connect = append(r.Connect, ConnectResult{
+		Scenario: 9, Peer: peerPcVerify, Family: "pgconnector", Clients: 1,
+		Conns: 200, Seconds: 5, ConnsPerSec: 40, P50: ms(25), P99: ms(40), Backends: 1, CPU: us(2500),
+	})
+	one := int64(1)
+	r.ScramHerd = []ScramHerdResult{
+		{Peer: peerPgxDefault, Family: "pgx", Clients: 64, Seconds: 0.088, CPU: 88 * time.Millisecond},
+		{Peer: peerPcHerd, Family: "pgconnector", Clients: 64, Seconds: 0.02, CPU: 9500 * time.Microsecond, Derivations: &one},
+		{Peer: peerPcHerd + ", old", Family: "pgconnector", Clients: 64, Errors: 1, Error: "boom", Seconds: 0.09, CPU: 90 * time.Millisecond},
+	}
 	r.Wrap = []WrapResult{{Enctype: "aes256-cts-hmac-sha1-96", CBCEncrypt: 758, CBCDecrypt: 1477, HMAC: "SHA-1",
 		HMACRate: 1893, FloorWrap: 541.3, FloorUnwrap: 830, Wrap: 650, Unwrap: 818}}
 	return r
@@ -149,6 +174,21 @@ func TestWriteMarkdownReport(t *testing.T) {
 		"## Scenario 7: GSS wrap and unwrap per core",
 		"| Enctype | AES-CBC encrypt / decrypt | HMAC | Floor wrap / unwrap | Wrap | Unwrap |",
 		"| aes256-cts-hmac-sha1-96 | 758 / 1477 | 1893 (SHA-1) | 541 / 830 | **650** (1.20x floor) | **818** (0.99x floor) |",
+		"## Scenario 8: " + scenarioTitles[8],
+		"| Peer | Clients | Role's authentication | Connections/s | p50 connect | p99 connect | Client CPU/conn | Errors |",
+		"| pgconnector default | 8 | scram-sha-256 | 1818 | 1.10 ms | 2.00 ms | 1100 µs | 0 of 600 |",
+		"| Peer | conn/s at 1 client | conn/s at 8 clients | CPU µs/conn at 1 client | CPU µs/conn at 8 clients |",
+		"| pgx sslmode=disable, scram-sha-256 | 667 | 909 | 1500 | 2200 |",
+		"| pgconnector default, scram-sha-256 | 2500 | 1818 | 400 | 1100 |",
+		"![SCRAM through pgbouncer](bench-scram.png)",
+		"## Scenario 8: cold herd of SCRAM logins",
+		"| Peer | Clients | Wall time | Client CPU | Client CPU/conn | SCRAM derivations | Errors |",
+		"| pgx default | 64 | 88 ms | 88.0 ms | 1375 µs | – | 0 of 64 |",
+		"| pgconnector (one Connector, cold) | 64 | 20 ms | 9.5 ms | 148 µs | 1 | 0 of 64 |",
+		"| pgconnector (one Connector, cold), old | 64 | 90 ms | 90.0 ms | 1406 µs | n/a | 1 of 64: boom |",
+		"## Scenario 9: " + scenarioTitles[9],
+		"| Peer | Clients | Connections/s | p50 connect | p99 connect | Backends/conn | Client CPU/conn | Errors |",
+		"| pgconnector sslmode=verify-full | 1 | 40 | 25.00 ms | 40.00 ms | 1.00 | 2500 µs | 0 of 200 |",
 	}
 	last := -1
 	for _, w := range want {
@@ -170,6 +210,39 @@ func TestWriteMarkdownReport(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("markdown:\n%s", md)
+	}
+}
+
+// The targets of scenario 8: a SCRAM role's rate and CPU against pgx's sslmode=disable and
+// libpq's default at 1 and 8 clients, a trust role's against pgx's, and one derivation in the
+// cold herd (a herd whose derivations were not measured says n/a and misses).
+func TestScramTargets(t *testing.T) {
+	r := sampleReport()
+	r.Connect = append(r.Connect, ConnectResult{Scenario: 8, Peer: peerLibpqDefault, Family: "libpq", Clients: 1, User: userScram,
+		Conns: 600, ConnsPerSec: 300, CPU: 4 * time.Millisecond})
+	got := map[string]Target{}
+	for _, tg := range checkTargets(r) {
+		if strings.HasPrefix(tg.Name, "scenario 8") {
+			got[tg.Name] = tg
+		}
+	}
+	for _, w := range []Target{
+		{Name: "scenario 8, scram-sha-256, 1 client: pgconnector default / pgx sslmode=disable, connections/s", Want: ">= 2.50x", Got: "3.75x", Met: true},
+		{Name: "scenario 8, scram-sha-256, 1 client: pgconnector default / libpq default, connections/s", Want: ">= 6.00x", Got: "8.33x", Met: true},
+		{Name: "scenario 8, scram-sha-256, 1 client: pgconnector default / pgx sslmode=disable, client CPU per connection", Want: "<= 0.35x", Got: "0.27x (400 µs / 1500 µs)", Met: true},
+		{Name: "scenario 8, scram-sha-256, 8 clients: pgconnector default / pgx sslmode=disable, client CPU per connection", Want: "<= 0.35x", Got: "0.50x (1100 µs / 2200 µs)", Met: false},
+		{Name: "scenario 8, trust, 8 clients: pgconnector default / pgx sslmode=disable, connections/s", Want: ">= 1.00x", Got: "1.00x", Met: true},
+		{Name: "scenario 8, trust, 1 client: pgconnector default / pgx sslmode=disable, client CPU per connection", Want: "<= 1.05x", Got: "1.00x (400 µs / 400 µs)", Met: true},
+		{Name: "scenario 8, cold herd, pgconnector (one Connector, cold): SCRAM derivations (PBKDF2) for 64 concurrent first connections", Want: "1", Got: "1", Met: true},
+		{Name: "scenario 8, cold herd, pgconnector (one Connector, cold), old: SCRAM derivations (PBKDF2) for 64 concurrent first connections", Want: "1",
+			Got: "n/a (the connector exports no pgconnector.scram.derivations), 1 of 64 connections failed", Met: false},
+	} {
+		if g, ok := got[w.Name]; !ok || g != w {
+			t.Errorf("target %q:\n got %+v\nwant %+v", w.Name, g, w)
+		}
+	}
+	if _, ok := got["scenario 8, scram-sha-256, 8 clients: pgconnector default / libpq default, connections/s"]; ok {
+		t.Error("a target against libpq at 8 clients, which the report does not have")
 	}
 }
 
@@ -229,7 +302,7 @@ func TestWriteChartsReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{connectChartFile, clientBoundChartFile, throughputChartFile}
+	want := []string{connectChartFile, clientBoundChartFile, throughputChartFile, scramChartFile}
 	if !slices.Equal(names, want) {
 		t.Errorf("charts written: %q, want %q", names, want)
 	}

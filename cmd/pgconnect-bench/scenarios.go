@@ -104,18 +104,18 @@ const (
 	peerNoGSS         = "pgconnector gssencmode=disable"
 )
 
-// storm runs every peer against one server, rounds times each, in turns
+// storm runs every peer against one server, rounds times each (at least once), in turns
 // (peer 1, peer 2, ..., then peer 2, peer 3, ..., peer 1) so that a slow
 // patch of a noisy machine is shared, and records one ConnectResult per
 // peer.
-func (l *lab) storm(ctx context.Context, scenario int, c counter, peers []peer, tickets []bool, clients, conns int) error {
+func (l *lab) storm(ctx context.Context, scenario int, c counter, peers []peer, tickets []bool, clients, conns, rounds int) error {
 	type acc struct {
 		outcome
 		backends, tcp int
 		rounds        []float64 // connections/s of each round
 	}
 	accs := make([]acc, len(peers))
-	rounds := max(1, l.cfg.rounds)
+	rounds = max(1, rounds)
 	// Every client makes the same number of connections (pgbench -t).
 	perRound := max(1, conns/rounds/clients) * clients
 	for round := range rounds {
@@ -236,7 +236,7 @@ func (l *lab) realServerScenario(ctx context.Context, scenario int, storm, herd 
 		ts = allTickets(len(peers))
 	}
 	if storm {
-		if err := l.storm(ctx, scenario, pgCounter{pg}, peers, ts, l.cfg.clients, l.cfg.conns); err != nil {
+		if err := l.storm(ctx, scenario, pgCounter{pg}, peers, ts, l.cfg.clients, l.cfg.conns, l.cfg.rounds); err != nil {
 			return err
 		}
 	}
@@ -330,7 +330,7 @@ func (l *lab) clientBound(ctx context.Context) error {
 	}
 	tickets := []bool{false, true, false, false, false, false, false, false, false, false, true}
 	for _, clients := range l.cfg.fakeClients {
-		if err := l.storm(ctx, 5, fakeCounter{fs}, peers, tickets, clients, l.cfg.fakeConns); err != nil {
+		if err := l.storm(ctx, 5, fakeCounter{fs}, peers, tickets, clients, l.cfg.fakeConns, l.cfg.rounds); err != nil {
 			return err
 		}
 	}

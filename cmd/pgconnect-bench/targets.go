@@ -20,13 +20,16 @@ import (
 // spread says how far a few percent can be trusted.
 func checkTargets(r *Report) []Target {
 	var ts []Target
-	find := func(scenario, clients int, peer string, ticket bool) *ConnectResult {
+	findAs := func(scenario, clients int, peer string, ticket bool, user string) *ConnectResult {
 		for i, c := range r.Connect {
-			if c.Scenario == scenario && c.Peer == peer && c.Ticket == ticket && (clients == 0 || c.Clients == clients) && c.Errors < c.Conns {
+			if c.Scenario == scenario && c.Peer == peer && c.Ticket == ticket && c.User == user && (clients == 0 || c.Clients == clients) && c.Errors < c.Conns {
 				return &r.Connect[i]
 			}
 		}
 		return nil
+	}
+	find := func(scenario, clients int, peer string, ticket bool) *ConnectResult {
+		return findAs(scenario, clients, peer, ticket, "")
 	}
 	ratio := func(name string, a, b *ConnectResult, want float64, strict bool) {
 		if a == nil || b == nil {
@@ -44,6 +47,15 @@ func checkTargets(r *Report) []Target {
 			t.Got += fmt.Sprintf(" (rounds %.2f-%.2f)", lo, hi)
 		}
 		ts = append(ts, t)
+	}
+	// cpu: a's client CPU per connection over b's, at most want.
+	cpu := func(name string, a, b *ConnectResult, want float64) {
+		if a == nil || b == nil || a.CPU <= 0 || b.CPU <= 0 {
+			return
+		}
+		x := float64(a.CPU) / float64(b.CPU)
+		ts = append(ts, Target{Name: name, Want: fmt.Sprintf("<= %.2fx", want),
+			Got: fmt.Sprintf("%.2fx (%s / %s)", x, micros(a.CPU), micros(b.CPU)), Met: x <= want})
 	}
 	for s := 1; s <= 3; s++ {
 		tk := s > 1
@@ -113,11 +125,41 @@ func checkTargets(r *Report) []Target {
 		d, pgx := find(5, c.Clients, peerDefault, false), find(5, c.Clients, peerPgxExplicit, false)
 		prefix := fmt.Sprintf("scenario 5, %s, no ticket: pgconnector default / ", plural(c.Clients, "client"))
 		ratio(prefix+"pgx sslmode=disable, connections/s", d, pgx, 1.0, false)
-		if d != nil && pgx != nil && d.CPU > 0 && pgx.CPU > 0 {
-			x := float64(d.CPU) / float64(pgx.CPU)
-			ts = append(ts, Target{Name: prefix + "pgx sslmode=disable, client CPU per connection",
-				Want: "<= 1.05x", Got: fmt.Sprintf("%.2fx (%s / %s)", x, micros(d.CPU), micros(pgx.CPU)), Met: x <= 1.05})
+		cpu(prefix+"pgx sslmode=disable, client CPU per connection", d, pgx, 1.05)
+	}
+	// Scenario 8, through pgbouncer: with the SCRAM role, a warm Connector derives no
+	// SaltedPassword per connection, pgx and libpq one each (RFC 7677 section 4: the client may
+	// cache the ClientKey); with the trust role, nothing to save, so pgx's pace and CPU.
+	for _, clients := range []int{1, 8} {
+		for _, user := range []string{userScram, userTrust} {
+			d := findAs(8, clients, peerDefault, false, user)
+			pgx := findAs(8, clients, peerPgxExplicit, false, user)
+			prefix := fmt.Sprintf("scenario 8, %s, %s: pgconnector default / ", user, plural(clients, "client"))
+			if user == userScram {
+				ratio(prefix+"pgx sslmode=disable, connections/s", d, pgx, 2.5, false)
+				ratio(prefix+"libpq default, connections/s", d, findAs(8, clients, peerLibpqDefault, false, user), 6, false)
+				cpu(prefix+"pgx sslmode=disable, client CPU per connection", d, pgx, 0.35)
+			} else {
+				ratio(prefix+"pgx sslmode=disable, connections/s", d, pgx, 1.0, false)
+				cpu(prefix+"pgx sslmode=disable, client CPU per connection", d, pgx, 1.05)
+			}
 		}
+	}
+	for _, h := range r.ScramHerd {
+		if h.Family != "pgconnector" {
+			continue
+		}
+		got := derivationsText(h.Derivations)
+		if h.Derivations == nil {
+			got += " (the connector exports no " + scramDerivationsMetric + ")"
+		}
+		if h.Errors > 0 {
+			got += fmt.Sprintf(", %d of %d connections failed", h.Errors, h.Clients)
+		}
+		ts = append(ts, Target{
+			Name: fmt.Sprintf("scenario 8, cold herd, %s: SCRAM derivations (PBKDF2) for %d concurrent first connections", h.Peer, h.Clients),
+			Want: "1", Got: got, Met: h.Derivations != nil && *h.Derivations == 1 && h.Errors == 0,
+		})
 	}
 	// Scenario 7: GSS wrap and unwrap of the default enctype at 500 MB/s per core or more.
 	for _, w := range r.Wrap {

@@ -39,7 +39,7 @@ func (l *lab) fullGSS(ctx context.Context) error {
 		{Name: "pgconnector cold", Family: "pgconnector", Kind: kindPgconnectorCold, DSN: dsn},
 		{Name: peerWarm, Family: "pgconnector", Kind: kindPgconnector, DSN: dsn, Warm: true},
 	}
-	if err := l.storm(ctx, 4, pgCounter{pg}, peers, allTickets(len(peers)), l.cfg.clients, l.cfg.gssConns); err != nil {
+	if err := l.storm(ctx, 4, pgCounter{pg}, peers, allTickets(len(peers)), l.cfg.clients, l.cfg.gssConns, l.cfg.rounds); err != nil {
 		return err
 	}
 	if l.cfg.copyMiB == 0 && l.cfg.byteaMiB == 0 {

@@ -16,7 +16,7 @@ import (
 )
 
 // Everything the harness makes lives in one directory per process (the base directory, see
-// makeBase): the initdb template, every cluster, every KDC and KCM daemon, every Jaeger's
+// makeBase): the initdb template, every cluster, every KDC, KCM daemon and pgbouncer, every Jaeger's
 // files, the directories of TempDir. Three things remove it, whichever comes first:
 //
 //   - Cleanup, called by a program or a TestMain at its end;
@@ -102,7 +102,7 @@ func ownerPID(base string) int {
 // reap stops every process started from base that still runs, then removes base. Processes are
 // found through their pid files and checked before they are signalled (a pid file can outlive
 // its process, and the pid be reused): postmasters get SIGQUIT (pg_ctl stop -m immediate: the
-// postmaster ends its backends, then itself), krb5kdc, kcm and Jaeger SIGTERM; whatever still runs
+// postmaster ends its backends, then itself), krb5kdc, kcm, pgbouncer and Jaeger SIGTERM; whatever still runs
 // after 15 seconds gets SIGKILL. Keyrings registered by UserKeyringCache and
 // PersistentKeyringCache are destroyed.
 func reap(base string) error {
@@ -124,6 +124,10 @@ func reap(base string) error {
 	kcms, _ := filepath.Glob(filepath.Join(base, "kcm-*", "run", "kcm.pid"))
 	for _, f := range kcms {
 		stop(readPidFile(f), syscall.SIGTERM, func(pid int) bool { return procComm(pid) == "kcm" })
+	}
+	bouncers, _ := filepath.Glob(filepath.Join(base, "pgbouncer-*", "pgbouncer.pid"))
+	for _, f := range bouncers {
+		stop(readPidFile(f), syscall.SIGTERM, func(pid int) bool { return procComm(pid) == "pgbouncer" })
 	}
 	jaegers, _ := filepath.Glob(filepath.Join(base, "jaeger-*", "jaeger.pid"))
 	for _, f := range jaegers {

@@ -21,7 +21,7 @@ const childEnv = "PGCONNECTOR_HARNESS_TEST_CHILD"
 
 // However a process that used the harness ends, nothing of the harness is left afterwards: no
 // directory in /dev/shm or the temporary directory (the initdb template, clusters, KDC state,
-// TempDir), no PostgreSQL shared memory file in /dev/shm, no postmaster, no krb5kdc, no keyring
+// TempDir), no PostgreSQL shared memory file in /dev/shm, no postmaster, no krb5kdc, no pgbouncer, no keyring
 // registered with UserKeyringCache or PersistentKeyringCache.
 func TestNothingLeftBehind(t *testing.T) {
 	for _, tt := range []struct {
@@ -51,12 +51,12 @@ func TestNothingLeftBehind(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill() })
 			var base, coll string
-			var postmaster, kdc, uid int
+			var postmaster, kdc, bouncer, uid int
 			var log strings.Builder
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
 				log.WriteString(sc.Text() + "\n")
-				if _, err := fmt.Sscanf(sc.Text(), "harness child: base=%s postmaster=%d kdc=%d collection=%s uid=%d", &base, &postmaster, &kdc, &coll, &uid); err == nil {
+				if _, err := fmt.Sscanf(sc.Text(), "harness child: base=%s postmaster=%d kdc=%d pgbouncer=%d collection=%s uid=%d", &base, &postmaster, &kdc, &bouncer, &coll, &uid); err == nil {
 					break
 				}
 			}
@@ -94,7 +94,7 @@ func TestNothingLeftBehind(t *testing.T) {
 			if _, err := os.Stat(base); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("%s is still there (%v)", base, err)
 			}
-			for name, pid := range map[string]int{"postmaster": postmaster, "krb5kdc": kdc} {
+			for name, pid := range map[string]int{"postmaster": postmaster, "krb5kdc": kdc, "pgbouncer": bouncer} {
 				if !waitGone(pid, 10*time.Second) {
 					t.Errorf("%s (pid %d) still runs", name, pid)
 				}
@@ -119,6 +119,7 @@ func TestHarnessChild(t *testing.T) {
 	}
 	pg := StartT(t, Options{})
 	k := StartKDCT(t, KDCOptions{})
+	b := StartPgbouncerT(t, pg, PgbouncerOptions{})
 	if _, err := TempDir("child-"); err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +137,8 @@ func TestHarnessChild(t *testing.T) {
 	if _, err := unix.AddKey("user", "pgconnector-harness-test", []byte("x"), pid); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("harness child: base=%s postmaster=%d kdc=%d collection=%s uid=%d\n",
-		pg.env.base, postmasterPID(filepath.Join(pg.DataDir, "postmaster.pid")), readPidFile(k.pidFile), coll, uid)
+	fmt.Printf("harness child: base=%s postmaster=%d kdc=%d pgbouncer=%d collection=%s uid=%d\n",
+		pg.env.base, postmasterPID(filepath.Join(pg.DataDir, "postmaster.pid")), readPidFile(k.pidFile), readPidFile(b.pidFile), coll, uid)
 	switch end {
 	case "pass":
 	case "fail":

@@ -62,7 +62,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 const (
@@ -278,12 +277,7 @@ func (p *Postgres) start(ctx context.Context, auth string, opts Options) error {
 		} {
 			if _, err := conn.Exec(ctx, sql); err != nil {
 				// Not err itself: keep the statement's text out of messages.
-				code := "no SQLSTATE"
-				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) {
-					code = "SQLSTATE " + pgErr.Code
-				}
-				return fmt.Errorf("harness: setting the password of role %s failed (%s)", AppUser, code)
+				return fmt.Errorf("harness: setting the password of role %s failed (%s)", AppUser, errorCode(err))
 			}
 		}
 		return nil
