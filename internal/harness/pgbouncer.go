@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -427,34 +426,9 @@ func (b *Pgbouncer) kill() {
 	}
 }
 
-// Ports below the range Linux gives client sockets (ip_local_port_range, 32768-60999 by
-// default), and above the ones services are usually configured on.
-const lowPortMin, lowPortMax = 16384, 32767
-
-// pickBouncerPort chooses pgbouncer's port; a variable so that a test can make the first choice
-// collide.
-var pickBouncerPort = pickLowPort
-
-// pickLowPort returns a TCP port on 127.0.0.1 between lowPortMin and lowPortMax that was free a
-// moment ago, chosen at random so that processes starting servers at once rarely collide.
-func pickLowPort() (int, error) {
-	for range 100 {
-		n, err := rand.Int(rand.Reader, big.NewInt(lowPortMax-lowPortMin+1))
-		if err != nil {
-			return 0, fmt.Errorf("harness: %w", err)
-		}
-		port := lowPortMin + int(n.Int64())
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		if err := l.Close(); err != nil {
-			return 0, fmt.Errorf("harness: %w", err)
-		}
-		return port, nil
-	}
-	return 0, fmt.Errorf("harness: found no free port from %d to %d", lowPortMin, lowPortMax)
-}
+// pickBouncerPort chooses pgbouncer's port (below 32768: see ports.go); a variable so that a
+// test can make the first choice collide.
+var pickBouncerPort = freePort
 
 // errorCode is "SQLSTATE xxxxx" for a server error, else "no SQLSTATE": what a message may say
 // of an error whose text could hold the statement.

@@ -118,7 +118,7 @@ func TestPgbouncerOptions(t *testing.T) {
 // A port taken between the choice and pgbouncer's bind makes StartPgbouncer choose again.
 func TestPgbouncerPortTaken(t *testing.T) {
 	pg := StartT(t, Options{})
-	busy, err := pickLowPort()
+	busy, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,9 +133,9 @@ func TestPgbouncerPortTaken(t *testing.T) {
 		if calls == 1 {
 			return busy, nil
 		}
-		return pickLowPort()
+		return freePort()
 	}
-	t.Cleanup(func() { pickBouncerPort = pickLowPort })
+	t.Cleanup(func() { pickBouncerPort = freePort })
 	b := StartPgbouncerT(t, pg, PgbouncerOptions{})
 	if calls != 2 || b.Port == busy {
 		t.Errorf("%d port choices, port %d (the busy one: %d), want 2 and another port", calls, b.Port, busy)
