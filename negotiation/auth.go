@@ -92,6 +92,14 @@ type authExchange struct {
 	out   []byte // bytes for pgx, from the messages it must see
 	err   error  // the exchange's failure, returned from then on
 	after authObserver
+	// The server's bytes are read into rb, as many as one read gives (the server sends its
+	// answer and what follows AuthenticationOk in one segment: one read system call, as pgx's
+	// own buffered reads), and parsed there: rb[lo:hi] is what is not consumed yet. What
+	// follows AuthenticationOk (or an ErrorResponse) goes to pgx from rest, then from r.
+	rb     []byte
+	lo, hi int
+	rest   prefixReader
+	rbuf   [512]byte
 
 	finished     bool // the client completed an exchange (libpq's client_finished_auth)
 	channelBound bool
@@ -110,7 +118,7 @@ func (x *authExchange) Read(b []byte) (int, error) {
 		case x.phase == phaseOK:
 			return x.after.Read(b)
 		case x.phase == phaseDone:
-			return x.r.Read(b)
+			return x.rest.Read(b)
 		}
 		if err := x.step(); err != nil {
 			x.err = err
@@ -125,12 +133,37 @@ func (x *authExchange) Read(b []byte) (int, error) {
 	return n, nil
 }
 
+// need reads until rb[lo:hi] holds n bytes (n <= 2005: a header and a body of at most 2000).
+func (x *authExchange) need(n int) error {
+	if x.hi-x.lo >= n {
+		return nil
+	}
+	if x.rb == nil {
+		x.rb = x.rbuf[:]
+	}
+	if x.lo > 0 {
+		x.hi = copy(x.rb, x.rb[x.lo:x.hi])
+		x.lo = 0
+	}
+	if n > len(x.rb) {
+		x.rb = append(x.rb[:x.hi], make([]byte, n-x.hi)...)
+	}
+	for x.hi < n {
+		k, err := x.r.Read(x.rb[x.hi:])
+		x.hi += k
+		if err != nil && x.hi < n {
+			return unexpectedEOF(err)
+		}
+	}
+	return nil
+}
+
 // step reads one message of the authentication phase and answers it, or queues it for pgx.
 func (x *authExchange) step() error {
-	var hdr [5]byte
-	if _, err := io.ReadFull(x.r, hdr[:]); err != nil {
-		return unexpectedEOF(err)
+	if err := x.need(5); err != nil {
+		return err
 	}
+	hdr := x.rb[x.lo : x.lo+5]
 	typ := hdr[0]
 	length := int(binary.BigEndian.Uint32(hdr[1:]))
 	if length < 4 {
@@ -142,6 +175,15 @@ func (x *authExchange) step() error {
 		if length > 30000 {
 			return errStartup(fmt.Sprintf("an ErrorResponse of %d bytes during startup (libpq allows 30000)", length))
 		}
+		// pgx reports it. The server ended the exchange (28P01: a wrong password): keys
+		// derived for it were not proven, and are not kept.
+		if x.sasl != nil && x.saslState < 3 {
+			x.sasl.Abandon()
+		}
+		x.rest = prefixReader{p: x.rb[x.lo:x.hi], r: x.r}
+		x.lo = x.hi
+		x.phase = phaseDone
+		return nil
 	case 'R', 'v':
 		if length < 8 || length > 2000 {
 			return errStartup(fmt.Sprintf("a message %q of %d bytes during authentication (libpq allows 8 to 2000)", typ, length))
@@ -149,22 +191,12 @@ func (x *authExchange) step() error {
 	default:
 		return errStartup(fmt.Sprintf("message type 0x%02x where an authentication request was expected", typ))
 	}
-	msg := make([]byte, 5+length-4)
-	copy(msg, hdr[:])
-	if _, err := io.ReadFull(x.r, msg[5:]); err != nil {
-		return unexpectedEOF(err)
+	if err := x.need(1 + length); err != nil {
+		return err
 	}
-	switch typ {
-	case 'E': // pgx reports it
-		// The server ended the exchange (28P01: a wrong password): keys derived for it were
-		// not proven, and are not kept.
-		if x.sasl != nil && x.saslState < 3 {
-			x.sasl.Abandon()
-		}
-		x.out = msg
-		x.phase = phaseDone
-		return nil
-	case 'v': // pgx checks it against min_protocol_version
+	msg := x.rb[x.lo : x.lo+1+length]
+	x.lo += 1 + length
+	if typ == 'v' { // pgx checks it against min_protocol_version
 		x.out = msg
 		return nil
 	}
@@ -183,7 +215,9 @@ func (x *authExchange) step() error {
 		x.at.authOK.Store(true)
 		x.out = msg
 		x.phase = phaseOK
-		x.after = authObserver{r: x.r, at: x.at, auth: true}
+		x.rest = prefixReader{p: x.rb[x.lo:x.hi], r: x.r}
+		x.lo = x.hi
+		x.after = authObserver{r: &x.rest, at: x.at, auth: true}
 		return nil
 	}
 	if err := x.checkRequest(code); err != nil {
@@ -614,4 +648,19 @@ func authSettingsOf(cfg *pgconn.Config) (authSettings, error) {
 		cb = "prefer"
 	}
 	return authSettings{user: cfg.User, password: cfg.Password, requireAuth: ra, channelBinding: cb, oauth: cfg.OAuthTokenProvider}, nil
+}
+
+// prefixReader reads p, then r.
+type prefixReader struct {
+	p []byte
+	r io.Reader
+}
+
+func (pr *prefixReader) Read(b []byte) (int, error) {
+	if len(pr.p) > 0 {
+		n := copy(b, pr.p)
+		pr.p = pr.p[n:]
+		return n, nil
+	}
+	return pr.r.Read(b)
 }
