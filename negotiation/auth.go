@@ -554,10 +554,11 @@ type requireAuth struct {
 // parseRequireAuth parses s; pgx has checked it when the string was parsed, but a hook may have
 // changed it since.
 func parseRequireAuth(s string) (requireAuth, error) {
-	ra := requireAuth{text: s, methods: map[string]bool{}}
+	ra := requireAuth{text: s}
 	if s == "" {
 		return ra, nil
 	}
+	ra.methods = map[string]bool{}
 	ra.authRequired = true
 	for i, part := range strings.Split(s, ",") {
 		m := strings.TrimSpace(part)
@@ -630,7 +631,7 @@ func (n *Negotiator) ConfigureAuth(ctx context.Context, cfg *pgconn.Config) erro
 	if err != nil {
 		return &AbortError{Err: err}
 	}
-	at.auth = &s
+	at.auth, at.authSet = s, true
 	cfg.Password = ""
 	cfg.RequireAuth = ""
 	cfg.ChannelBinding = "disable"

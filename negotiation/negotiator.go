@@ -670,15 +670,14 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 		// exchange is the negotiator's (auth.go), with what ConfigureAuth took, or else with cfg
 		// as it is now.
 		s := at.auth
-		if s == nil {
-			v, _ := authSettingsOf(cfg) // pgx checked require_auth when it parsed it
-			s = &v
+		if !at.authSet {
+			s, _ = authSettingsOf(cfg) // pgx checked require_auth when it parsed it
 		}
 		ctx := at.connCtx
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		return buildFrontend(&authExchange{r: r, w: w, at: at, s: *s, ctx: ctx}, w)
+		return buildFrontend(&authExchange{r: r, w: w, at: at, s: s, ctx: ctx}, w)
 	}
 	cfg.KerberosSpn = "" // pgx's GSS provider is never asked: the exchange is ours
 	cfg.ValidateConnect = nil
@@ -744,7 +743,8 @@ type attempt struct {
 	authMethod string
 	// auth is what the attempt authenticates with (ConfigureAuth); connCtx is the context pgx
 	// connects with (from AfterNetConnect), which bounds the authentication exchange.
-	auth          *authSettings
+	auth          authSettings
+	authSet       bool
 	connCtx       context.Context
 	saslMechanism string // the SASL mechanism used, if any
 	keyCached     bool   // SCRAM: the keys came from the cache
