@@ -18,8 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	xscram "github.com/xdg-go/scram"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
@@ -30,21 +28,11 @@ import (
 // authWatch is a connector whose spans and metrics are recorded: the startup spans tell which
 // SASL mechanism each connect used and whether its SCRAM keys came from the cache, the
 // pgconnector.scram.derivations metric how many PBKDF2 derivations it ran.
-type authWatch struct {
-	rec    *tracetest.SpanRecorder
-	reader *sdkmetric.ManualReader
-	c      *pgconnector.Connector
-}
+type authWatch struct{ *observed }
 
 func newAuthWatch(t *testing.T, dsn string, opts ...pgconnector.Option) *authWatch {
 	t.Helper()
-	rec, tp := newRecorder()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	opts = append([]pgconnector.Option{pgconnector.WithTracerProvider(tp), pgconnector.WithMeterProvider(mp)}, opts...)
-	c := newConnector(t, dsn, opts...)
-	t.Cleanup(func() { c.Close() })
-	return &authWatch{rec: rec, reader: reader, c: c}
+	return &authWatch{newObserved(t, dsn, opts...)}
 }
 
 // derivations returns the pgconnector.scram.derivations count, checking that it has one data

@@ -381,6 +381,8 @@ func (x *authExchange) startSASL(data []byte) error {
 		mech, cb = scram.MechanismSHA256Plus, b
 	case x.s.channelBinding == "require" && !x.tlsInUse():
 		return &AuthError{Problem: "channel binding required, but SSL not in use"}
+	case x.s.channelBinding == "require" && plus:
+		return &AuthError{Problem: "channel binding required, but the TLS connection is hidden by the connection AfterNetConnect returned"}
 	case x.s.channelBinding == "require":
 		return &AuthError{Problem: "channel binding is required, but server did not offer an authentication method that supports channel binding"}
 	case slices.Contains(mechs, scram.MechanismSHA256):

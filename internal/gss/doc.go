@@ -35,5 +35,5 @@
 //
 // Nothing in this package puts a key, a ticket or a session key into an
 // error, a log line or a String result; nor the e-text of a KRB-ERROR
-// (unauthenticated), nor the secret of a token of Client.AuthToken.
+// (unauthenticated).
 package gss

@@ -101,14 +101,7 @@ func StartJaegerT(t testing.TB) *Jaeger {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("harness: end of the Jaeger log (%s):\n%s", j.LogFile, tailFile(j.LogFile, 40))
-		}
-		if err := j.Stop(); err != nil {
-			t.Errorf("harness: %v", err)
-		}
-	})
+	stopAtCleanup(t, "Jaeger", j.LogFile, j.Stop)
 	return j
 }
 

@@ -90,15 +90,21 @@ const kcmInstallHint = "run scripts/install-deps.sh (as root, or with sudo) to i
 
 // findKCMProgram locates Heimdal's kcm: in $PATH, else in the sbin directories.
 func findKCMProgram() (string, error) {
-	if p, err := exec.LookPath("kcm"); err == nil {
+	return findSbinProgram("kcm", "harness: the KCM daemon kcm is missing; "+kcmInstallHint)
+}
+
+// findSbinProgram locates a daemon's program: in $PATH, else in the sbin directories, which a
+// user's $PATH often leaves out; missing is the error when it is in neither.
+func findSbinProgram(name, missing string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
 		return filepath.Abs(p)
 	}
 	for _, dir := range []string{"/usr/sbin", "/usr/local/sbin"} {
-		if cand := filepath.Join(dir, "kcm"); isExecutable(cand) {
+		if cand := filepath.Join(dir, name); isExecutable(cand) {
 			return cand, nil
 		}
 	}
-	return "", errors.New("harness: the KCM daemon kcm is missing; " + kcmInstallHint)
+	return "", errors.New(missing)
 }
 
 // StartKCM starts a KCM daemon on a private socket. It is meant for programs; tests use

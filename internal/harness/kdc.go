@@ -249,14 +249,7 @@ func StartKDCT(t testing.TB, opts KDCOptions) *KDC {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("harness: end of the KDC log (%s):\n%s", k.logFile, tailFile(k.logFile, 40))
-		}
-		if err := k.Stop(); err != nil {
-			t.Errorf("harness: %v", err)
-		}
-	})
+	stopAtCleanup(t, "KDC", k.logFile, k.Stop)
 	return k
 }
 

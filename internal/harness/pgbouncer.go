@@ -86,15 +86,7 @@ const pgbouncerInstallHint = "run scripts/install-deps.sh (as root, or with sudo
 
 // findPgbouncer locates the pgbouncer program: in $PATH, else in the sbin directories.
 func findPgbouncer() (string, error) {
-	if p, err := exec.LookPath("pgbouncer"); err == nil {
-		return filepath.Abs(p)
-	}
-	for _, dir := range []string{"/usr/sbin", "/usr/local/sbin"} {
-		if cand := filepath.Join(dir, "pgbouncer"); isExecutable(cand) {
-			return cand, nil
-		}
-	}
-	return "", errors.New("harness: pgbouncer is missing; " + pgbouncerInstallHint)
+	return findSbinProgram("pgbouncer", "harness: pgbouncer is missing; "+pgbouncerInstallHint)
 }
 
 var poolModes = map[string]bool{"session": true, "transaction": true, "statement": true}
@@ -162,14 +154,7 @@ func StartPgbouncerT(t testing.TB, pg *Postgres, opts PgbouncerOptions) *Pgbounc
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("harness: end of the pgbouncer log (%s):\n%s", b.logFile, tailFile(b.logFile, 40))
-		}
-		if err := b.Stop(); err != nil {
-			t.Errorf("harness: %v", err)
-		}
-	})
+	stopAtCleanup(t, "pgbouncer", b.logFile, b.Stop)
 	return b
 }
 

@@ -455,3 +455,16 @@ func sweepStale() {
 		_ = reap(base)
 	}
 }
+
+// stopAtCleanup stops a daemon the test started (what names it) when the test ends, logging the
+// end of its log first if the test failed.
+func stopAtCleanup(t testing.TB, what, logFile string, stop func() error) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("harness: end of the %s log (%s):\n%s", what, logFile, tailFile(logFile, 40))
+		}
+		if err := stop(); err != nil {
+			t.Errorf("harness: %v", err)
+		}
+	})
+}
