@@ -154,6 +154,16 @@ func checkStmtSpans(t *testing.T, got []sdktrace.ReadOnlySpan, want []stmtSpan) 
 // events, status.
 func checkNoSecrets(t *testing.T, s sdktrace.ReadOnlySpan) {
 	t.Helper()
+	for _, text := range spanTexts(s) {
+		if strings.Contains(text, paramSecret) || strings.Contains(text, literalSecret) {
+			t.Errorf("span %s holds a secret: %q", s.Name(), text)
+		}
+	}
+}
+
+// spanTexts returns every text a span carries: its name, status, attribute values, event names
+// and event attribute values.
+func spanTexts(s sdktrace.ReadOnlySpan) []string {
 	texts := []string{s.Name(), s.Status().Description}
 	for _, kv := range s.Attributes() {
 		texts = append(texts, kv.Value.Emit())
@@ -164,11 +174,7 @@ func checkNoSecrets(t *testing.T, s sdktrace.ReadOnlySpan) {
 			texts = append(texts, kv.Value.Emit())
 		}
 	}
-	for _, text := range texts {
-		if strings.Contains(text, paramSecret) || strings.Contains(text, literalSecret) {
-			t.Errorf("span %s holds a secret: %q", s.Name(), text)
-		}
-	}
+	return texts
 }
 
 // newTable creates a table of the shared server for one test and drops it at the end.

@@ -102,17 +102,7 @@ func (w *authWatch) lastStartup(t *testing.T) startupAuth {
 func (w *authWatch) checkSpansFree(t *testing.T, secrets ...string) {
 	t.Helper()
 	for _, s := range w.rec.Ended() {
-		texts := []string{s.Name(), s.Status().Description}
-		for _, kv := range s.Attributes() {
-			texts = append(texts, kv.Value.Emit())
-		}
-		for _, ev := range s.Events() {
-			texts = append(texts, ev.Name)
-			for _, kv := range ev.Attributes {
-				texts = append(texts, kv.Value.Emit())
-			}
-		}
-		for _, text := range texts {
+		for _, text := range spanTexts(s) {
 			for _, secret := range secrets {
 				if strings.Contains(text, secret) {
 					t.Errorf("span %s holds a password: %q", s.Name(), text)
