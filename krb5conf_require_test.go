@@ -46,7 +46,7 @@ func TestKrb5ConfErrorInRequire(t *testing.T) {
 		problem  string // what the error must say of it
 		withPsql bool
 	}{
-		{"include of a FIFO", fifo, "it is a FIFO", false},
+		{"include of a FIFO", fifo, "it is a named pipe (FIFO)", false},
 		{"missing include", filepath.Join(dir, "missing.conf"), "no such file or directory", true},
 	} {
 		krb5Conf := conf("include " + c.include)

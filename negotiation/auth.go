@@ -217,7 +217,7 @@ func (x *authExchange) step() error {
 		x.phase = phaseOK
 		x.rest = prefixReader{p: x.rb[x.lo:x.hi], r: x.r}
 		x.lo = x.hi
-		x.after = authObserver{r: &x.rest, at: x.at, auth: true}
+		x.after = authObserver{r: &x.rest}
 		return nil
 	}
 	if err := x.checkRequest(code); err != nil {
@@ -589,6 +589,23 @@ func parseRequireAuth(s string) (requireAuth, error) {
 	return ra, nil
 }
 
+// requireAuthOf returns require_auth s parsed, from the last parse when s is the same: a
+// connector's require_auth seldom changes from one connect to the next, so the connect path does
+// not parse it again. The parse's map is only read once made, so it is shared.
+func (n *Negotiator) requireAuthOf(s string) (requireAuth, error) {
+	if s == "" {
+		return requireAuth{}, nil
+	}
+	if p := n.requireAuth.Load(); p != nil && p.text == s {
+		return *p, nil
+	}
+	ra, err := parseRequireAuth(s)
+	if err == nil {
+		n.requireAuth.Store(&ra)
+	}
+	return ra, err
+}
+
 // allows reports whether the request code is one of the allowed methods.
 func (ra *requireAuth) allows(code uint32) bool {
 	var m string
@@ -629,7 +646,7 @@ func (n *Negotiator) ConfigureAuth(ctx context.Context, cfg *pgconn.Config) erro
 	if at == nil || at.n != n {
 		return errors.New("pgconnector: connection attempt did not come through the negotiator")
 	}
-	s, err := authSettingsOf(cfg)
+	s, err := n.authSettingsOf(cfg)
 	if err != nil {
 		return &AbortError{Err: err}
 	}
@@ -641,8 +658,8 @@ func (n *Negotiator) ConfigureAuth(ctx context.Context, cfg *pgconn.Config) erro
 	return nil
 }
 
-func authSettingsOf(cfg *pgconn.Config) (authSettings, error) {
-	ra, err := parseRequireAuth(cfg.RequireAuth)
+func (n *Negotiator) authSettingsOf(cfg *pgconn.Config) (authSettings, error) {
+	ra, err := n.requireAuthOf(cfg.RequireAuth)
 	if err != nil {
 		return authSettings{}, err
 	}

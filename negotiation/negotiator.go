@@ -98,6 +98,8 @@ type Negotiator struct {
 	literal map[*Host][]string
 	// scram keeps the SCRAM keys derived for this negotiator's users and passwords (auth.go).
 	scram *scram.Keys
+	// requireAuth is the last require_auth parsed (requireAuthOf).
+	requireAuth atomic.Pointer[requireAuth]
 }
 
 // NewNegotiator returns a Negotiator for cfg. cfg.Hosts must not be empty.
@@ -671,7 +673,7 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 		// as it is now.
 		s := at.auth
 		if !at.authSet {
-			s, _ = authSettingsOf(cfg) // pgx checked require_auth when it parsed it
+			s, _ = at.n.authSettingsOf(cfg) // pgx checked require_auth when it parsed it
 		}
 		ctx := at.connCtx
 		if ctx == nil {

@@ -232,14 +232,12 @@ func (c *sslRequestConn) Close() error {
 // (auth.go).
 type authObserver struct {
 	r    io.Reader
-	at   *attempt
 	done bool
 	err  error   // the rule broken, returned from then on
 	hdr  [5]byte // type, length
 	have int
 	skip int  // body bytes of the current message still to pass
 	last bool // the message being skipped ends the phase (ReadyForQuery)
-	auth bool // AuthenticationOk has come (always, as the exchange hands over)
 }
 
 func (o *authObserver) Read(b []byte) (int, error) {

@@ -37,6 +37,8 @@ import (
 	"os/user"
 	"slices"
 	"strings"
+
+	"github.com/pgconnector/pgconnector/internal/localfile"
 )
 
 // DefaultPath is the profile MIT reads when KRB5_CONFIG is not set
@@ -417,28 +419,13 @@ func (l *loader) check(name string, st fs.FileInfo) error {
 	case st.IsDir():
 		return nil
 	case !st.Mode().IsRegular() && !isDevNull(st):
-		return fmt.Errorf("%s: %w: it is %s", name, ErrNotRegular, typeName(st.Mode()))
+		return fmt.Errorf("%s: %w: it is %s", name, ErrNotRegular, localfile.TypeName(st.Mode()))
 	case l.budget.files <= 0:
 		return fmt.Errorf("%w: %s", ErrTooManyFiles, name)
 	case st.Size() > l.budget.bytes:
 		return fmt.Errorf("%w: %s is %d bytes, %d left", ErrTooLarge, name, st.Size(), l.budget.bytes)
 	}
 	return nil
-}
-
-// typeName names the type of a file that is neither regular nor a directory.
-func typeName(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeIrregular != 0:
-		return "of an unknown type"
-	}
-	return "mode " + m.String()
 }
 
 // parseOpen parses data, the contents of the file name whose FileInfo is st.
