@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,7 @@ func TestHarnessChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, uid := PersistentKeyringCache(t)
+	lockThread() // for the rest of the test: the key is added through the possessed link
 	pid, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, uid, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +191,8 @@ func TestGuardianChecksItsDirectory(t *testing.T) {
 // persistentEmpty reports whether the persistent keyring of uid is empty: invalidated, since a
 // new one is made on demand. It invalidates the keyring it looked at.
 func persistentEmpty(t *testing.T, uid int) bool {
+	lockThread()
+	defer runtime.UnlockOSThread()
 	id, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, uid, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
 	if err != nil {
 		t.Fatalf("the persistent keyring of uid %d: %v", uid, err)

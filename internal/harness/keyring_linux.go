@@ -141,6 +141,13 @@ func registerKeyring(t testing.TB, entry string, destroy func() error) {
 	})
 }
 
+// lockThread locks the goroutine to its thread for a sequence of keyctl(2) calls. A process
+// keyring belongs to the thread's credentials (keyrings(7): each thread of a process may have
+// its own), and possession, which gives the rights on a persistent keyring or on a collection
+// linked there, holds only on the thread whose keyring got the link: without the lock, the
+// keyctl call after KEYCTL_GET_PERSISTENT may run on another thread and get EACCES.
+func lockThread() { runtime.LockOSThread() }
+
 // destroyKeyrings destroys the keyrings registered in base: what reap does for them.
 func destroyKeyrings(base string) error {
 	entries, _ := os.ReadDir(filepath.Join(base, keyringsDir))
@@ -161,6 +168,8 @@ func destroyKeyrings(base string) error {
 // caches go with their last link) and unlinks it from the user keyring and, where MIT's kinit
 // linked it for possession, the process keyring. A collection that is not there is no error.
 func destroyUserCollection(coll string) error {
+	lockThread()
+	defer runtime.UnlockOSThread()
 	id, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "keyring", "_krb_"+coll, 0)
 	if err != nil {
 		return nil
@@ -175,6 +184,8 @@ func destroyUserCollection(coll string) error {
 
 // destroyPersistent invalidates the persistent keyring of uid, with every cache in it.
 func destroyPersistent(uid int) error {
+	lockThread()
+	defer runtime.UnlockOSThread()
 	id, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, uid, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
 	if err != nil {
 		return nil // none, or no persistent keyrings on this kernel
