@@ -59,13 +59,14 @@ type Connector struct {
 type Option func(*options)
 
 type options struct {
-	tracerProvider trace.TracerProvider
-	meterProvider  metric.MeterProvider
-	cacheTTL       time.Duration
-	kerberos       Kerberos
-	statementSpans bool
-	queryText      bool
-	spanName       func(ctx context.Context, operation, query string) string
+	tracerProvider  trace.TracerProvider
+	meterProvider   metric.MeterProvider
+	cacheTTL        time.Duration
+	noLearnedDirect bool
+	kerberos        Kerberos
+	statementSpans  bool
+	queryText       bool
+	spanName        func(ctx context.Context, operation, query string) string
 
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	afterConnect  func(context.Context, *pgx.Conn) error
@@ -186,6 +187,21 @@ func WithCacheTTL(d time.Duration) Option {
 	return func(o *options) { o.cacheTTL = d }
 }
 
+// WithLearnedDirectTLS turns on or off (default on) direct TLS for hosts known to take it.
+// A host whose server selected ALPN "postgresql" on a TLS connection and reported
+// server_version 17 or later takes a TLS ClientHello as its first bytes
+// (protocol-flow.html, "SSL Session Encryption"): later connections to it then skip the
+// SSLRequest round trip under every sslmode that uses TLS, including the default prefer. If a
+// direct handshake fails (a pooler put in front, a server downgraded or restarted without
+// TLS), the same connect goes on with SSLRequest on a new connection, and the host is
+// remembered as not taking direct TLS for the cache TTL; plaintext still comes only after the
+// server's 'N' to SSLRequest. Off, every TLS connection starts with SSLRequest unless
+// sslnegotiation=direct is written, as in libpq. It changes nothing when remembering is off
+// (WithCacheTTL of zero).
+func WithLearnedDirectTLS(on bool) Option {
+	return func(o *options) { o.noLearnedDirect = !on }
+}
+
 // New parses dsn and returns a Connector. It opens no connection.
 //
 // Every error is a [*ParseError]: it names the bad key (and the allowed values) and never holds
@@ -231,7 +247,9 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		GSSEncMode: s.GSSEncMode,
 		DirectSSL:  s.Config.SSLNegotiation == "direct",
 		Database:   s.Config.Database,
-		Cache:      negotiation.NewCache(o.cacheTTL),
+
+		NoLearnedDirect: o.noLearnedDirect,
+		Cache:           negotiation.NewCache(o.cacheTTL),
 		// The background refresh's own open (connector_refresh.go), not Connect's closure.
 		Open: func(ctx context.Context) (io.Closer, error) { return c.openForRefresh(ctx) },
 		// The metric hooks first: the span hooks' Done hooks end the span that is current.

@@ -43,6 +43,8 @@ type entry struct {
 	ssl, gss       Answer
 	sslExp, gssExp time.Time
 	gssGen         uint64
+	direct         Answer // whether direct TLS is taken (Known.Direct)
+	directExp      time.Time
 	// A first sign that GSS cannot succeed (StrikeGSS), with the credentials generation it came
 	// with, until when it counts.
 	strikeGen uint64
@@ -104,6 +106,9 @@ func (c *Cache) known(k Key) Known {
 	}
 	if e.gss != AnswerUnknown && now.Before(e.gssExp) {
 		kn.GSS, kn.GSSGeneration = e.gss, e.gssGen
+	}
+	if e.direct != AnswerUnknown && now.Before(e.directExp) {
+		kn.Direct = e.direct
 	}
 	return kn
 }
@@ -174,6 +179,61 @@ func (c *Cache) SetSSL(k Key, a Answer) {
 	s.e.Store(&e)
 }
 
+// SetDirect remembers whether the server takes direct TLS: AnswerYes after a direct TLS
+// connection succeeded, AnswerNo after a direct TLS handshake failed.
+func (c *Cache) SetDirect(k Key, a Answer) {
+	if c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, e := c.edit(k)
+	e.direct, e.directExp = a, c.now().Add(c.ttl)
+	s.e.Store(&e)
+}
+
+// RenewDirect notes a direct TLS connection that succeeded: it proves the answers behind it
+// (the server takes TLS and direct TLS), which are learned again once half their TTL has gone;
+// until then it takes no lock and does not allocate, as it runs on every such connect.
+func (c *Cache) RenewDirect(k Key) {
+	if c.ttl <= 0 {
+		return
+	}
+	now := c.now()
+	if e := c.load(k); e != nil && e.direct == AnswerYes && e.ssl == AnswerYes &&
+		e.directExp.Sub(now) > c.ttl/2 && e.sslExp.Sub(now) > c.ttl/2 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, e := c.edit(k)
+	e.ssl, e.sslExp = AnswerYes, now.Add(c.ttl)
+	e.direct, e.directExp = AnswerYes, now.Add(c.ttl)
+	s.e.Store(&e)
+}
+
+// LearnDirect remembers that the server takes direct TLS, as shown by a connection over
+// SSLRequest (the server selected ALPN postgresql and reported server_version 17 or later),
+// unless a failed direct handshake is remembered: an answer seen on the SSLRequest path does
+// not overrule one seen on the direct path, which would make every connect try direct TLS and
+// fail again.
+func (c *Cache) LearnDirect(k Key) {
+	if c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, e := c.edit(k)
+	if e.direct == AnswerNo && c.now().Before(e.directExp) {
+		return
+	}
+	if e.direct == AnswerYes && c.now().Before(e.directExp) {
+		return // nothing new: no copy of the entry
+	}
+	e.direct, e.directExp = AnswerYes, c.now().Add(c.ttl)
+	s.e.Store(&e)
+}
+
 // SetGSS remembers whether GSSAPI encryption could be established with the credentials of
 // generation gen.
 func (c *Cache) SetGSS(k Key, a Answer, gen uint64) {
@@ -218,7 +278,7 @@ func (c *Cache) Forget(k Key) {
 	defer c.mu.Unlock()
 	if s := (*c.entries.Load())[k]; s != nil {
 		e := *s.e.Load()
-		e.ssl, e.gss = AnswerUnknown, AnswerUnknown
+		e.ssl, e.gss, e.direct = AnswerUnknown, AnswerUnknown, AnswerUnknown
 		s.e.Store(&e)
 	}
 }

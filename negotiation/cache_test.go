@@ -141,3 +141,67 @@ func TestStrikeGSS(t *testing.T) {
 		t.Error("a cache that remembers nothing remembered a strike")
 	}
 }
+
+// Direct TLS: learned from the SSLRequest path only while no failed direct handshake is
+// remembered; a direct connection renews both answers, taking the lock only past half the TTL.
+func TestCacheDirect(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := NewCache(time.Minute)
+	c.now = func() time.Time { return now }
+	k := Key{Host: "h", Port: 1}
+	c.SetSSL(k, AnswerYes)
+	c.LearnDirect(k)
+	if got := c.Known(k); got.Direct != AnswerYes || got.SSL != AnswerYes {
+		t.Fatalf("after LearnDirect: %+v", got)
+	}
+	c.SetDirect(k, AnswerNo)
+	c.LearnDirect(k)
+	if got := c.Known(k).Direct; got != AnswerNo {
+		t.Fatalf("LearnDirect overruled a failed direct handshake: %v", got)
+	}
+	now = now.Add(time.Minute)
+	if got := c.Known(k).Direct; got != AnswerUnknown {
+		t.Fatalf("after the TTL: %v", got)
+	}
+	c.LearnDirect(k)
+	if got := c.Known(k).Direct; got != AnswerYes {
+		t.Fatalf("learned again after the failure expired: %v", got)
+	}
+
+	// RenewDirect: both answers last a full TTL from the renewal once half of it is gone.
+	c.SetSSL(k, AnswerYes)
+	e := c.load(k)
+	c.RenewDirect(k) // less than half the TTL gone: nothing written
+	if c.load(k) != e {
+		t.Error("RenewDirect wrote an entry that was still fresh")
+	}
+	now = now.Add(31 * time.Second)
+	c.RenewDirect(k)
+	if c.load(k) == e {
+		t.Fatal("RenewDirect did not renew past half the TTL")
+	}
+	now = now.Add(50 * time.Second)
+	if got := c.Known(k); got.SSL != AnswerYes || got.Direct != AnswerYes {
+		t.Fatalf("renewed answers expired early: %+v", got)
+	}
+	c.Forget(k)
+	if got := c.Known(k); got != (Known{}) {
+		t.Fatalf("after Forget: %+v", got)
+	}
+	if testing.AllocsPerRun(100, func() { c.SetSSL(k, AnswerYes); c.RenewDirect(k) }) == 0 {
+		t.Fatal("SetSSL always copies: the measure is broken")
+	}
+	c.SetSSL(k, AnswerYes)
+	c.SetDirect(k, AnswerYes)
+	if n := testing.AllocsPerRun(100, func() { c.RenewDirect(k) }); n != 0 {
+		t.Errorf("RenewDirect of fresh answers: %v allocations", n)
+	}
+
+	z := NewCache(0)
+	z.LearnDirect(k)
+	z.SetDirect(k, AnswerYes)
+	z.RenewDirect(k)
+	if got := z.Known(k); got != (Known{}) {
+		t.Errorf("a cache with no TTL remembered %+v", got)
+	}
+}

@@ -68,6 +68,14 @@ type Known struct {
 	// GSSGeneration is the credentials generation the GSS answer was learned with: an answer
 	// learned with other credentials (before a kinit) does not count.
 	GSSGeneration uint64
+	// Direct is whether the server takes direct TLS (a ClientHello with ALPN "postgresql" as
+	// the first bytes, PostgreSQL 17+: protocol-flow.html "SSL Session Encryption"). AnswerYes
+	// is learned from a connection over SSLRequest where the server selected ALPN postgresql
+	// and reported server_version 17 or later, or from a direct TLS connection that
+	// succeeded; AnswerNo from a direct TLS handshake that failed (a pooler or an older server
+	// in front, a server restarted without TLS), which a later SSLRequest connection does not
+	// overwrite until it expires.
+	Direct Answer
 }
 
 // Input is everything the decision depends on. It holds no network state.
@@ -85,13 +93,16 @@ type Input struct {
 	GSSGeneration uint64
 	// Known is what the cache remembers; the zero value means nothing.
 	Known Known
+	// NoLearnedDirect keeps SSLRequest for every TLS attempt, whatever Known.Direct says: the
+	// wire bytes are then libpq's.
+	NoLearnedDirect bool
 }
 
 // Plan is the outcome of [Decide]: the methods to try, in order. After 'N' to a request the next
 // method goes on on the same socket; after any other failure of a method it goes on on a new
 // connection (fe-connect.c, select_next_encryption_method and its callers).
 type Plan struct {
-	methods [3]Method
+	methods [4]Method
 	n       uint8
 	// Skipped lists the methods libpq would have tried and this plan leaves out because of
 	// what the cache remembers (each one a round trip, or a connection, saved).
@@ -102,6 +113,8 @@ type Plan struct {
 	Learns bool
 	// use is what the cache did for the plan (CacheUse).
 	use CacheUse
+	// learnedDirect: the plan's direct TLS comes from Known.Direct, not from sslnegotiation.
+	learnedDirect bool
 }
 
 // CacheUse is what a plan owes to the answers the cache remembers. It is the one definition of
@@ -120,7 +133,8 @@ const (
 	CacheUseMiss
 	// CacheUseHit: a remembered answer changed the plan (a method left out: [Plan.Skipped]) or
 	// confirmed it (the server is remembered to accept the request the plan sends first: 'G' to
-	// GSSENCRequest with the same credentials, 'S' to SSLRequest).
+	// GSSENCRequest with the same credentials, 'S' to SSLRequest), or opened it with direct TLS
+	// (Known.Direct).
 	CacheUseHit
 )
 
@@ -145,6 +159,12 @@ func (p *Plan) Skipped() []Method { return p.skipped[:p.nskip] }
 // pgconnector.cache.hit, which also counts a plan a remembered answer confirmed: see
 // [Plan.CacheUse].
 func (p *Plan) CacheHit() bool { return p.nskip > 0 }
+
+// LearnedDirect reports whether the plan opens TLS with a direct ClientHello because the host is
+// remembered to take it (Known.Direct), where libpq would send SSLRequest. SSLRequest then
+// follows it in the plan, on a new connection: a failed direct handshake never leads to
+// plaintext without the server's own 'N' to SSLRequest.
+func (p *Plan) LearnedDirect() bool { return p.learnedDirect }
 
 // CacheUse returns what the plan owes to the cache.
 func (p *Plan) CacheUse() CacheUse { return p.use }
@@ -188,7 +208,10 @@ var (
 //
 // What the cache adds, never for a mode that requires the method:
 //   - gssencmode=prefer and GSS remembered as failing with the same credentials: GSS is skipped;
-//   - sslmode=prefer or allow and SSLRequest remembered as refused ('N'): SSL is skipped.
+//   - sslmode=prefer or allow and SSLRequest remembered as refused ('N'): SSL is skipped;
+//   - under any sslmode that allows TLS, without sslnegotiation=direct, a server remembered to
+//     accept SSLRequest and direct TLS gets direct TLS first, one round trip fewer, and
+//     SSLRequest after it (sslnegotiation=direct written by the user keeps libpq's rules).
 func Decide(in Input) (Plan, error) {
 	var p Plan
 	if in.UnixSocket {
@@ -231,16 +254,25 @@ func Decide(in Input) (Plan, error) {
 	}
 	learnSSL := sslAllowed && ssl == MethodSSL && in.Known.SSL == AnswerUnknown
 
+	direct := sslAllowed && ssl == MethodSSL && !in.NoLearnedDirect && in.Known.SSL == AnswerYes && in.Known.Direct == AnswerYes
+	addSSL := func() {
+		if direct {
+			p.add(MethodDirectSSL)
+			p.learnedDirect = true
+		}
+		p.add(ssl)
+	}
+
 	if in.SSLMode == SSLModeAllow {
 		if plainAllowed {
 			p.add(MethodPlain)
 		}
 		if sslAllowed {
-			p.add(ssl)
+			addSSL()
 		}
 	} else {
 		if sslAllowed {
-			p.add(ssl)
+			addSSL()
 			if p.n == 1 && learnSSL && in.SSLMode == SSLModePrefer {
 				p.Learns = true
 			}
@@ -253,7 +285,7 @@ func Decide(in Input) (Plan, error) {
 		return p, ErrNoMethod
 	}
 	switch first := p.methods[0]; {
-	case p.nskip > 0:
+	case p.nskip > 0, first == MethodDirectSSL && p.learnedDirect:
 		p.use = CacheUseHit
 	case first == MethodGSS:
 		p.use = CacheUseMiss

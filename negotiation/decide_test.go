@@ -2,6 +2,7 @@ package negotiation
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -18,6 +19,7 @@ func TestDecide(t *testing.T) {
 	no := Known{SSL: AnswerNo}
 	yes := Known{SSL: AnswerYes}
 	gssNo := Known{GSS: AnswerNo}
+	direct2 := Known{SSL: AnswerYes, Direct: AnswerYes}
 	tests := []struct {
 		name    string
 		in      Input
@@ -66,6 +68,20 @@ func TestDecide(t *testing.T) {
 		// sslnegotiation=direct: TLS at once, nothing to learn.
 		{"direct, require", Input{SSLMode: SSLModeRequire, GSSEncMode: GSSEncModeDisable, DirectSSL: true}, []Method{direct}, nil, false, nil},
 		{"direct ignores a remembered N", Input{SSLMode: SSLModeRequire, GSSEncMode: GSSEncModeDisable, DirectSSL: true, Known: no}, []Method{direct}, nil, false, nil},
+
+		// Direct TLS learned: a host remembered to take SSLRequest and direct TLS gets a
+		// ClientHello first, SSLRequest after it; plaintext only after SSLRequest.
+		{"learned direct, prefer", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, Known: direct2}, []Method{direct, ssl, plain}, nil, false, nil},
+		{"learned direct, require", Input{SSLMode: SSLModeRequire, GSSEncMode: GSSEncModePrefer, Known: direct2}, []Method{direct, ssl}, nil, false, nil},
+		{"learned direct, verify-full", Input{SSLMode: SSLModeVerifyFull, GSSEncMode: GSSEncModeDisable, Known: direct2}, []Method{direct, ssl}, nil, false, nil},
+		{"learned direct, allow: after plaintext", Input{SSLMode: SSLModeAllow, GSSEncMode: GSSEncModePrefer, Known: direct2}, []Method{plain, direct, ssl}, nil, false, nil},
+		{"learned direct, after GSS", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, GSSCredentials: true, Known: Known{SSL: AnswerYes, Direct: AnswerYes}}, []Method{gss, direct, ssl, plain}, nil, true, nil},
+		{"learned direct, sslmode=disable", Input{SSLMode: SSLModeDisable, GSSEncMode: GSSEncModePrefer, Known: direct2}, []Method{plain}, nil, false, nil},
+		{"learned direct, turned off", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, Known: direct2, NoLearnedDirect: true}, []Method{ssl, plain}, nil, false, nil},
+		{"direct remembered failing", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, Known: Known{SSL: AnswerYes, Direct: AnswerNo}}, []Method{ssl, plain}, nil, false, nil},
+		{"direct without 'S' remembered: SSLRequest first", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, Known: Known{Direct: AnswerYes}}, []Method{ssl, plain}, nil, true, nil},
+		{"direct, but 'N' remembered since", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, Known: Known{SSL: AnswerNo, Direct: AnswerYes}}, []Method{plain}, []Method{ssl}, false, nil},
+		{"sslnegotiation=direct written: libpq's plan", Input{SSLMode: SSLModeRequire, GSSEncMode: GSSEncModeDisable, DirectSSL: true, Known: direct2}, []Method{direct}, nil, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,6 +103,10 @@ func TestDecide(t *testing.T) {
 			}
 			if p.Learns != tt.learns {
 				t.Errorf("Learns = %v, want %v", p.Learns, tt.learns)
+			}
+			learned := !tt.in.DirectSSL && len(tt.want) > 0 && slices.Contains(tt.want, MethodDirectSSL)
+			if p.LearnedDirect() != learned {
+				t.Errorf("LearnedDirect = %v, want %v", p.LearnedDirect(), learned)
 			}
 		})
 	}
@@ -127,6 +147,8 @@ func TestPlanCacheUse(t *testing.T) {
 		{"sslmode=allow, 'N' remembered: SSL left out", with(mode(prefer, SSLModeAllow, GSSEncModePrefer), Known{SSL: AnswerNo}), CacheUseHit},
 		{"Unix socket", Input{SSLMode: SSLModePrefer, GSSEncMode: GSSEncModePrefer, UnixSocket: true, Known: Known{SSL: AnswerNo}}, CacheUseNone},
 		{"sslnegotiation=direct", Input{SSLMode: SSLModeRequire, DirectSSL: true, Known: Known{SSL: AnswerYes}}, CacheUseNone},
+		{"direct TLS learned", with(prefer, Known{SSL: AnswerYes, Direct: AnswerYes}), CacheUseHit},
+		{"direct TLS learned, sslmode=allow: plaintext first", with(mode(prefer, SSLModeAllow, GSSEncModePrefer), Known{SSL: AnswerYes, Direct: AnswerYes}), CacheUseNone},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := Decide(tt.in)
@@ -149,26 +171,40 @@ func TestDecideAllCombinations(t *testing.T) {
 				for _, unix := range []bool{false, true} {
 					for _, sslA := range []Answer{AnswerUnknown, AnswerYes, AnswerNo} {
 						for _, gssA := range []Answer{AnswerUnknown, AnswerYes, AnswerNo} {
-							in := Input{SSLMode: ssl, GSSEncMode: gss, GSSCredentials: creds, UnixSocket: unix, Known: Known{SSL: sslA, GSS: gssA}}
-							p, err := Decide(in)
-							if err != nil {
-								if !errors.Is(err, ErrGSSNoCredentials) && !errors.Is(err, ErrGSSUnixSocket) {
-									t.Errorf("%+v: unexpected error %v", in, err)
+							for _, directA := range []Answer{AnswerUnknown, AnswerYes, AnswerNo} {
+								in := Input{SSLMode: ssl, GSSEncMode: gss, GSSCredentials: creds, UnixSocket: unix, Known: Known{SSL: sslA, GSS: gssA, Direct: directA}}
+								p, err := Decide(in)
+								if err != nil {
+									if !errors.Is(err, ErrGSSNoCredentials) && !errors.Is(err, ErrGSSUnixSocket) {
+										t.Errorf("%+v: unexpected error %v", in, err)
+									}
+									continue
 								}
-								continue
-							}
-							if len(p.Methods()) == 0 {
-								t.Errorf("%+v: empty plan", in)
-							}
-							for _, m := range p.Methods() {
-								if m == MethodPlain && !unix && (ssl.requiresTLS() || gss == GSSEncModeRequire) {
-									t.Errorf("%+v: plaintext planned although encryption is required", in)
+								if len(p.Methods()) == 0 {
+									t.Errorf("%+v: empty plan", in)
 								}
-								if m == MethodGSS && (gss == GSSEncModeDisable || !creds || unix) {
-									t.Errorf("%+v: GSS planned although impossible or disabled", in)
+								for _, m := range p.Methods() {
+									if m == MethodPlain && !unix && (ssl.requiresTLS() || gss == GSSEncModeRequire) {
+										t.Errorf("%+v: plaintext planned although encryption is required", in)
+									}
+									if m == MethodGSS && (gss == GSSEncModeDisable || !creds || unix) {
+										t.Errorf("%+v: GSS planned although impossible or disabled", in)
+									}
+									if m == MethodSSL && (ssl == SSLModeDisable || unix) {
+										t.Errorf("%+v: SSL planned although disabled", in)
+									}
 								}
-								if m == MethodSSL && (ssl == SSLModeDisable || unix) {
-									t.Errorf("%+v: SSL planned although disabled", in)
+								// Learned direct TLS is always followed by SSLRequest, before any
+								// plaintext: a failed direct handshake never leads to plaintext
+								// without the server's 'N' to SSLRequest.
+								ms := p.Methods()
+								for i, m := range ms {
+									if m == MethodDirectSSL && (i+1 >= len(ms) || ms[i+1] != MethodSSL) {
+										t.Errorf("%+v: plan %v: direct TLS not followed by SSLRequest", in, p.String())
+									}
+								}
+								if p.LearnedDirect() && (sslA != AnswerYes || directA != AnswerYes) {
+									t.Errorf("%+v: direct TLS without both answers remembered", in)
 								}
 							}
 						}

@@ -49,6 +49,11 @@ type Config struct {
 	GSSEncMode GSSEncMode
 	// DirectSSL is sslnegotiation=direct.
 	DirectSSL bool
+	// NoLearnedDirect keeps SSLRequest before every TLS handshake that sslnegotiation=direct
+	// does not ask to skip, as libpq does. Without it a host remembered to take direct TLS
+	// (Known.Direct) is opened with a ClientHello at once, one round trip fewer, SSLRequest
+	// following on a new connection if that fails.
+	NoLearnedDirect bool
 	// Database is the database name, for tracing only.
 	Database string
 	// Cache remembers server answers; nil means a private cache with a 5-minute TTL.
@@ -117,6 +122,10 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 		d := &net.Dialer{KeepAlive: 5 * time.Minute}
 		cfg.DialFunc = d.DialContext
 	}
+	cfg.Hosts = slices.Clone(cfg.Hosts)
+	for i := range cfg.Hosts {
+		cfg.Hosts[i].TLSConfig = withALPN(cfg.Hosts[i].TLSConfig)
+	}
 	n := &Negotiator{cfg: cfg, literal: literalAddrs(cfg.Hosts)}
 	if cfg.Trace != nil {
 		n.trace = *cfg.Trace
@@ -127,6 +136,20 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 	}
 	n.scram = scram.NewKeys(scram.Config{OnDerive: onDerive})
 	return n, nil
+}
+
+// withALPN returns c, or a copy of it, offering ALPN "postgresql" (RFC 7301), as libpq 17 does
+// on every TLS connection (fe-secure-openssl.c, initialize_SSL). A server of PostgreSQL 17 or
+// later selects it whether the handshake came after SSLRequest or directly
+// (be-secure-openssl.c, alpn_cb); older servers and poolers ignore it. The server's selection
+// is half of what makes a host known to take direct TLS (Known.Direct).
+func withALPN(c *tls.Config) *tls.Config {
+	if c == nil || slices.Contains(c.NextProtos, alpnProtocol) {
+		return c
+	}
+	c = c.Clone()
+	c.NextProtos = append(c.NextProtos, alpnProtocol)
+	return c
 }
 
 // Cache returns the cache the negotiator uses.
@@ -293,6 +316,8 @@ func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, cr
 			UnixSocket: h.UnixSocket(),
 			Known:      n.cfg.Cache.Known(key),
 
+			NoLearnedDirect: n.cfg.NoLearnedDirect,
+
 			GSSCredentials: creds.Valid,
 			GSSGeneration:  creds.Generation,
 		}
@@ -444,6 +469,13 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	methods := plan.Methods()
 	for i, m := range methods {
 		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse()}
+		at.learnedDirect = m == MethodDirectSSL && plan.LearnedDirect()
+		if m == MethodDirectSSL && reuse != nil {
+			// A server reads a ClientHello as direct TLS only as a connection's first bytes
+			// (postmaster.c, ProcessSSLStartup): after 'N' to GSSENCRequest, a new connection.
+			reuse.Close()
+			reuse = nil
+		}
 		// The probe of a plan that starts with SSL ends with the answer to SSLRequest; one
 		// that starts with GSS ends when the first address is done (GSS can still fail
 		// after 'G', during authentication).
@@ -459,8 +491,13 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			g.c.Close() // pgx failed before dialing
 		}
 		if err == nil {
-			if m == MethodGSS {
+			switch {
+			case m == MethodGSS:
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
+			case at.learnedDirect:
+				n.cfg.Cache.RenewDirect(at.key)
+			case at.directShown:
+				n.cfg.Cache.LearnDirect(at.key)
 			}
 			res.method, res.cache = m, at.cache
 			return addrResult{done: true}
@@ -505,6 +542,22 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		}
 
 		st, c := at.failure(ctx, err)
+		if at.learnedDirect && st == stepTLS && c != classCanceled {
+			// The host no longer takes direct TLS (a pooler in front, a server restarted
+			// older or without TLS), or the network kept the handshake from ending: either
+			// way, SSLRequest from now on, which is libpq's way and gives up no encryption.
+			// SSLRequest follows on a new connection when time is left; plaintext only after
+			// the server's own 'N' to it. A certificate the client refuses is not the
+			// server's answer about direct TLS: SSLRequest will get the same certificate.
+			refused := c == classTLSRefused && !errors.Is(at.failErr, ErrDirectTLSNoALPN)
+			if !refused {
+				n.cfg.Cache.SetDirect(at.key, AnswerNo)
+			}
+			if !refused && c != classTimeout && hasNext && at.reached.Load() {
+				n.fallback(ctx, h, m, methods[i+1], "direct TLS failed ("+failureReason(st, c, "")+"): SSLRequest", false)
+				continue
+			}
+		}
 		v := judge(m, st, c, sqlState(err), at.authOK.Load())
 		if m == MethodGSS {
 			switch v.gss {
@@ -643,6 +696,12 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	if at.method == MethodSSL || at.method == MethodDirectSSL {
 		cfg.TLSConfig = at.host.TLSConfig
 	}
+	// pgx opens TLS directly or after SSLRequest by this field, also for CancelRequest, which
+	// then goes the way the session went.
+	cfg.SSLNegotiation = "postgres"
+	if at.method == MethodDirectSSL {
+		cfg.SSLNegotiation = "direct"
+	}
 	// LookupFunc and AfterNetConnect are called during the connect only, with ctx (which carries
 	// the attempt): package functions, not closures made per attempt. DialFunc also serves
 	// CancelRequest, whose context does not carry the attempt.
@@ -686,7 +745,35 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	if tsa := at.n.cfg.TargetSessionAttrs; tsa != TargetAny && !at.anyServer {
 		cfg.ValidateConnect = tsa.validate
 	}
+	if at.method == MethodSSL && at.known.Direct == AnswerUnknown && at.n.cfg.Cache.remembers() && !at.n.cfg.NoLearnedDirect {
+		// The server's version, to learn direct TLS from (afterReady).
+		validate := cfg.ValidateConnect
+		cfg.ValidateConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+			at.afterReady(c)
+			if validate != nil {
+				return validate(ctx, c)
+			}
+			return nil
+		}
+	}
 	return nil
+}
+
+// afterReady reads, once the server sent ReadyForQuery, whether the connection shows that the
+// host takes direct TLS: a server that selected ALPN postgresql over SSLRequest and reports
+// server_version 17 or later (direct TLS came with PostgreSQL 17, release-17.html; a pooler
+// passes the server's server_version on, but does not select ALPN postgresql unless it takes
+// direct TLS itself).
+func (at *attempt) afterReady(c *pgconn.PgConn) {
+	if !at.alpn {
+		return
+	}
+	v := c.ParameterStatus("server_version")
+	major := 0
+	for i := 0; i < len(v) && v[i] >= '0' && v[i] <= '9' && major < 1000; i++ {
+		major = major*10 + int(v[i]-'0')
+	}
+	at.directShown = major >= 17
 }
 
 type attemptKey struct{}
@@ -750,6 +837,9 @@ type attempt struct {
 	connCtx       context.Context
 	saslMechanism string // the SASL mechanism used, if any
 	keyCached     bool   // SCRAM: the keys came from the cache
+	alpn          bool   // the server selected ALPN postgresql
+	directShown   bool   // the connection showed that the host takes direct TLS (afterReady)
+	learnedDirect bool   // a direct TLS attempt made because the host is known to take it
 	startupCtx    context.Context
 	startupMu     sync.Mutex
 }
@@ -896,7 +986,7 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 		// pgx leaves the handshake to the first write; do it now so that it is a step of its own.
 		hctx := ctx
 		if tr.TLSHandshakeStart != nil {
-			hctx = tr.TLSHandshakeStart(ctx, TLSHandshakeStartInfo{ServerName: at.host.Host, Direct: at.method == MethodDirectSSL})
+			hctx = tr.TLSHandshakeStart(ctx, TLSHandshakeStartInfo{ServerName: at.host.Host, Direct: at.method == MethodDirectSSL, Learned: at.learnedDirect})
 		}
 		var err error
 		if check := at.host.BeforeTLS; check != nil {
@@ -907,7 +997,8 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 		if err == nil {
 			err = tc.HandshakeContext(ctx)
 		}
-		if err == nil && at.method == MethodDirectSSL && tc.ConnectionState().NegotiatedProtocol != alpnProtocol {
+		at.alpn = err == nil && tc.ConnectionState().NegotiatedProtocol == alpnProtocol
+		if err == nil && at.method == MethodDirectSSL && !at.alpn {
 			// libpq 17 (fe-secure-openssl.c, open_client_SSL): ALPN is mandatory with direct
 			// TLS; Go's client already fails a handshake where the server selects a protocol
 			// it did not offer, so what is left is a server that selected none. Nothing is
@@ -916,7 +1007,7 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 		}
 		if tr.TLSHandshakeDone != nil {
 			st := tc.ConnectionState()
-			tr.TLSHandshakeDone(hctx, TLSHandshakeDoneInfo{Version: st.Version, CipherSuite: st.CipherSuite, Err: err})
+			tr.TLSHandshakeDone(hctx, TLSHandshakeDoneInfo{Version: st.Version, CipherSuite: st.CipherSuite, ALPN: st.NegotiatedProtocol, Err: err})
 		}
 		if err != nil {
 			at.fail(stepTLS, err)

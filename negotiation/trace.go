@@ -146,13 +146,17 @@ type RequestDoneInfo struct {
 // TLSHandshakeStartInfo describes a TLS handshake.
 type TLSHandshakeStartInfo struct {
 	ServerName string
-	Direct     bool // sslnegotiation=direct
+	Direct     bool // a ClientHello without SSLRequest: sslnegotiation=direct, or Learned
+	// Learned: direct because the host is remembered to take direct TLS (Known.Direct), not
+	// because of sslnegotiation=direct.
+	Learned bool
 }
 
 // TLSHandshakeDoneInfo is the outcome of a TLS handshake.
 type TLSHandshakeDoneInfo struct {
 	Version     uint16 // crypto/tls version constant
 	CipherSuite uint16
+	ALPN        string // the protocol the server selected (RFC 7301), "" for none
 	Err         error
 }
 

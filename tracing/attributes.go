@@ -100,9 +100,17 @@ const (
 	// GSSEnctypeKey is the encryption type of the session key, for example
 	// "aes256-cts-hmac-sha1-96"; absent when unknown. Spans: service_ticket, gss_context.
 	GSSEnctypeKey = attribute.Key("pgconnector.gss.enctype")
-	// TLSDirectKey is true for a direct TLS handshake (sslnegotiation=direct).
+	// TLSDirectKey is true for a direct TLS handshake (a ClientHello without SSLRequest).
 	// Span: tls_handshake.
 	TLSDirectKey = attribute.Key("pgconnector.tls.direct")
+	// TLSDirectSourceKey says why a handshake was direct: "sslnegotiation" (written in the
+	// connection string) or "learned" (the host is remembered to take direct TLS). Set only on
+	// direct handshakes. Span: tls_handshake.
+	TLSDirectSourceKey = attribute.Key("pgconnector.tls.direct.source")
+	// PlanDirectLearnedKey is true when the plan opens TLS with a direct ClientHello because the
+	// host is remembered to take it, SSLRequest following only if that fails; set only then.
+	// Event: decision (of that host).
+	PlanDirectLearnedKey = attribute.Key("pgconnector.plan.direct_learned")
 	// AuthMethodKey is the authentication the server asked for: "password", "md5",
 	// "scram-sha-256", "gss", "sspi"; for an AuthenticationOk with no exchange before it, "trust"
 	// on a plaintext or TLS connection and "gss-or-trust" on a GSS-encrypted one, where pg_hba gss

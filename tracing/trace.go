@@ -243,11 +243,14 @@ func (t *tracer) decision(ctx context.Context, info negotiation.DecisionInfo) {
 	// Each host's decision is an event of its own, with the host: none of it goes on the connect
 	// span, whose attributes are about the connect as a whole (ConnectDone: the host connected
 	// to, its transport, the cache.hit of its plan, the sockets opened).
-	var a [7]attribute.KeyValue
+	var a [8]attribute.KeyValue
 	kv := appendServer(a[:0], info.Host, info.Port)
 	kv = append(kv, PlanKey.String(info.Plan.String()))
 	if skipped := info.Plan.Skipped(); len(skipped) > 0 {
 		kv = append(kv, PlanSkippedKey.String(joinMethods(skipped)))
+	}
+	if info.Plan.LearnedDirect() {
+		kv = append(kv, PlanDirectLearnedKey.Bool(true))
 	}
 	if use := info.Plan.CacheUse(); use != negotiation.CacheUseNone {
 		kv = append(kv, CacheHitKey.Bool(use == negotiation.CacheUseHit))
@@ -429,6 +432,12 @@ func (t *tracer) tlsHandshakeStart(ctx context.Context, info negotiation.TLSHand
 	ctx, span := t.startStep(ctx, stepTLSHandshake, SpanTLSHandshake)
 	if span != nil {
 		span.SetAttributes(TLSDirectKey.Bool(info.Direct))
+		switch {
+		case info.Learned:
+			span.SetAttributes(TLSDirectSourceKey.String("learned"))
+		case info.Direct:
+			span.SetAttributes(TLSDirectSourceKey.String("sslnegotiation"))
+		}
 	}
 	return ctx
 }
@@ -438,7 +447,7 @@ func (t *tracer) tlsHandshakeDone(ctx context.Context, info negotiation.TLSHands
 	if span == nil {
 		return
 	}
-	var a [4]attribute.KeyValue
+	var a [5]attribute.KeyValue
 	kv := a[:0]
 	if info.Version != 0 {
 		name, version := tlsVersion(info.Version)
@@ -449,6 +458,10 @@ func (t *tracer) tlsHandshakeDone(ctx context.Context, info negotiation.TLSHands
 	}
 	if info.CipherSuite != 0 {
 		kv = append(kv, semconv.TLSCipher(tls.CipherSuiteName(info.CipherSuite)))
+	}
+	if info.ALPN != "" {
+		// The protocol the server selected (RFC 7301): "postgresql" on PostgreSQL 17 and later.
+		kv = append(kv, semconv.TLSNextProtocol(info.ALPN))
 	}
 	kv = append(kv, semconv.TLSEstablished(info.Err == nil))
 	span.SetAttributes(kv...)

@@ -88,6 +88,9 @@ type Decision struct {
 	CacheHit    *bool  `json:"cache_hit,omitempty"`
 	ProbeWaited bool   `json:"probe_waited,omitempty"`
 	Credentials string `json:"gss_credentials,omitempty"`
+	// DirectLearned: the plan opens TLS with a ClientHello at once because the host is
+	// remembered to take direct TLS (no SSLRequest round trip).
+	DirectLearned bool `json:"direct_tls_learned,omitempty"`
 }
 
 // Step is one child span of the connect: its start relative to the connect's and its duration.
@@ -298,7 +301,8 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 		d := Decision{
 			Host: ea["server.address"].AsString(), Port: ea["server.port"].AsInt64(),
 			Plan: ea["pgconnector.plan"].AsString(), Skipped: ea["pgconnector.plan.skipped"].AsString(),
-			ProbeWaited: ea["pgconnector.probe.waited"].AsBool(),
+			ProbeWaited:   ea["pgconnector.probe.waited"].AsBool(),
+			DirectLearned: ea["pgconnector.plan.direct_learned"].AsBool(),
 		}
 		if v, ok := ea["pgconnector.gss.credentials"]; ok {
 			d.Credentials = "none"

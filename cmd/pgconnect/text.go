@@ -29,6 +29,9 @@ func printText(w io.Writer, rep *Report) {
 			default:
 				fmt.Fprint(w, ", cache miss: asks the server")
 			}
+			if d.DirectLearned {
+				fmt.Fprint(w, ", direct TLS (the server is remembered to take it: no SSLRequest)")
+			}
 			if d.ProbeWaited {
 				fmt.Fprint(w, ", waited for another connection's probe")
 			}

@@ -42,6 +42,10 @@ type PgbouncerOptions struct {
 	// DefaultPoolSize is default_pool_size, the server connections per database and user; 0
 	// means 20.
 	DefaultPoolSize int
+	// TLS lets clients in over TLS after SSLRequest (client_tls_sslmode = allow), with the
+	// server's certificate and key, which the server must have (Options.TLS): a pooler that
+	// takes TLS but, like pgbouncer 1.18, no direct TLS and no ALPN.
+	TLS bool
 }
 
 // Pgbouncer is a throwaway pgbouncer (Debian package pgbouncer, 1.18 on Debian 12) in front of a
@@ -71,6 +75,7 @@ type Pgbouncer struct {
 	Dir           string // pgbouncer's configuration, auth files, pid file and log
 
 	pg      *Postgres
+	tls     *certSet // the server's certificate and key, for client TLS (PgbouncerOptions.TLS)
 	acct    *serverAccount
 	logFile string
 	pidFile string
@@ -128,6 +133,12 @@ func StartPgbouncer(ctx context.Context, pg *Postgres, opts PgbouncerOptions) (*
 		logFile:   filepath.Join(dir, "pgbouncer.log"),
 		pidFile:   filepath.Join(dir, "pgbouncer.pid"),
 	}
+	if opts.TLS {
+		if pg.ca == nil {
+			return nil, errors.New("harness: PgbouncerOptions.TLS needs a server started with Options.TLS")
+		}
+		b.tls = pg.ca
+	}
 	if err := b.start(ctx, prog, mode, maxClients, poolSize); err != nil {
 		_ = b.Stop()
 		return nil, interrupted(ctx, "starting pgbouncer", err)
@@ -173,6 +184,14 @@ func (b *Pgbouncer) start(ctx context.Context, prog, mode string, maxClients, po
 	users := fmt.Sprintf("%q %q\n%q \"\"\n", b.ScramUser, secret, b.TrustUser)
 	if err := b.acct.writeFile(filepath.Join(b.Dir, "userlist.txt"), []byte(users), 0o600); err != nil {
 		return fmt.Errorf("harness: %w", err)
+	}
+	if b.tls != nil {
+		if err := b.acct.writeFile(filepath.Join(b.Dir, "client.crt"), b.tls.certPEM, 0o644); err != nil {
+			return fmt.Errorf("harness: %w", err)
+		}
+		if err := b.acct.writeFile(filepath.Join(b.Dir, "client.key"), b.tls.keyPEM, 0o600); err != nil {
+			return fmt.Errorf("harness: %w", err)
+		}
 	}
 	hba := "# Written by the pgconnector test harness.\n" +
 		"host all " + b.TrustUser + " 127.0.0.1/32 trust\n" +
@@ -266,6 +285,13 @@ func (b *Pgbouncer) writeConf(mode string, maxClients, poolSize int) error {
 		// Sent by some drivers (lib/pq, JDBC); pgbouncer refuses unknown startup parameters.
 		"ignore_startup_parameters = extra_float_digits",
 		"",
+	}
+	if b.tls != nil {
+		lines = append(lines,
+			"client_tls_sslmode = allow",
+			"client_tls_cert_file = "+filepath.Join(b.Dir, "client.crt"),
+			"client_tls_key_file = "+filepath.Join(b.Dir, "client.key"),
+			"")
 	}
 	if err := b.acct.writeFile(filepath.Join(b.Dir, "pgbouncer.ini"), []byte(strings.Join(lines, "\n")), 0o600); err != nil {
 		return fmt.Errorf("harness: %w", err)

@@ -42,8 +42,8 @@ type ProxyStats struct {
 // copies bytes. A first packet with an impossible length (for example a TLS
 // ClientHello sent directly) is counted as a connection only.
 type Proxy struct {
-	*loopbackServer // Addr, Close
-	target          string
+	*loopbackServer        // Addr, Close
+	target          string // guarded by mu
 
 	mu    sync.Mutex
 	stats ProxyStats
@@ -92,10 +92,20 @@ func (p *Proxy) count(f func(*ProxyStats)) {
 	p.mu.Unlock()
 }
 
+// SetTarget makes the connections accepted from now on go to target ("host:port"): a server
+// replaced behind a stable address (a pooler put in front, a failover). Connections already
+// proxied stay where they are.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // serve proxies one client connection.
 func (p *Proxy) serve(client net.Conn) {
-	p.count(func(s *ProxyStats) { s.Connections++ })
-	server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+	var target string
+	p.count(func(s *ProxyStats) { s.Connections++; target = p.target })
+	server, err := net.DialTimeout("tcp", target, 10*time.Second)
 	if err != nil {
 		return
 	}
