@@ -63,7 +63,7 @@ var keywords = []Keyword{
 	{"gssencmode", "PGGSSENCMODE", "15", Honoured, "disable, prefer (default), require"},
 	{"sslmode", "PGSSLMODE", "15", Honoured, ""},
 	{"requiressl", "PGREQUIRESSL", "15", Honoured, "deprecated: 1 means sslmode=require, else prefer; a later sslmode in the string wins; PGREQUIRESSL only when nothing else sets sslmode; an error in a service file, as libpq"},
-	{"sslnegotiation", "PGSSLNEGOTIATION", "17", Honoured, "direct with sslmode disable, allow or prefer is an error, as libpq 17; direct TLS where the server selects no ALPN postgresql is refused, nothing sent (libpq 17)"},
+	{"sslnegotiation", "PGSSLNEGOTIATION", "17", Honoured, "direct with sslmode disable, allow or prefer is an error, as libpq 17; direct TLS where the server selects no ALPN postgresql is refused, nothing sent (libpq 17); without it, postgres (SSLRequest) except for hosts learned to take direct TLS (see The cache)"},
 	{"sslcompression", "PGSSLCOMPRESSION", "15", NoEffect, "servers since PostgreSQL 14 refuse TLS compression, and libpq ignores it too"},
 	{"sslcert", "PGSSLCERT", "15", Honoured, ""},
 	{"sslkey", "PGSSLKEY", "15", Honoured, "files only (no OpenSSL engine)"},
