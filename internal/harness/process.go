@@ -1,12 +1,14 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,9 +35,9 @@ type env struct {
 
 var (
 	procMu    sync.Mutex
-	procBase  string   // the base directory; "" until the first start, and after Cleanup
-	procGuard *os.File // write end of the guardian's pipe
-	procEnv   *env
+	procBase  string       // the base directory; "" until the first start, and after Cleanup
+	procGuard *os.File     // write end of the guardian's pipe
+	procEnvs  map[int]*env // by Options.Major; 0 is the default server programs
 )
 
 // processDir returns the base directory, creating it (and its guardian) on first use.
@@ -73,19 +75,33 @@ func processDirLocked() (string, error) {
 	return base, nil
 }
 
-// setup prepares the PostgreSQL part of the per-process state once. Unlike
+// setup prepares the PostgreSQL part of the per-process state for the default
+// server programs (Options.Major 0); see setupMajor.
+func setup(ctx context.Context) (*env, error) {
+	return setupMajor(ctx, 0)
+}
+
+// setupMajor prepares the PostgreSQL part of the per-process state for the server
+// programs of one major version (0: the default ones, see findMajor) once. Unlike
 // sync.Once it retries after a failure (a cancelled context in the first caller
 // must not poison every later test), but after one success it is never run
-// again: initdb runs once per process.
-func setup(ctx context.Context) (*env, error) {
+// again: initdb runs once per process and per set of programs (two majors that
+// find the same programs share one template).
+func setupMajor(ctx context.Context, major int) (*env, error) {
 	procMu.Lock()
 	defer procMu.Unlock()
-	if procEnv != nil {
-		return procEnv, nil
+	if e := procEnvs[major]; e != nil {
+		return e, nil
 	}
-	bin, err := findBinaries(ctx)
+	bin, err := findMajor(ctx, major)
 	if err != nil {
 		return nil, err
+	}
+	for _, e := range procEnvs {
+		if e.bin.dir == bin.dir {
+			procEnvs[major] = e
+			return e, nil
+		}
 	}
 	acct, err := lookupServerAccount()
 	if err != nil {
@@ -98,13 +114,44 @@ func setup(ctx context.Context) (*env, error) {
 	if err := acct.canTraverse(filepath.Dir(base)); err != nil {
 		return nil, err
 	}
-	e := &env{bin: bin, acct: acct, base: base, template: filepath.Join(base, "template")}
+	name := "template"
+	if major != 0 {
+		name = "template-" + strconv.Itoa(major)
+	}
+	e := &env{bin: bin, acct: acct, base: base, template: filepath.Join(base, name)}
 	if err := e.makeTemplate(ctx); err != nil {
 		_ = os.RemoveAll(e.template)
 		return nil, err
 	}
-	procEnv = e
+	if procEnvs == nil {
+		procEnvs = map[int]*env{}
+	}
+	procEnvs[major] = e
 	return e, nil
+}
+
+// command is acct.command with, for a registry build, LD_LIBRARY_PATH set to its lib/
+// directory (only in the environment of this child).
+func (e *env) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := e.acct.command(ctx, name, args...)
+	if e.bin.libDir != "" {
+		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+e.bin.libDir)
+	}
+	return cmd
+}
+
+// run runs a program as the server account, with the environment of command, and returns a
+// descriptive error (with its combined output) on failure.
+func (e *env) run(ctx context.Context, name string, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := e.command(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	text := strings.TrimSpace(out.String())
+	if err != nil {
+		return text, fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, text)
+	}
+	return text, nil
 }
 
 // TempDir creates a new directory in the harness's per-process directory, for
@@ -151,7 +198,7 @@ func Cleanup() error {
 	}
 	err := reap(procBase)
 	_ = procGuard.Close() // the guardian finds the directory gone and exits
-	procBase, procGuard, procEnv = "", nil, nil
+	procBase, procGuard, procEnvs = "", nil, nil
 	return err
 }
 
@@ -162,7 +209,7 @@ func (e *env) makeTemplate(ctx context.Context) error {
 	if err := e.acct.mkdir(e.template, 0o700); err != nil {
 		return fmt.Errorf("harness: template directory: %w", err)
 	}
-	if _, err := e.acct.run(ctx, e.bin.initdb, "-D", e.template, "-U", superUser, "-A", "trust",
+	if _, err := e.run(ctx, e.bin.initdb, "-D", e.template, "-U", superUser, "-A", "trust",
 		"-E", "UTF8", "--locale=C", "-N"); err != nil {
 		return fmt.Errorf("harness: initdb: %w", err)
 	}
@@ -179,7 +226,7 @@ func (e *env) makeTemplate(ctx context.Context) error {
 		return fmt.Errorf("harness: %w", err)
 	}
 
-	run := filepath.Join(e.base, "template-run")
+	run := e.template + "-run"
 	if err := e.acct.mkdir(run, 0o755); err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
@@ -199,13 +246,13 @@ func (e *env) makeTemplate(ctx context.Context) error {
 		return fmt.Errorf("harness: %w", err)
 	}
 	logFile := filepath.Join(run, "template.log")
-	if _, err := e.acct.run(ctx, e.bin.pgCtl, "start", "-w", "-t", "60", "-s", "-D", e.template, "-l", logFile); err != nil {
+	if _, err := e.run(ctx, e.bin.pgCtl, "start", "-w", "-t", "60", "-s", "-D", e.template, "-l", logFile); err != nil {
 		return fmt.Errorf("harness: starting the template cluster: %w\n%s", err, tailFile(logFile, 30))
 	}
 	stopped := false
 	defer func() {
 		if !stopped {
-			_, _ = e.acct.run(context.Background(), e.bin.pgCtl, "stop", "-m", "immediate", "-w", "-s", "-D", e.template)
+			_, _ = e.run(context.Background(), e.bin.pgCtl, "stop", "-m", "immediate", "-w", "-s", "-D", e.template)
 		}
 	}()
 	cfg, err := adminConfig(run, 5432)
@@ -226,7 +273,7 @@ func (e *env) makeTemplate(ctx context.Context) error {
 		}
 	}
 	_ = conn.Close(ctx)
-	if _, err := e.acct.run(ctx, e.bin.pgCtl, "stop", "-m", "fast", "-w", "-t", "60", "-s", "-D", e.template); err != nil {
+	if _, err := e.run(ctx, e.bin.pgCtl, "stop", "-m", "fast", "-w", "-t", "60", "-s", "-D", e.template); err != nil {
 		return fmt.Errorf("harness: stopping the template cluster: %w", err)
 	}
 	stopped = true
@@ -281,6 +328,14 @@ func makeBase() (string, error) {
 // and directory's permission bits, owned by the server account. Files are
 // copied by a few goroutines at once, which halves the time on tmpfs.
 func (e *env) copyTree(dst string) error {
+	return e.copyDir(e.template, dst, nil)
+}
+
+// copyDir copies the directory src to dst as copyTree does. With skip (a copy of a
+// running cluster's data directory) a file or directory for which skip(rel, isDir) is true
+// is left out (a directory's contents only: the directory itself is made, empty), and a
+// file that vanishes while the copy runs is no error.
+func (e *env) copyDir(src, dst string, skip func(rel string, isDir bool) bool) error {
 	type job struct {
 		src, dst string
 		perm     fs.FileMode
@@ -301,15 +356,17 @@ func (e *env) copyTree(dst string) error {
 	for range 4 {
 		wg.Go(func() {
 			for j := range jobs {
-				if err := e.copyFile(j.src, j.dst, j.perm); err != nil {
+				if err := e.copyFile(j.src, j.dst, j.perm); err != nil && !(skip != nil && errors.Is(err, fs.ErrNotExist)) {
 					fail(err)
 				}
 			}
 		})
 	}
-	src := e.template
 	walkErr := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
+			if skip != nil && errors.Is(err, fs.ErrNotExist) && path != src {
+				return nil // removed by the server while the copy ran
+			}
 			return err
 		}
 		rel, err := filepath.Rel(src, path)
@@ -319,13 +376,24 @@ func (e *env) copyTree(dst string) error {
 		target := filepath.Join(dst, rel)
 		info, err := d.Info()
 		if err != nil {
+			if skip != nil && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
 			return err
 		}
 		perm := info.Mode().Perm()
 		switch {
 		case d.IsDir():
 			// Walked before its contents, so it exists before they are copied.
-			return e.acct.mkdir(target, perm)
+			if err := e.acct.mkdir(target, perm); err != nil {
+				return err
+			}
+			if skip != nil && rel != "." && skip(rel, true) {
+				return fs.SkipDir
+			}
+			return nil
+		case skip != nil && skip(rel, false):
+			return nil
 		case info.Mode().IsRegular():
 			jobs <- job{path, target, perm}
 			return nil

@@ -3,9 +3,12 @@ package harness
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -23,7 +26,10 @@ import (
 // copies p with pg_basebackup -R (from the directory of initdb) over p's unix
 // socket as the bootstrap superuser, into a new cluster directory in the
 // per-process directory, and starts the copy on its own port and socket
-// directory. It returns once the standby accepts read-only connections and
+// directory. The registry builds of Options.Major 16 to 18 have no
+// pg_basebackup (and Debian's 15 refuses newer servers): for them the copy is
+// a file-level base backup between pg_backup_start and pg_backup_stop (see
+// copyBackup). It returns once the standby accepts read-only connections and
 // streams WAL from p.
 //
 // The standby is a harness server like any other, and a copy of p: the same
@@ -48,7 +54,10 @@ func (p *Postgres) StartStandby(ctx context.Context) (*Postgres, error) {
 	e := p.env
 	basebackup := filepath.Join(e.bin.dir, "pg_basebackup")
 	if !isExecutable(basebackup) {
-		return nil, fmt.Errorf("harness: pg_basebackup not found next to %s; run scripts/install-deps.sh", e.bin.initdb)
+		if e.bin.libDir == "" {
+			return nil, fmt.Errorf("harness: pg_basebackup not found next to %s; run scripts/install-deps.sh", e.bin.initdb)
+		}
+		basebackup = "" // a registry build has none: copyBackup
 	}
 	dir, err := os.MkdirTemp(e.base, "cluster-*")
 	if err != nil {
@@ -95,7 +104,11 @@ func (s *Postgres) startStandby(ctx context.Context, primary *Postgres, baseback
 		return err
 	}
 	mark := primary.LogMark()
-	if err := s.baseBackup(ctx, primary, basebackup); err != nil {
+	if basebackup == "" {
+		if err := s.copyBackup(ctx, primary); err != nil {
+			return err
+		}
+	} else if err := s.baseBackup(ctx, primary, basebackup); err != nil {
 		return err
 	}
 	acct := e.acct
@@ -153,7 +166,7 @@ func (s *Postgres) baseBackup(ctx context.Context, primary *Postgres, basebackup
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var out strings.Builder
-	cmd := e.acct.command(ctx, basebackup,
+	cmd := e.command(ctx, basebackup,
 		"-D", s.DataDir, "-h", primary.SocketDir, "-p", strconv.Itoa(primary.Port), "-U", superUser,
 		"-R", "-X", "stream", "-c", "fast", "-N", "--no-manifest", "-w")
 	// With -X stream pg_basebackup forks a WAL streamer: end both.
@@ -164,6 +177,122 @@ func (s *Postgres) baseBackup(ctx context.Context, primary *Postgres, basebackup
 			err = ctx.Err()
 		}
 		return fmt.Errorf("harness: pg_basebackup: %w\n%s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// copyBackup makes s.DataDir a standby's copy of primary without pg_basebackup, by the
+// low-level base backup API (PostgreSQL documentation, "Making a Base Backup Using the Low
+// Level API", continuous-archiving.html): in one superuser session on primary it creates a
+// temporary physical replication slot that reserves WAL at once (so that no segment the
+// backup needs is recycled until the session ends), calls pg_backup_start(label, fast =>
+// true), copies the data directory without what that page says to leave out (pg_wal's
+// contents, pg_replslot, pg_dynshmem, pg_notify, pg_serial, pg_snapshots, pg_stat_tmp,
+// pg_subtrans, pgsql_tmp*, pg_internal.init, postmaster.pid and .opts), calls
+// pg_backup_stop(wait_for_archive => false), which switches to a new WAL segment, writes its
+// label file as backup_label, and then copies pg_wal's segments. Last it writes
+// standby.signal and a primary_conninfo to primary's unix socket as the bootstrap superuser
+// into postgresql.auto.conf, as pg_basebackup -R does.
+func (s *Postgres) copyBackup(ctx context.Context, primary *Postgres) error {
+	e := s.env
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var slot [8]byte
+	if _, err := rand.Read(slot[:]); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	src := primary.DataDir
+	err := primary.admin(ctx, func(conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true, true)",
+			"pgconnector_copy_"+hex.EncodeToString(slot[:])); err != nil {
+			return fmt.Errorf("creating a temporary replication slot: %w", err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_backup_start('pgconnector standby', true)"); err != nil {
+			return fmt.Errorf("pg_backup_start: %w", err)
+		}
+		copyErr := e.copyDir(src, s.DataDir, skipInBackup)
+		var label, spcmap string
+		if err := conn.QueryRow(ctx, "SELECT labelfile, spcmapfile FROM pg_backup_stop(false)").Scan(&label, &spcmap); err != nil {
+			return errors.Join(copyErr, fmt.Errorf("pg_backup_stop: %w", err))
+		}
+		if copyErr != nil {
+			return fmt.Errorf("copying %s: %w", src, copyErr)
+		}
+		if err := e.acct.writeFile(filepath.Join(s.DataDir, "backup_label"), []byte(label), 0o600); err != nil {
+			return err
+		}
+		if spcmap != "" {
+			if err := e.acct.writeFile(filepath.Join(s.DataDir, "tablespace_map"), []byte(spcmap), 0o600); err != nil {
+				return err
+			}
+		}
+		return s.copyWAL(filepath.Join(src, "pg_wal"))
+	})
+	if err != nil {
+		return fmt.Errorf("harness: base backup of the primary: %w", err)
+	}
+	if err := e.acct.writeFile(filepath.Join(s.DataDir, "standby.signal"), nil, 0o600); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	auto := filepath.Join(s.DataDir, "postgresql.auto.conf")
+	old, err := os.ReadFile(auto)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("harness: %w", err)
+	}
+	conninfo := fmt.Sprintf("host=%s port=%d user=%s", dsnQuote(primary.SocketDir), primary.Port, superUser)
+	conf := append(old, []byte("primary_conninfo = "+confQuote(conninfo)+"\n")...)
+	if err := e.acct.writeFile(auto, conf, 0o600); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	return nil
+}
+
+// skipInBackup tells copyDir what a base backup leaves out (rel is relative to the data
+// directory); for a directory, its contents.
+func skipInBackup(rel string, isDir bool) bool {
+	base := filepath.Base(rel)
+	if isDir {
+		switch rel {
+		case "pg_wal", "pg_replslot", "pg_dynshmem", "pg_notify", "pg_serial", "pg_snapshots", "pg_stat_tmp", "pg_subtrans":
+			return true
+		}
+		return strings.HasPrefix(base, "pgsql_tmp")
+	}
+	switch rel {
+	case "postmaster.pid", "postmaster.opts", "backup_label", "backup_label.old", "tablespace_map",
+		"standby.signal", "recovery.signal", "current_logfiles":
+		return true
+	}
+	return base == "pg_internal.init" || strings.HasPrefix(base, "pgsql_tmp")
+}
+
+// copyWAL copies the WAL segments and history files of the primary's pg_wal into the
+// standby's, and makes its subdirectories (archive_status, summaries), empty.
+func (s *Postgres) copyWAL(src string) error {
+	e := s.env
+	dst := filepath.Join(s.DataDir, "pg_wal")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, d := range entries {
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // recycled meanwhile: not one the backup needs, as the slot holds those
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			if err := e.acct.mkdir(filepath.Join(dst, d.Name()), info.Mode().Perm()); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+		case info.Mode().IsRegular():
+			if err := e.copyFile(filepath.Join(src, d.Name()), filepath.Join(dst, d.Name()), info.Mode().Perm()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -263,7 +392,7 @@ func (p *Postgres) Promote(ctx context.Context) error {
 	defer p.mu.Unlock()
 	e := p.env
 	// -W: pg_ctl would look every 100 ms; the loop below looks sooner.
-	if _, err := e.acct.run(ctx, e.bin.pgCtl, "promote", "-W", "-s", "-D", p.DataDir); err != nil {
+	if _, err := e.run(ctx, e.bin.pgCtl, "promote", "-W", "-s", "-D", p.DataDir); err != nil {
 		return interrupted(ctx, "promoting a standby", fmt.Errorf("harness: %w", err))
 	}
 	delay := time.Millisecond
