@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,10 +36,13 @@ func proxyDSN(srv *harness.Postgres, p *harness.Proxy, extra ...string) string {
 	}, extra...), " ")
 }
 
-// known is what c's cache remembers of the proxy's address (no Kerberos principal).
-func known(c *pgconnector.Connector, p *harness.Proxy) negotiation.Known {
-	host, port := p.Addr()
-	return pgconnector.CacheOf(c).Known(negotiation.Key{Host: host, Port: uint16(port)})
+// known is what c's cache remembers of the proxy's port on host (no Kerberos principal).
+func known(c *pgconnector.Connector, p *harness.Proxy, host ...string) negotiation.Known {
+	h, port := p.Addr()
+	if len(host) > 0 {
+		h = host[0]
+	}
+	return pgconnector.CacheOf(c).Known(negotiation.Key{Host: h, Port: uint16(port)})
 }
 
 // connectOnce opens one connection through c, checks that it runs a statement, and closes it.
@@ -88,8 +90,13 @@ func tlsSpans(spans []sdktrace.ReadOnlySpan) []string {
 func TestDirectTLSLearned(t *testing.T) {
 	srv, proxy := directServer(t)
 	ctx := context.Background()
-	for _, mode := range []string{"", "sslmode=require", "sslmode=verify-full sslrootcert=" + srv.CAFile + " host=localhost"} {
-		t.Run("sslmode="+strings.Fields(mode + " prefer")[0], func(t *testing.T) {
+	for _, tc := range []struct{ name, host, extra string }{
+		{"prefer", "127.0.0.1", ""},
+		{"require", "127.0.0.1", "sslmode=require"},
+		{"verify-full", "localhost", "sslmode=verify-full sslrootcert=" + srv.CAFile + " host=localhost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mode := tc.extra
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 			c := newConnector(t, proxyDSN(srv, proxy, mode), pgconnector.WithTracerProvider(tp))
@@ -99,7 +106,7 @@ func TestDirectTLSLearned(t *testing.T) {
 			if d := first.SSLRequests - before.SSLRequests; d != 1 {
 				t.Fatalf("first connection: %d SSLRequests, want 1", d)
 			}
-			if got := known(c, proxy); got.Direct != negotiation.AnswerYes {
+			if got := known(c, proxy, tc.host); got.Direct != negotiation.AnswerYes {
 				t.Fatalf("after the first connection the cache knows %+v, want Direct yes", got)
 			}
 			const warm = 5
@@ -146,7 +153,7 @@ func TestDirectTLSLearningOff(t *testing.T) {
 // on with SSLRequest on a new socket and does not fail; later ones use SSLRequest at once.
 func TestDirectTLSPoolerPutInFront(t *testing.T) {
 	srv, proxy := directServer(t)
-	bouncer := harness.StartPgbouncerT(t, srv, harness.PgbouncerOptions{TLS: true})
+	bouncer := harness.StartPgbouncerT(t, srv, harness.PgbouncerOptions{TLS: true, PoolMode: "session"})
 	ctx := context.Background()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -258,5 +265,27 @@ func TestDirectTLSCancel(t *testing.T) {
 	}
 	if d := after.CancelRequests - before.CancelRequests; d != 0 {
 		t.Errorf("%d CancelRequests in the clear", d)
+	}
+}
+
+// A server before PostgreSQL 17 selects no ALPN: nothing is learned, and every connection sends
+// SSLRequest, as libpq's.
+func TestDirectTLSNotLearnedBefore17(t *testing.T) {
+	for _, major := range []int{15, 16} {
+		t.Run(strconv.Itoa(major), func(t *testing.T) {
+			srv := harness.StartT(t, harness.Options{Major: major, TLS: true})
+			proxy := harness.ProxyT(t, srv.Addr())
+			c := newConnector(t, proxyDSN(srv, proxy, "sslmode=require"))
+			before := proxy.Stats()
+			for range 3 {
+				connectOnce(t, context.Background(), c)
+			}
+			if d := proxy.Stats().SSLRequests - before.SSLRequests; d != 3 {
+				t.Errorf("%d SSLRequests for 3 connections, want 3", d)
+			}
+			if got := known(c, proxy); got.Direct != negotiation.AnswerUnknown {
+				t.Errorf("the cache knows %+v, want Direct unknown", got)
+			}
+		})
 	}
 }
