@@ -123,6 +123,12 @@ func TestDirectTLSLearned(t *testing.T) {
 			if d := after.StartupMessages - first.StartupMessages; d != 0 {
 				t.Errorf("warm connections sent %d plaintext StartupMessages", d)
 			}
+			if d := after.DirectTLS - first.DirectTLS; d != warm {
+				t.Errorf("%d warm connections opened with a ClientHello, want %d", d, warm)
+			}
+			if first.DirectTLS != before.DirectTLS {
+				t.Errorf("the first connection opened with a ClientHello")
+			}
 			got := tlsSpans(rec.Ended())
 			want := []string{"false//postgresql ok"}
 			for range warm {
@@ -260,8 +266,12 @@ func TestDirectTLSCancel(t *testing.T) {
 		t.Errorf("the cancel took %v", el)
 	}
 	after := proxy.Stats()
-	if d := after.SSLRequests - before.SSLRequests; d != 0 {
-		t.Errorf("the cancel connection sent %d SSLRequests, want a ClientHello at once", d)
+	for deadline := time.Now().Add(5 * time.Second); after.Connections == before.Connections && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // the cancel connection may still be on its way
+		after = proxy.Stats()
+	}
+	if d := after.SSLRequests - before.SSLRequests; d != 0 || after.DirectTLS-before.DirectTLS != 1 {
+		t.Errorf("the cancel connection sent %d SSLRequests and %d ClientHellos, want a ClientHello at once", d, after.DirectTLS-before.DirectTLS)
 	}
 	if d := after.CancelRequests - before.CancelRequests; d != 0 {
 		t.Errorf("%d CancelRequests in the clear", d)

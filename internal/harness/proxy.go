@@ -29,6 +29,7 @@ type ProxyStats struct {
 	GSSENCRequests  int // GSSENCRequest packets
 	StartupMessages int // startup packets (protocol 3.x) sent in the clear
 	CancelRequests  int // CancelRequest packets
+	DirectTLS       int // connections that opened with a TLS record (direct TLS, PostgreSQL 17+)
 }
 
 // Proxy is a loopback TCP proxy that forwards every accepted connection to a
@@ -150,6 +151,11 @@ func (p *Proxy) negotiate(client, server net.Conn) bool {
 			return false
 		}
 		length := binary.BigEndian.Uint32(hdr[:])
+		if hdr[0] == 0x16 && hdr[1] == 0x03 {
+			// A TLS handshake record (RFC 8446 section 5.1: type 22, legacy version 3.x) as
+			// the first bytes: direct TLS.
+			p.count(func(s *ProxyStats) { s.DirectTLS++ })
+		}
 		if length < 8 || length > maxStartupPacket {
 			// Not a PostgreSQL negotiation packet: pass it on untouched.
 			_, err := server.Write(hdr[:])
