@@ -102,6 +102,9 @@ servers on loopback, and in a process of its own:
   SCRAM secret copied from ` + "`pg_authid`" + `, so that pgbouncer only checks proofs and the PBKDF2 of
   each login (4096 iterations) is the client's; a ` + "`trust`" + ` role beside it shows the same path
   without authentication. Scenario 9 is SCRAM-SHA-256 over TLS to PostgreSQL itself.
+- Scenario 10 puts distance between client and server: a loopback proxy holds every byte back
+  for a one-way delay in each direction (this kernel has no netem), so that each round trip of a
+  connection's setup costs twice the delay; one client per peer, in at most 3 rounds.
 - **Telemetry**: pgconnector runs as an application that has set no OpenTelemetry provider: with
   the global default providers it starts no span and records no measurement, though its statement
   tracer (sqlmw) still wraps each connection. What spans cost with an SDK is measured by the root
@@ -264,12 +267,12 @@ func writeDistance(b *strings.Builder, r *Report) {
 	}
 	b.WriteString("A PostgreSQL server with TLS (the certificate of scenario 9), reached through a loopback proxy " +
 		"(`harness.DelayProxy`) that holds every byte back for the one-way delay in each direction, and the TCP " +
-		"handshake's round trip with it: a client as far from the server as a link of twice that round-trip " +
-		"time. One client per peer, each connection opened, used for `select 1` and closed; the latency is " +
+		"handshake's round trip with it: a client as far from the server as a link whose round-trip time is " +
+		"twice the delay. One client per peer, each connection opened, used for `select 1` and closed; the latency is " +
 		"measured as in the other scenarios. pg_hba says `trust` for one server and `scram-sha-256` for the " +
 		"other. libpq and pgx with their default `sslmode=prefer` send an SSLRequest and wait for the answer " +
-		"before the TLS handshake; with `sslnegotiation=direct` (which both accept only with `sslmode=require` " +
-		"or stronger) they start the handshake at once. pgconnector runs with its default DSN, one Connector " +
+		"before the TLS handshake; with `sslnegotiation=direct` (libpq refuses it under `sslmode=prefer`, pgx " +
+		"makes that `require`) they start the handshake at once. pgconnector runs with its default DSN, one Connector " +
 		"warmed by two connections. *Round trips ahead* is (the peer's p50 - pgconnector's p50) / (2 × delay): " +
 		"positive where pgconnector connects in fewer round trips; at a short delay the client's own CPU time " +
 		"weighs in it too. Server: " + server + ".\n\n")
