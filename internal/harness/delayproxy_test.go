@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,26 +98,29 @@ func delayProxyGoroutines() int {
 func TestDelayProxyRoundTrip(t *testing.T) {
 	t.Parallel()
 	const d = 20 * time.Millisecond
-	// "Not absurdly more": the scheduler of a loaded 2-core VM, not a second delay.
-	const slack = 15 * time.Millisecond
+	// "Not absurdly more": the scheduler of a loaded 2-core VM, not a second delay. The upper
+	// bounds hold for the first ping-pong and for the median of the others, which one stall of
+	// the machine does not move.
+	const slack = 20 * time.Millisecond
 	p := DelayProxyT(t, echoServer(t), d)
 	if p.Delay() != d {
 		t.Fatalf("Delay() = %v, want %v", p.Delay(), d)
 	}
 	c := dialProxy(t, p)
-	if first := pingPong(t, c, "hello"); first < 4*d || first > 4*d+slack {
-		t.Errorf("first ping-pong took %v, want 4*%v (the handshake's round trip and the ping's) to %v more", first, d, slack)
+	if first := pingPong(t, c, "hello"); first < 4*d || first > 4*d+2*slack {
+		t.Errorf("first ping-pong took %v, want 4*%v (the handshake's round trip and the ping's) to %v more", first, d, 2*slack)
 	}
-	var worst time.Duration
+	var took []time.Duration
 	for i := range 5 {
-		took := pingPong(t, c, fmt.Sprintf("ping %d", i))
-		if took < 2*d {
-			t.Errorf("ping-pong %d took %v, less than the round trip 2*%v", i, took, d)
+		rtt := pingPong(t, c, fmt.Sprintf("ping %d", i))
+		if rtt < 2*d {
+			t.Errorf("ping-pong %d took %v, less than the round trip 2*%v", i, rtt, d)
 		}
-		worst = max(worst, took)
+		took = append(took, rtt)
 	}
-	if worst > 2*d+slack {
-		t.Errorf("slowest ping-pong took %v, want at most 2*%v + %v", worst, d, slack)
+	slices.Sort(took)
+	if median := took[len(took)/2]; median > 2*d+slack {
+		t.Errorf("ping-pongs took %v, median above 2*%v + %v", took, d, slack)
 	}
 	if n := p.Connections(); n != 1 {
 		t.Errorf("Connections() = %d, want 1", n)
@@ -192,10 +196,13 @@ func TestDelayProxyZeroAndNegative(t *testing.T) {
 	t.Parallel()
 	p := DelayProxyT(t, echoServer(t), 0)
 	c := dialProxy(t, p)
-	for i := range 3 {
-		if took := pingPong(t, c, "x"+strconv.Itoa(i)); took > 20*time.Millisecond {
-			t.Errorf("ping-pong without delay took %v", took)
-		}
+	var took []time.Duration
+	for i := range 5 {
+		took = append(took, pingPong(t, c, "x"+strconv.Itoa(i)))
+	}
+	slices.Sort(took)
+	if median := took[len(took)/2]; median > 20*time.Millisecond {
+		t.Errorf("ping-pongs without delay took %v", took)
 	}
 	if _, err := NewDelayProxy("127.0.0.1:1", -time.Millisecond); err == nil || !strings.Contains(err.Error(), "negative") {
 		t.Errorf("NewDelayProxy with a negative delay: %v, want an error naming it", err)
