@@ -50,7 +50,8 @@ type pgSetup struct {
 // harness's server programs of that version (today the ones it finds, see harness.ServerVersion:
 // $PG_BINDIR, pg_config, /usr/lib/postgresql) and, from version 17 on, a libpq of version 17 or
 // newer for pgbench (libpq.so.5.N, N the major version, in $PG_BINDIR/../lib or
-// /opt/pgconnector/postgresql-MAJOR/lib). It returns an error naming what is missing.
+// /opt/pgconnector/postgresql-MAJOR/lib). It returns an error naming what is missing. A harness
+// that can start a given major version would take it here, in pgSetup.server.
 func choosePG(ctx context.Context, major int) (pgSetup, error) {
 	s := pgSetup{major: major, libpq: "the system's libpq"}
 	have, err := harness.ServerVersion(ctx)
