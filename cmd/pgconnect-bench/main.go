@@ -27,8 +27,15 @@
 //     with the PBKDF2 derivations it ran.
 //  9. SCRAM-SHA-256 over TLS to PostgreSQL, sslmode=require and
 //     verify-full, 1 and 4 clients.
+//  10. Connect over distance: connect latency (p50, p99) to a TLS server
+//     through a proxy that delays every byte by 0, 5 and 25 ms each way
+//     (-distance-delays), with trust and with scram-sha-256; libpq and pgx
+//     with their default sslmode=prefer and with sslnegotiation=direct
+//     sslmode=require, pgconnector with its default DSN. PostgreSQL 18 and
+//     libpq 18 by default (-pg-major).
 //
-// -scenarios scram runs 8 and 9 alone (about 2 minutes on 2 cores).
+// -scenarios scram runs 8 and 9 alone (about 2 minutes on 2 cores);
+// -scenarios distance runs 10 alone (a few minutes).
 //
 // Each peer runs in a process of its own (pgbench, psql, or this program
 // re-executed as a Go client), so that the client CPU time reported is that
@@ -78,22 +85,27 @@ type config struct {
 	tlsConns     int   // connections per peer and client count, scenario 9
 	scramClients []int // client counts, scenario 8
 	tlsClients   []int // client counts, scenario 9
-	rounds       int   // each storm is split into this many rounds, peers taking turns
-	copyMiB      int   // scenario 4 COPY table size
-	byteaMiB     int   // scenario 4 bytea size
-	bulkReps     int   // scenario 4 repetitions (the best counts)
-	cpuProfile   string
-	render       string // a benchmarks.json to render again instead of measuring
-	pin          bool   // clients and servers on separate CPUs
+	// distanceDelays are scenario 10's one-way delays in ms, distanceConns its connections per
+	// peer, role and delay, pgMajor the PostgreSQL major version of its server and libpq.
+	distanceDelays []int
+	distanceConns  int
+	pgMajor        int
+	rounds         int // each storm is split into this many rounds, peers taking turns
+	copyMiB        int // scenario 4 COPY table size
+	byteaMiB       int // scenario 4 bytea size
+	bulkReps       int // scenario 4 repetitions (the best counts)
+	cpuProfile     string
+	render         string // a benchmarks.json to render again instead of measuring
+	pin            bool   // clients and servers on separate CPUs
 }
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("pgconnect-bench", flag.ContinueOnError)
 	var c config
-	var scenarios, fakeClients, scramClients, tlsClients string
+	var scenarios, fakeClients, scramClients, tlsClients, distanceDelays string
 	fs.StringVar(&c.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and the charts")
 	fs.BoolVar(&c.quick, "quick", false, "small counts: a smoke run whose figures are not for publishing")
-	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9", `comma-separated scenarios to run (1-9); "scram" stands for 8,9`)
+	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9,10", `comma-separated scenarios to run (1-10); "scram" stands for 8,9, "distance" for 10`)
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients in scenarios 1-4")
 	fs.IntVar(&c.conns, "conns", 2000, "connections per peer in scenarios 1-3")
 	fs.IntVar(&c.gssConns, "gss-conns", 1000, "connections per peer in scenario 4")
@@ -104,6 +116,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.tlsConns, "tls-conns", 100, "connections per peer and client count in scenario 9 (at most 4 rounds, fewer where that makes fewer than 2 per client and round)")
 	fs.StringVar(&scramClients, "scram-clients", "1,8,64", "client counts in scenario 8")
 	fs.StringVar(&tlsClients, "tls-clients", "1,4", "client counts in scenario 9")
+	fs.StringVar(&distanceDelays, "distance-delays", "0,5,25", "one-way delays in scenario 10, ms (the round trip is twice each)")
+	fs.IntVar(&c.distanceConns, "distance-conns", 40, "connections per peer, role and delay in scenario 10 (one client, at most 3 rounds)")
+	fs.IntVar(&c.pgMajor, "pg-major", 18, "PostgreSQL major version of scenario 10's server and libpq (direct TLS from 17 on)")
 	fs.IntVar(&c.rounds, "rounds", 10, "rounds per storm; peers take turns, so that noise is shared")
 	fs.IntVar(&c.copyMiB, "copy-mib", 256, "size of the COPY table in scenario 4, MiB (0: skip)")
 	fs.IntVar(&c.byteaMiB, "bytea-mib", 64, "size of the bytea round trip in scenario 4, MiB (0: skip)")
@@ -119,10 +134,15 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.quick {
 		c.conns, c.gssConns, c.fakeConns, c.scramConns, c.tlsConns, c.rounds = 30, 20, 60, 30, 20, 1
+		c.distanceConns = 10
 		c.copyMiB, c.byteaMiB, c.bulkReps = 4, 2, 1
 	}
 	var err error
-	if c.scenarios, err = intList("-scenarios", strings.ReplaceAll(scenarios, "scram", "8,9"), 1, 9); err != nil {
+	scenarios = strings.NewReplacer("scram", "8,9", "distance", "10").Replace(scenarios)
+	if c.scenarios, err = intList("-scenarios", scenarios, 1, 10); err != nil {
+		return c, err
+	}
+	if c.distanceDelays, err = intList("-distance-delays", distanceDelays, 0, 1000); err != nil {
 		return c, err
 	}
 	if c.fakeClients, err = intList("-fake-clients", fakeClients, 1, 1024); err != nil {
@@ -142,10 +162,13 @@ func parseFlags(args []string) (config, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"-clients", c.clients}, {"-conns", c.conns}, {"-gss-conns", c.gssConns}, {"-fake-conns", c.fakeConns}, {"-herd", c.herd}, {"-scram-conns", c.scramConns}, {"-tls-conns", c.tlsConns}, {"-rounds", c.rounds}, {"-bulk-reps", c.bulkReps}} {
+	}{{"-clients", c.clients}, {"-conns", c.conns}, {"-gss-conns", c.gssConns}, {"-fake-conns", c.fakeConns}, {"-herd", c.herd}, {"-scram-conns", c.scramConns}, {"-tls-conns", c.tlsConns}, {"-distance-conns", c.distanceConns}, {"-rounds", c.rounds}, {"-bulk-reps", c.bulkReps}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("%s must be at least 1, got %d", v.name, v.n)
 		}
+	}
+	if c.pgMajor < 15 {
+		return c, fmt.Errorf("-pg-major: %d is before PostgreSQL 15, the oldest the harness runs", c.pgMajor)
 	}
 	if c.copyMiB < 0 || c.byteaMiB < 0 || c.byteaMiB > 256 {
 		return c, fmt.Errorf("-copy-mib must be >= 0 and -bytea-mib between 0 and 256 (the server's 1 GB limit on a statement), got %d and %d", c.copyMiB, c.byteaMiB)
@@ -246,12 +269,20 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	rep.Machine = machineInfo(ctx, serverVersion(ctx))
 	rep.Machine.Pinning = r.pin.describe()
 
+	has := func(s int) bool { return slices.Contains(cfg.scenarios, s) }
+	// Scenario 10's server and libpq are checked before any scenario runs: a missing PostgreSQL
+	// 18 fails the run at once, not after the others.
+	var pg pgSetup
+	if has(10) {
+		if pg, err = choosePG(ctx, cfg.pgMajor); err != nil {
+			return nil, err
+		}
+	}
 	l, err := newLab(ctx, cfg, r, rep)
 	if err != nil {
 		return nil, err
 	}
 	defer l.close()
-	has := func(s int) bool { return slices.Contains(cfg.scenarios, s) }
 	for _, s := range []int{1, 2, 3} {
 		if has(s) || (s < 3 && has(6)) {
 			if err := l.realServerScenario(ctx, s, has(s), has(6)); err != nil {
@@ -276,6 +307,11 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	}
 	if has(9) {
 		if err := l.scramTLS(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(10) {
+		if err := l.distance(ctx, pg); err != nil {
 			return nil, err
 		}
 	}

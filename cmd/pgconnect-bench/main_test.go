@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
@@ -30,7 +31,9 @@ func TestQuickRun(t *testing.T) {
 	out := t.TempDir()
 	// On two CPUs or more, clients and servers get their own, as in a real run.
 	pin := fmt.Sprintf("-pin=%v", runtime.NumCPU() >= 2)
-	cfg, err := parseFlags([]string{"-quick", pin, "-out", out})
+	// Scenario 10 has a test of its own (TestDistance): it wants the PostgreSQL version the
+	// harness runs.
+	cfg, err := parseFlags([]string{"-quick", pin, "-out", out, "-scenarios", "1,2,3,4,5,6,7,8,9"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +228,11 @@ func TestParseFlags(t *testing.T) {
 		want string // part of the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-scenarios", "1,10"}, `-scenarios: "10" is not a number from 1 to 9`},
+		{[]string{"-scenarios", "1,11"}, `-scenarios: "11" is not a number from 1 to 10`},
+		{[]string{"-scenarios", "distance,1"}, ""},
+		{[]string{"-distance-delays", "0,-5"}, `-distance-delays: "-5" is not a number from 0 to 1000`},
+		{[]string{"-distance-conns", "0"}, "-distance-conns must be at least 1"},
+		{[]string{"-pg-major", "9"}, "-pg-major: 9 is before PostgreSQL 15"},
 		{[]string{"-scenarios", "scram,5"}, ""},
 		{[]string{"-scram-clients", "1,0"}, `-scram-clients: "0"`},
 		{[]string{"-tls-clients", "200"}, `-tls-clients: "200" is not a number from 1 to 150`},
@@ -249,9 +256,14 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || !slices.Equal(c.scenarios, []int{8, 9}) {
 		t.Errorf("-scenarios scram: %v, %v; want scenarios 8 and 9", c.scenarios, err)
 	}
+	c, err = parseFlags([]string{"-scenarios", "distance"})
+	if err != nil || !slices.Equal(c.scenarios, []int{10}) {
+		t.Errorf("-scenarios distance: %v, %v; want scenario 10", c.scenarios, err)
+	}
 	c, err = parseFlags(nil)
-	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) {
-		t.Errorf("defaults: scenarios %v, SCRAM clients %v, %v", c.scenarios, c.scramClients, err)
+	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) ||
+		!slices.Equal(c.distanceDelays, []int{0, 5, 25}) || c.pgMajor != 18 {
+		t.Errorf("defaults: scenarios %v, SCRAM clients %v, delays %v, PostgreSQL %d, %v", c.scenarios, c.scramClients, c.distanceDelays, c.pgMajor, err)
 	}
 }
 
@@ -344,5 +356,63 @@ func TestStormShape(t *testing.T) {
 		if per := n / r / tc.clients; per < 2 {
 			t.Errorf("stormShape(%d, %d, %d): %d connections per client and round", tc.conns, tc.clients, tc.rounds, per)
 		}
+	}
+}
+
+// TestDistance runs scenario 10 with small counts against the PostgreSQL version the harness
+// runs (with PG_BINDIR set to a PostgreSQL 17 or newer, with the sslnegotiation=direct peers
+// too): every peer connects over TLS with both roles, in one backend per connection, and
+// pays at least the round trips of a TLS connection through the delay proxy.
+func TestDistance(t *testing.T) {
+	ctx := context.Background()
+	major, err := harness.ServerVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const delayMs = 5
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-scenarios", "distance", "-distance-delays", fmt.Sprint(delayMs), "-distance-conns", "4",
+		"-rounds", "1", "-pg-major", fmt.Sprint(major), fmt.Sprintf("-pin=%v", runtime.NumCPU() >= 2), "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeOutputs(out, rep); err != nil {
+		t.Fatal(err)
+	}
+	peers := []string{peerDefault, peerLibpqDefault, peerPgxDefault}
+	if major >= directTLSMajor && rep.DistanceLibpq != "" && strings.HasPrefix(rep.DistanceLibpq, "libpq ") {
+		peers = append(peers, peerLibpqDirect, peerPgxDirect)
+	}
+	rows := scenarioRows(rep.Connect, 10)
+	if len(rows) != 2*len(peers) {
+		t.Errorf("%d rows in scenario 10, want %d (2 roles, peers %q)", len(rows), 2*len(peers), peers)
+	}
+	// TCP, then the TLS handshake and the startup (SSLRequest before them, or SCRAM after):
+	// three round trips at the least.
+	const floor = 3 * 2 * delayMs * time.Millisecond
+	for _, user := range []string{userTrust, userScram} {
+		for _, peer := range peers {
+			i := slices.IndexFunc(rows, func(c ConnectResult) bool { return c.User == user && c.Peer == peer })
+			if i < 0 {
+				t.Errorf("scenario 10: no row for %s, %s", user, peer)
+				continue
+			}
+			c := rows[i]
+			if c.Errors != 0 || c.Delay != delayMs*time.Millisecond || c.P50 < floor || c.P99 < c.P50 || c.Backends != 1 {
+				t.Errorf("scenario 10, %s, %s: %d of %d failed (%s), delay %v, p50 %v (at least %v), p99 %v, %.3f backends per connection",
+					user, peer, c.Errors, c.Conns, c.Error, c.Delay, c.P50, floor, c.P99, c.Backends)
+			}
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(out, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("Server: PostgreSQL %d", major); !strings.Contains(string(md), want) {
+		t.Errorf("benchmarks.md has no %q", want)
 	}
 }

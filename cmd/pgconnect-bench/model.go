@@ -16,12 +16,16 @@ type Report struct {
 	Rounds   int `json:"rounds"`
 	BulkReps int `json:"bulk_reps"`
 
-	Connect    []ConnectResult    `json:"connect"`    // scenarios 1, 2, 3, 4 (connect rate), 5, 8 and 9
+	Connect    []ConnectResult    `json:"connect"`    // scenarios 1, 2, 3, 4 (connect rate), 5, 8, 9 and 10
 	Throughput []ThroughputResult `json:"throughput"` // scenario 4
 	Herd       []HerdResult       `json:"herd"`       // scenario 6
 	Wrap       []WrapResult       `json:"wrap"`       // scenario 7
 	ScramHerd  []ScramHerdResult  `json:"scram_herd"` // scenario 8's cold herd
 	Targets    []Target           `json:"targets"`    // the targets, checked against this run (checkTargets)
+	// DistanceServer and DistanceLibpq say what scenario 10 ran against: "PostgreSQL 18", and
+	// the libpq pgbench loaded, for example "libpq 18 (/opt/pgconnector/postgresql-18/lib)".
+	DistanceServer string `json:"distance_server,omitempty"`
+	DistanceLibpq  string `json:"distance_libpq,omitempty"`
 	// WarmDecision is the warm decision path measured in process (its
 	// allocations and time), as target lines.
 	WarmDecision []Target `json:"warm_decision"`
@@ -46,14 +50,17 @@ type Machine struct {
 // connections, each opened, used for "select 1" and closed, by Clients
 // concurrent clients.
 type ConnectResult struct {
-	Scenario int    `json:"scenario"` // 1-5, 8, 9
+	Scenario int    `json:"scenario"` // 1-5, 8, 9, 10
 	Peer     string `json:"peer"`     // for example "libpq default (pgbench -C)"
 	Family   string `json:"family"`   // "libpq", "pgx", "lib/pq" or "pgconnector"
 	Clients  int    `json:"clients"`
 	Ticket   bool   `json:"ticket"` // a Kerberos ticket is in the client's credential cache
 	// User is how the role logs in where a scenario has several roles: "trust" or
-	// "scram-sha-256" (scenario 8); "" elsewhere.
+	// "scram-sha-256" (scenarios 8 and 10); "" elsewhere.
 	User string `json:"user,omitempty"`
+	// Delay is the one-way delay a harness.DelayProxy added in each direction between client
+	// and server (scenario 10; the round trip is twice it); 0 elsewhere.
+	Delay time.Duration `json:"delay_ns,omitempty"`
 
 	Conns   int     `json:"conns"`   // logical connections attempted
 	Errors  int     `json:"errors"`  // of which failed
@@ -147,13 +154,14 @@ type Target struct {
 
 // scenarioTitles names the scenarios in tables and charts.
 var scenarioTitles = map[int]string{
-	1: "TLS off, default DSN, no Kerberos ticket",
-	2: "ticket held; server built with GSS, no keytab",
-	3: "ticket held; server with keytab, pg_hba without hostgssenc",
-	4: "full GSS: pg_hba hostgssenc only",
-	5: "client-bound: fake server, no fork",
-	6: "cold herd: concurrent first connections",
-	7: "GSS wrap and unwrap per core",
-	8: "SCRAM through pgbouncer",
-	9: "SCRAM-SHA-256 over TLS to PostgreSQL",
+	1:  "TLS off, default DSN, no Kerberos ticket",
+	2:  "ticket held; server built with GSS, no keytab",
+	3:  "ticket held; server with keytab, pg_hba without hostgssenc",
+	4:  "full GSS: pg_hba hostgssenc only",
+	5:  "client-bound: fake server, no fork",
+	6:  "cold herd: concurrent first connections",
+	7:  "GSS wrap and unwrap per core",
+	8:  "SCRAM through pgbouncer",
+	9:  "SCRAM-SHA-256 over TLS to PostgreSQL",
+	10: "connect over distance",
 }

@@ -28,6 +28,9 @@ type peer struct {
 	// WarmConns, for Go peers, is the unmeasured connections before the storm (at least one with
 	// Warm): see clientSpec.WarmConns.
 	WarmConns int
+	// Env is extra environment of the peer's process (for pgbench, the LD_LIBRARY_PATH of the
+	// libpq it loads).
+	Env []string
 }
 
 // kindPgbench runs the peer as pgbench -C (libpq).
@@ -79,7 +82,7 @@ func (r *runner) envWith(extra []string) []string {
 // conns logical connections, with krbEnv (KDC.Env) in its environment. mark
 // is called just before the measured part starts, done just after it ends.
 func (r *runner) connectRun(ctx context.Context, p peer, krbEnv []string, clients, conns int, mark func()) (outcome, error) {
-	env := r.envWith(krbEnv)
+	env := append(r.envWith(krbEnv), p.Env...)
 	if p.Kind == kindPgbench {
 		return r.pgbenchRun(ctx, p, env, clients, conns, mark)
 	}

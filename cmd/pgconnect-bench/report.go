@@ -42,6 +42,7 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	writeConnectScenario(&b, 8, scenarioRows(r.Connect, 8))
 	writeScramHerd(&b, r.ScramHerd)
 	writeConnectScenario(&b, 9, scenarioRows(r.Connect, 9))
+	writeDistance(&b, r)
 	if _, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n"); err != nil {
 		return fmt.Errorf("write benchmarks markdown: %w", err)
 	}
@@ -101,6 +102,9 @@ servers on loopback, and in a process of its own:
   SCRAM secret copied from ` + "`pg_authid`" + `, so that pgbouncer only checks proofs and the PBKDF2 of
   each login (4096 iterations) is the client's; a ` + "`trust`" + ` role beside it shows the same path
   without authentication. Scenario 9 is SCRAM-SHA-256 over TLS to PostgreSQL itself.
+- Scenario 10 puts distance between client and server: a loopback proxy holds every byte back
+  for a one-way delay in each direction (this kernel has no netem), so that each round trip of a
+  connection's setup costs twice the delay; one client per peer, in at most 3 rounds.
 - **Telemetry**: pgconnector runs as an application that has set no OpenTelemetry provider: with
   the global default providers it starts no span and records no measurement, though its statement
   tracer (sqlmw) still wraps each connection. What spans cost with an SDK is measured by the root
@@ -247,6 +251,57 @@ func connectRow(c ConnectResult, ticket, user, backends, tcp bool) []string {
 		row = append(row, figure(ok, "%.2f", c.TCP))
 	}
 	return append(row, ifOK(ok, micros(c.CPU)), errorsCell(c.Errors, c.Conns, c.Error))
+}
+
+// writeDistance writes the section of scenario 10: for each role and one-way delay, each
+// peer's connect latency and how many round trips pgconnector is ahead of it.
+func writeDistance(b *strings.Builder, r *Report) {
+	rows := scenarioRows(r.Connect, 10)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## Scenario 10: %s\n\n", scenarioTitles[10])
+	server := joinNonEmpty(", pgbench with ", r.DistanceServer, r.DistanceLibpq)
+	if server == "" {
+		server = "not recorded"
+	}
+	b.WriteString("A PostgreSQL server with TLS (the certificate of scenario 9), reached through a loopback proxy " +
+		"(`harness.DelayProxy`) that holds every byte back for the one-way delay in each direction, and the TCP " +
+		"handshake's round trip with it: a client as far from the server as a link whose round-trip time is " +
+		"twice the delay. One client per peer, each connection opened, used for `select 1` and closed; the latency is " +
+		"measured as in the other scenarios. pg_hba says `trust` for one server and `scram-sha-256` for the " +
+		"other. libpq and pgx with their default `sslmode=prefer` send an SSLRequest and wait for the answer " +
+		"before the TLS handshake; with `sslnegotiation=direct` (libpq refuses it under `sslmode=prefer`, pgx " +
+		"makes that `require`) they start the handshake at once. pgconnector runs with its default DSN, one Connector " +
+		"warmed by two connections. *Round trips ahead* is (the peer's p50 - pgconnector's p50) / (2 × delay): " +
+		"positive where pgconnector connects in fewer round trips; at a short delay the client's own CPU time " +
+		"weighs in it too. Server: " + server + ".\n\n")
+	t := table{
+		head:  []string{"Role's authentication", "One-way delay", "Peer", "p50 connect", "p99 connect", "Round trips ahead", "Backends/conn", "Errors"},
+		right: []bool{false, true, false, true, true, true, true, false},
+	}
+	for _, c := range rows {
+		ok := connectOK(c)
+		t.add(cell(c.User), fmt.Sprintf("%g ms", float64(c.Delay)/float64(time.Millisecond)), cell(c.Peer), ifOK(ok, latency(c.P50)), ifOK(ok, latency(c.P99)),
+			roundTripsAhead(c, rows), figure(ok, "%.2f", c.Backends), errorsCell(c.Errors, c.Conns, c.Error))
+	}
+	t.write(b)
+}
+
+// roundTripsAhead is (c's p50 - pgconnector's p50) / (2 × delay) for a peer c of scenario 10
+// that is not pgconnector, against the pgconnector row of the same role and delay in rows: how
+// many round trips of that delay pgconnector saves. A dash without a delay, for pgconnector
+// itself, or where either failed.
+func roundTripsAhead(c ConnectResult, rows []ConnectResult) string {
+	if c.Delay <= 0 || c.Family == "pgconnector" || !connectOK(c) {
+		return dash
+	}
+	for _, pc := range rows {
+		if pc.Family == "pgconnector" && pc.User == c.User && pc.Delay == c.Delay && connectOK(pc) {
+			return fmt.Sprintf("%.2f", float64(c.P50-pc.P50)/float64(2*c.Delay))
+		}
+	}
+	return dash
 }
 
 // writeClientPivot writes scenario 5's compact table: one row per peer (and

@@ -373,3 +373,41 @@ func checkPNG(t *testing.T, path string) {
 		t.Errorf("%s is %dx%d pixels", path, b.Dx(), b.Dy())
 	}
 }
+
+// Scenario 10's section: a row per role, delay and peer, and the round trips pgconnector is
+// ahead of each other peer at the same role and delay, none without a delay or a pgconnector
+// row that connected.
+func TestWriteDistance(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	row := func(user string, delay float64, peer, family string, p50 float64, errs int) ConnectResult {
+		return ConnectResult{Scenario: 10, User: user, Delay: ms(delay), Peer: peer, Family: family, Clients: 1,
+			Conns: 40, Errors: errs, P50: ms(p50), P99: ms(p50 + 3), Backends: 1}
+	}
+	r := &Report{DistanceServer: "PostgreSQL 18", DistanceLibpq: "libpq 18 (/opt/pgconnector/postgresql-18/lib)", Connect: []ConnectResult{
+		row(userTrust, 0, peerDefault, "pgconnector", 2, 0),
+		row(userTrust, 0, peerLibpqDefault, "libpq", 3, 0),
+		row(userTrust, 25, peerDefault, "pgconnector", 152, 0),
+		row(userTrust, 25, peerLibpqDefault, "libpq", 203, 0),
+		row(userTrust, 25, peerPgxDirect, "pgx", 140, 0),
+		row(userScram, 25, peerDefault, "pgconnector", 0, 40),
+		row(userScram, 25, peerLibpqDefault, "libpq", 303, 0),
+	}}
+	var b strings.Builder
+	if err := writeMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"## Scenario 10: connect over distance",
+		"Server: PostgreSQL 18, pgbench with libpq 18 (/opt/pgconnector/postgresql-18/lib).",
+		"| trust | 0 ms | libpq default (pgbench -C) | 3.00 ms | 6.00 ms | – | 1.00 | 0 of 40 |",
+		"| trust | 25 ms | pgconnector default | 152.00 ms | 155.00 ms | – | 1.00 | 0 of 40 |",
+		"| trust | 25 ms | libpq default (pgbench -C) | 203.00 ms | 206.00 ms | 1.02 | 1.00 | 0 of 40 |",
+		"| trust | 25 ms | pgx sslnegotiation=direct sslmode=require | 140.00 ms | 143.00 ms | -0.24 | 1.00 | 0 of 40 |",
+		"| scram-sha-256 | 25 ms | libpq default (pgbench -C) | 303.00 ms | 306.00 ms | – | 1.00 | 0 of 40 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("benchmarks.md has no %q:\n%s", want, md[strings.Index(md, "## Scenario 10"):])
+		}
+	}
+}
