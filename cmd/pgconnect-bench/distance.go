@@ -47,21 +47,18 @@ type pgSetup struct {
 }
 
 // choosePG finds what scenario 10 needs for PostgreSQL major version major (-pg-major): the
-// harness's server programs of that version (today the ones it finds, see harness.ServerVersion:
-// $PG_BINDIR, pg_config, /usr/lib/postgresql) and, from version 17 on, a libpq of version 17 or
-// newer for pgbench (libpq.so.5.N, N the major version, in $PG_BINDIR/../lib or
-// /opt/pgconnector/postgresql-MAJOR/lib). It returns an error naming what is missing. A harness
-// that can start a given major version would take it here, in pgSetup.server.
+// harness's server programs of that version (harness.Options.Major: Debian's 15, the registry
+// builds of 16-18 that scripts/install-deps.sh installs) and, from 17 on, a libpq of that
+// version for pgbench (sslnegotiation=direct came with libpq 17): libpq.so.5.N, N the major
+// version, in $PG_BINDIR/../lib or the registry build's lib directory.
 func choosePG(ctx context.Context, major int) (pgSetup, error) {
-	s := pgSetup{major: major, libpq: "the system's libpq"}
-	have, err := harness.ServerVersion(ctx)
+	s := pgSetup{major: major, libpq: "the system's libpq", server: harness.Options{Major: major}}
+	have, err := harness.ServerVersionOf(ctx, major)
 	if err != nil {
-		return s, err
+		return s, fmt.Errorf("scenario 10 wants PostgreSQL %d (-pg-major): %w; pass another -pg-major or leave 10 out of -scenarios", major, err)
 	}
 	if have != major {
-		return s, fmt.Errorf("scenario 10 wants PostgreSQL %d (-pg-major), but the harness runs PostgreSQL %d: "+
-			"set PG_BINDIR to the bin directory of PostgreSQL %d (scripts/install-deps.sh), pass -pg-major %d, "+
-			"or leave 10 out of -scenarios", major, have, major, have)
+		return s, fmt.Errorf("scenario 10 wants PostgreSQL %d (-pg-major), but the harness finds PostgreSQL %d", major, have)
 	}
 	if major < directTLSMajor {
 		return s, nil
@@ -70,7 +67,11 @@ func choosePG(ctx context.Context, major int) (pgSetup, error) {
 	if bin := os.Getenv("PG_BINDIR"); bin != "" {
 		dirs = append(dirs, filepath.Join(filepath.Dir(filepath.Clean(bin)), "lib"))
 	}
-	dirs = append(dirs, fmt.Sprintf("/opt/pgconnector/postgresql-%d/lib", major))
+	root := os.Getenv("PGCONNECTOR_PG_ROOT")
+	if root == "" {
+		root = harness.DefaultPGRoot
+	}
+	dirs = append(dirs, filepath.Join(root, fmt.Sprintf("postgresql-%d", major), "lib"))
 	var tried []string
 	for _, dir := range dirs {
 		v, err := libpqVersion(dir)

@@ -359,16 +359,13 @@ func TestStormShape(t *testing.T) {
 	}
 }
 
-// TestDistance runs scenario 10 with small counts against the PostgreSQL version the harness
-// runs (with PG_BINDIR set to a PostgreSQL 17 or newer, with the sslnegotiation=direct peers
-// too): every peer connects over TLS with both roles, in one backend per connection, and
-// pays at least the round trips of a TLS connection through the delay proxy.
+// TestDistance runs scenario 10 with small counts against PostgreSQL 18 and libpq 18 (as the
+// benchmark command does by default), the sslnegotiation=direct peers included: every peer
+// connects over TLS with both roles, in one backend per connection, and pays at least the
+// round trips of a TLS connection through the delay proxy.
 func TestDistance(t *testing.T) {
 	ctx := context.Background()
-	major, err := harness.ServerVersion(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const major = 18
 	const delayMs = 5
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{"-scenarios", "distance", "-distance-delays", fmt.Sprint(delayMs), "-distance-conns", "4",
@@ -384,9 +381,10 @@ func TestDistance(t *testing.T) {
 		t.Fatal(err)
 	}
 	peers := []string{peerDefault, peerLibpqDefault, peerPgxDefault}
-	if major >= directTLSMajor && rep.DistanceLibpq != "" && strings.HasPrefix(rep.DistanceLibpq, "libpq ") {
-		peers = append(peers, peerLibpqDirect, peerPgxDirect)
+	if !strings.HasPrefix(rep.DistanceLibpq, "libpq 18 ") {
+		t.Errorf("libpq: %q, want libpq 18", rep.DistanceLibpq)
 	}
+	peers = append(peers, peerLibpqDirect, peerPgxDirect)
 	rows := scenarioRows(rep.Connect, 10)
 	if len(rows) != 2*len(peers) {
 		t.Errorf("%d rows in scenario 10, want %d (2 roles, peers %q)", len(rows), 2*len(peers), peers)
