@@ -256,7 +256,8 @@ func TestMultiHostVersionsMatchLibpq18(t *testing.T) {
 		{[]string{"plain-17", "plain-18"}, "sslmode=prefer"},
 		{[]string{"scram-tls-16", "scram-tls-17"}, "sslmode=verify-full sslrootcert=" + servers["scram-tls-17"].CAFile},
 		{[]string{"scram-tls-16", "scram-tls-18"}, "sslmode=verify-ca sslrootcert=" + servers["scram-tls-18"].CAFile + " sslnegotiation=direct"},
-		{[]string{"plain-16", "plain-17", "plain-18"}, "load_balance_hosts=random min_protocol_version=3.2"},
+		{[]string{"plain-17", "plain-18"}, "min_protocol_version=latest"},
+		{[]string{"plain-18", "plain-16"}, "min_protocol_version=3.2 max_protocol_version=latest"},
 	} {
 		hosts, ports := make([]string, len(c.order)), make([]string, len(c.order))
 		for i, n := range c.order {
