@@ -11,24 +11,38 @@ import (
 )
 
 // psqlReason is the reason in psql's error line: libpq's message after
-// `connection to server at "...", port N failed: `.
+// `connection to server at "...", port N failed: ` (the first " failed: ": libpq's reason may
+// hold one, as in `authentication method requirement "md5" failed: ...`).
 func psqlReason(msg string) string {
-	i := strings.LastIndex(msg, " failed: ")
-	if i < 0 {
+	_, after, ok := strings.Cut(msg, " failed: ")
+	if !ok {
 		return msg
 	}
-	return strings.TrimSpace(msg[i+len(" failed: "):])
+	return strings.TrimSpace(after)
 }
 
-// channel_binding side by side with psql (libpq 15), and require_auth (libpq 16) against
-// libpq's messages (fe-auth.c, check_expected_areq and auth_method_description), on real
-// servers with each pg_hba method, TLS on: both connect, or both fail and the connector's
-// error holds libpq's words.
+// channel_binding and require_auth side by side with psql, on real servers with each pg_hba
+// method, TLS on: both connect, or both fail and the connector's error holds libpq's words
+// (fe-auth.c, check_expected_areq and auth_method_description). On PostgreSQL 15, psql with
+// libpq 15 for channel_binding and with libpq 18 for require_auth (libpq 16); on 18, libpq 18
+// for every row.
 func TestAuthRequirementsMatchLibpq(t *testing.T) {
+	libpq18, err := harness.Libpq18Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, major := range []int{0, 18} {
+		t.Run(map[int]string{0: "15", 18: "18"}[major], func(t *testing.T) {
+			authMatrix(t, major, libpq18)
+		})
+	}
+}
+
+func authMatrix(t *testing.T, major int, libpq18 []string) {
 	srvs := map[string]*harness.Postgres{}
 	names := map[int]string{}
 	for _, auth := range []string{"trust", "password", "md5", "scram-sha-256"} {
-		srv := harness.StartT(t, harness.Options{TLS: true, Auth: auth})
+		srv := harness.StartT(t, harness.Options{Major: major, TLS: true, Auth: auth})
 		srvs[auth], names[srv.Port] = srv, auth
 	}
 	const (
@@ -37,7 +51,7 @@ func TestAuthRequirementsMatchLibpq(t *testing.T) {
 	)
 	for _, tt := range []struct {
 		server, extra string
-		psql          bool   // psql 15 knows the keywords: compare with it
+		psql          bool   // libpq 15 knows the keywords: compare with it on PostgreSQL 15
 		want          string // the outcome: server and transport, or "error"
 		libpq         string // for an error: libpq's message
 	}{
@@ -77,12 +91,13 @@ func TestAuthRequirementsMatchLibpq(t *testing.T) {
 				}
 				checkNoSecret(t, err, srv.Password)
 			}
-			if !tt.psql {
-				return
+			var env []string // libpq 15
+			if !tt.psql || major == 18 {
+				env = libpq18
 			}
-			pgot, pmsg := psqlOutcome(t, names, nil, dsn)
+			pgot, pmsg := psqlOutcome(t, names, env, dsn)
 			if pgot = strings.TrimSuffix(pgot, " app="); pgot != tt.want {
-				t.Fatalf("psql: %s %q, want %s", pgot, pmsg, tt.want)
+				t.Fatalf("psql (libpq %s): %s %q, want %s", map[bool]string{true: "18", false: "15"}[env != nil], pgot, pmsg, tt.want)
 			}
 			if tt.want == "error" && psqlReason(pmsg) != tt.libpq {
 				t.Errorf("psql says %q, want %q", psqlReason(pmsg), tt.libpq)

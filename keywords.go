@@ -77,7 +77,7 @@ var keywords = []Keyword{
 	{"requirepeer", "PGREQUIREPEER", "15", Honoured, "Unix sockets, SO_PEERCRED (Linux); a mismatch fails the connect"},
 	{"ssl_min_protocol_version", "PGSSLMINPROTOCOLVERSION", "15", Honoured, "TLSv1 to TLSv1.3, any letter case; default TLSv1.2"},
 	{"ssl_max_protocol_version", "PGSSLMAXPROTOCOLVERSION", "15", Honoured, ""},
-	{"min_protocol_version", "PGMINPROTOCOLVERSION", "18", Honoured, "as pgx"},
+	{"min_protocol_version", "PGMINPROTOCOLVERSION", "18", Honoured, "as pgx; a server that offers less fails the connect, no other host, as libpq 18"},
 	{"max_protocol_version", "PGMAXPROTOCOLVERSION", "18", Honoured, "as pgx"},
 	{"krbsrvname", "PGKRBSRVNAME", "15", Honoured, ""},
 	{"gsslib", "PGGSSLIB", "15", Honoured, "gssapi is the only library off Windows: sspi is an error, any other value is ignored as libpq ignores it"},

@@ -37,6 +37,19 @@ type authSettings struct {
 	requireAuth    requireAuth
 	channelBinding string // "disable", "prefer" (the default) or "require"
 	oauth          func(context.Context) (string, error)
+	minMinor       uint32 // the minor protocol version min_protocol_version asks for: 0 or 2
+}
+
+// ProtocolVersionError is the client's refusal of a server whose NegotiateProtocolVersion
+// offers a protocol older than min_protocol_version (protocol-message-formats.html,
+// "NegotiateProtocolVersion"; libpq 18 fe-protocol3.c, pqGetNegotiateProtocolVersion3). As in
+// libpq, no other host is tried after it. Server and Min are minor versions of protocol 3.
+type ProtocolVersionError struct {
+	Server, Min uint32
+}
+
+func (e *ProtocolVersionError) Error() string {
+	return fmt.Sprintf(`server only supports protocol version 3.%d, but "min_protocol_version" was set to 3.%d`, e.Server, e.Min)
 }
 
 // AuthError is the client's failure of the authentication exchange: the client refused what the
@@ -196,7 +209,16 @@ func (x *authExchange) step() error {
 	}
 	msg := x.rb[x.lo : x.lo+1+length]
 	x.lo += 1 + length
-	if typ == 'v' { // pgx checks it against min_protocol_version
+	if typ == 'v' {
+		// The newest protocol version the server supports: PostgreSQL sends the whole
+		// number (3 << 16 | minor, backend_startup.c, SendNegotiateProtocolVersion), pgx reads
+		// the low 16 bits as the minor; so do we. Refused below min_protocol_version with
+		// libpq's words (pgx would say "server protocol version too low" and let the next
+		// host be tried).
+		newest := binary.BigEndian.Uint32(msg[5:])
+		if minor := newest & 0xFFFF; minor < x.s.minMinor {
+			return &ProtocolVersionError{Server: minor, Min: x.s.minMinor}
+		}
 		x.out = msg
 		return nil
 	}
@@ -667,7 +689,12 @@ func (n *Negotiator) authSettingsOf(cfg *pgconn.Config) (authSettings, error) {
 	if cb == "" {
 		cb = "prefer"
 	}
-	return authSettings{user: cfg.User, password: cfg.Password, requireAuth: ra, channelBinding: cb, oauth: cfg.OAuthTokenProvider}, nil
+	var minMinor uint32
+	switch cfg.MinProtocolVersion {
+	case "3.2", "latest": // pgconn.parseProtocolVersion
+		minMinor = 2
+	}
+	return authSettings{user: cfg.User, password: cfg.Password, requireAuth: ra, channelBinding: cb, oauth: cfg.OAuthTokenProvider, minMinor: minMinor}, nil
 }
 
 // prefixReader reads p, then r.

@@ -355,3 +355,36 @@ func TestAuthExchangeGSS(t *testing.T) {
 		})
 	}
 }
+
+// A NegotiateProtocolVersion below min_protocol_version is the client's refusal, with libpq 18's
+// words, classified as one (no other host); at or above it, pgx sees the message.
+func TestAuthExchangeMinProtocolVersion(t *testing.T) {
+	npv := func(version uint32) []byte {
+		return backendMsg('v', append(binary.BigEndian.AppendUint32(nil, version), 0, 0, 0, 0))
+	}
+	ok := backendMsg('R', authBody(0))
+	for _, tc := range []struct {
+		version, minMinor uint32
+		refused           bool
+	}{
+		{3 << 16, 2, true},
+		{3<<16 | 2, 2, false},
+		{3 << 16, 0, false},
+		{0, 2, true}, // the minor alone, as pgx's own encoding of the message
+	} {
+		stream := append(npv(tc.version), ok...)
+		x, _ := testExchange(t, stream, MethodPlain, authSettings{minMinor: tc.minMinor}, false)
+		got, err := io.ReadAll(x)
+		var pv *ProtocolVersionError
+		if tc.refused {
+			want := `server only supports protocol version 3.0, but "min_protocol_version" was set to 3.2`
+			if !errors.As(err, &pv) || err.Error() != want || classify(context.Background(), err) != classClientRefused {
+				t.Errorf("%#x, min 3.%d: %v, want %q (client refused)", tc.version, tc.minMinor, err, want)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, stream) {
+			t.Errorf("%#x, min 3.%d: %q, %v: want the messages for pgx", tc.version, tc.minMinor, got, err)
+		}
+	}
+}

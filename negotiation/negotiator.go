@@ -532,8 +532,11 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 				at.failStep, at.failErr = stepGSSENCRequest, ErrGSSRequired // the attempt is over: fail() would not record it
 				err = &GSSRequiredError{Reason: "the server does not support it (it answered 'N' to GSSENCRequest)", Err: ErrGSSRequired}
 			case m == MethodSSL && h.SSLMode.requiresTLS():
+				// libpq: "server does not support SSL, but SSL was required", and no other
+				// host (fe-connect.c, ENCRYPTION_NEGOTIATION_FAILED: error_return).
 				at.failStep, at.failErr = stepSSLRequest, ErrSSLRequired
 				err = fmt.Errorf("%w (sslmode=%s)", ErrSSLRequired, h.SSLMode)
+				return addrResult{herr: at.hostError(err), final: true}
 			case hasNext:
 				n.fallback(ctx, h, m, methods[i+1], sameSocketReason(m), reuse != nil)
 				continue
@@ -578,10 +581,11 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		// When no socket could be opened the next method would not fare better: like
 		// libpq, go on with the next address instead.
 		next := v.next && hasNext && at.reached.Load()
-		if v.next && !hasNext && (c == classErrorResponse || c == classServer || c == classTLSRefused) {
-			// libpq: an error response, or a TLS server the client refused, with nothing left
-			// to try fails the connect. A remembered answer that may be stale gets its one
-			// retry first (connectHost).
+		if v.next && !hasNext && (c == classErrorResponse || c == classServer || c == classTLSRefused || st == stepTLS) {
+			// libpq: an error response, a failed TLS handshake (direct TLS to a server before
+			// 17 or without TLS, a reset), or a TLS server the client refused, with nothing
+			// left to try fails the connect (fe-connect.c, CONNECTION_FAILED: error_return).
+			// A remembered answer that may be stale gets its one retry first (connectHost).
 			v.final = true
 			r.soft = v.stale
 		}

@@ -48,7 +48,7 @@ const (
 	classRejected                   // ErrGSSRejected
 	classUnverified                 // ErrGSSUnverified
 	classServer                     // an ErrorResponse after the StartupMessage (a SQLSTATE)
-	classClientRefused              // the client refused the server: requirepeer, require_auth, channel_binding, sslcertmode, no password
+	classClientRefused              // the client refused the server: requirepeer, require_auth, channel_binding, sslcertmode, min_protocol_version, no password
 	classTLSRefused                 // *TLSRefusedError: the client refused the TLS server (trust anchor, certificate, ALPN)
 )
 
@@ -62,7 +62,8 @@ func clientRefused(err error) bool {
 	var rp *RequirePeerError
 	var ab *AbortError
 	var ae *AuthError
-	if errors.As(err, &rp) || errors.As(err, &ab) || errors.As(err, &ae) || errors.Is(err, ErrNoPassword) {
+	var pv *ProtocolVersionError
+	if errors.As(err, &rp) || errors.As(err, &ab) || errors.As(err, &ae) || errors.As(err, &pv) || errors.Is(err, ErrNoPassword) {
 		return true
 	}
 	for e := err; e != nil; e = errors.Unwrap(e) {
@@ -159,13 +160,15 @@ const (
 //	caller's context ended                    no (final)    nothing
 //	timeout (connect_timeout, context)        no            nothing         next address, then host
 //	no socket (DNS, TCP connect)              no            nothing         next address, then host
-//	requirepeer, require_auth, channel_binding, sslcertmode refuse the server
+//	requirepeer, require_auth, channel_binding, sslcertmode, min_protocol_version refuse the server
 //	                                          no (final)    nothing         fails
+//	'N' to SSLRequest under sslmode=require+  no (final)    'N'             fails ("server does not support SSL, but SSL was required")
 //	'E' to SSLRequest                         no (final)    nothing         fails ("error response during SSL exchange")
 //	'E' to GSSENCRequest                      yes (new)     GSS: strike     next method, new connection
 //	SSLRequest/GSSENCRequest: closed, reset   no (final)    nothing         fails ("server closed the connection")
 //	protocol violation (bad byte, extra data) no (final)    nothing         fails (libpq accepts data after 'N')
-//	TLS handshake failed, closed, reset       yes (new)     nothing         sslmode=prefer: plaintext, new connection
+//	TLS handshake failed, closed, reset       yes (new)     nothing         sslmode=prefer: plaintext, new connection;
+//	                                                                        nothing left: fails, no other host
 //	client refuses the TLS server (no root certificate file under verify-*, a certificate that
 //	does not verify, direct TLS without ALPN)
 //	                                          yes (new)     nothing         same; nothing left: fails, no other host
@@ -182,10 +185,11 @@ const (
 //	server rejected by target_session_attrs   no (host)     nothing         next host (handled before judge)
 //	startup: closed, reset, wrap token check  no (final)    nothing         fails
 //
-// A strike is remembered when it comes twice in a row (gssLesson). An error response, or the
-// client's refusal of a TLS server, with no method left to try fails the connect (tryAddr), as in
-// libpq 17 (a failed TLS open goes to error_return; checked with psql 15.18: sslmode=verify-ca,
-// two hosts, the first one's certificate not verifying: the second is not tried). A refusal of
+// A strike is remembered when it comes twice in a row (gssLesson). An error response, a failed
+// TLS handshake or the client's refusal of a TLS server, with no method left to try, fails the
+// connect (tryAddr), as in libpq 17 and 18 (a failed TLS open goes to error_return; checked with
+// psql 15.18: sslmode=verify-ca, two hosts, the first one's certificate not verifying: the second
+// is not tried; with libpq 18: sslnegotiation=direct, the first host a PostgreSQL 16 server). A refusal of
 // the TLS server is the client's verdict, not the server's answer: it never teaches that the
 // server has no TLS.
 func judge(m Method, st step, c class, code string, authOK bool) verdict {
