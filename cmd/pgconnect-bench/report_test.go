@@ -411,3 +411,43 @@ func TestWriteDistance(t *testing.T) {
 		}
 	}
 }
+
+// Scenario 10's targets: a round trip (0.75 at the least) ahead of libpq's and pgx's defaults
+// at 5 ms and more, no slower than libpq with sslnegotiation=direct; none at 0 ms or for a
+// failed pgconnector row.
+func TestDistanceTargets(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	row := func(user string, delay float64, peer, family string, p50 float64, errs int) ConnectResult {
+		return ConnectResult{Scenario: 10, User: user, Delay: ms(delay), Peer: peer, Family: family, Clients: 1,
+			Conns: 40, Errors: errs, P50: ms(p50), P99: ms(p50 + 3), Backends: 1}
+	}
+	r := &Report{Connect: []ConnectResult{
+		row(userTrust, 0, peerDefault, "pgconnector", 2, 0),
+		row(userTrust, 0, peerLibpqDefault, "libpq", 3, 0),
+		row(userTrust, 25, peerDefault, "pgconnector", 152, 0),
+		row(userTrust, 25, peerLibpqDefault, "libpq", 203, 0),
+		row(userTrust, 25, peerPgxDefault, "pgx", 180, 0),
+		row(userTrust, 25, peerLibpqDirect, "libpq", 150, 0),
+		row(userScram, 25, peerDefault, "pgconnector", 0, 40),
+		row(userScram, 25, peerLibpqDefault, "libpq", 303, 0),
+	}}
+	got := map[string]bool{}
+	for _, tg := range checkTargets(r) {
+		if strings.HasPrefix(tg.Name, "scenario 10") {
+			got[tg.Name] = tg.Met
+		}
+	}
+	want := map[string]bool{
+		"scenario 10, trust, 25ms one way: p50 connect vs " + peerLibpqDefault: true,  // 1.02
+		"scenario 10, trust, 25ms one way: p50 connect vs " + peerPgxDefault:   false, // 0.56
+		"scenario 10, trust, 25ms one way: p50 connect vs " + peerLibpqDirect:  true,  // -0.04
+	}
+	if len(got) != len(want) {
+		t.Errorf("targets %v, want %v", got, want)
+	}
+	for name, met := range want {
+		if m, ok := got[name]; !ok || m != met {
+			t.Errorf("%s: met=%v (present %v), want %v", name, m, ok, met)
+		}
+	}
+}

@@ -193,8 +193,43 @@ func checkTargets(r *Report) []Target {
 			Met:  h.SSLRequests == 1 && h.GSSENCRequests == wantGSS && h.Errors == 0,
 		})
 	}
+	// Scenario 10: over distance (a one-way delay of 5 ms or more), pgconnector's default is a
+	// round trip ahead of libpq's and pgx's defaults (the SSLRequest it learned to leave out),
+	// and no slower than libpq with sslnegotiation=direct written (within a fifth of a round
+	// trip: the client's own CPU and the machine's noise).
+	for _, pc := range r.Connect {
+		if pc.Scenario != 10 || pc.Peer != peerDefault || pc.Delay < 5*time.Millisecond || !connectOK(pc) {
+			continue
+		}
+		rtt := float64(2 * pc.Delay)
+		for _, o := range r.Connect {
+			if o.Scenario != 10 || o.User != pc.User || o.Delay != pc.Delay || !connectOK(o) {
+				continue
+			}
+			ahead := float64(o.P50-pc.P50) / rtt
+			var want string
+			var met bool
+			switch o.Peer {
+			case peerLibpqDefault, peerPgxDefault:
+				want, met = ">= 0.75 round trips ahead", ahead >= 0.75
+			case peerLibpqDirect:
+				want, met = ">= -0.20 round trips (no slower)", ahead >= -0.2
+			default:
+				continue
+			}
+			ts = append(ts, Target{
+				Name: fmt.Sprintf("scenario 10, %s, %v one way: p50 connect vs %s", pc.User, pc.Delay, o.Peer),
+				Want: want,
+				Got:  fmt.Sprintf("%.2f (%s vs %s)", ahead, millis(pc.P50), millis(o.P50)),
+				Met:  met,
+			})
+		}
+	}
 	return append(ts, r.WarmDecision...)
 }
+
+// millis formats d in milliseconds with two decimals.
+func millis(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
 // plural is "1 client", "2 clients".
 func plural(n int, noun string) string {
