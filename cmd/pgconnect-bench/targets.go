@@ -229,7 +229,9 @@ func checkTargets(r *Report) []Target {
 }
 
 // millis formats d in milliseconds with two decimals.
-func millis(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
 
 // plural is "1 client", "2 clients".
 func plural(n int, noun string) string {
