@@ -4,8 +4,12 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,7 +270,8 @@ func TestDirectTLSCancel(t *testing.T) {
 		t.Errorf("the cancel took %v", el)
 	}
 	after := proxy.Stats()
-	for deadline := time.Now().Add(5 * time.Second); after.Connections == before.Connections && time.Now().Before(deadline); {
+	opened := func(s harness.ProxyStats) int { return s.DirectTLS + s.SSLRequests + s.CancelRequests + s.StartupMessages }
+	for deadline := time.Now().Add(5 * time.Second); opened(after) == opened(before) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond) // the cancel connection may still be on its way
 		after = proxy.Stats()
 	}
@@ -297,5 +302,112 @@ func TestDirectTLSNotLearnedBefore17(t *testing.T) {
 				t.Errorf("the cache knows %+v, want Direct unknown", got)
 			}
 		})
+	}
+}
+
+// swallower is a middlebox in front of target that knows only SSLRequest: once swallow is set, a
+// connection whose first byte opens a TLS record is held open and never answered; every other
+// connection is passed through.
+type swallower struct {
+	l       net.Listener
+	target  string
+	swallow atomic.Bool
+	held    atomic.Int32
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func newSwallower(t *testing.T, target string) *swallower {
+	l, err := harness.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &swallower{l: l, target: target}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); s.serve(c) }()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		s.mu.Lock()
+		for _, c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *swallower) serve(c net.Conn) {
+	defer c.Close()
+	var first [1]byte
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		return
+	}
+	if first[0] == 0x16 && s.swallow.Load() {
+		s.held.Add(1)
+		_, _ = io.Copy(io.Discard, c) // until the client gives up
+		return
+	}
+	srv, err := net.Dial("tcp", s.target)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.conns = append(s.conns, srv)
+	s.mu.Unlock()
+	defer srv.Close()
+	if _, err := srv.Write(first[:]); err != nil {
+		return
+	}
+	go func() { _, _ = io.Copy(c, srv); c.Close() }()
+	_, _ = io.Copy(srv, c)
+}
+
+// A learned direct handshake that is never answered (a middlebox that knows only SSLRequest)
+// waits half of connect_timeout, then the same connect goes on with SSLRequest and succeeds; the
+// next ones use SSLRequest at once.
+func TestDirectTLSSwallowed(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{Major: 18, TLS: true})
+	mb := newSwallower(t, srv.Addr())
+	host, port, _ := net.SplitHostPort(mb.l.Addr().String())
+	dsn := fmt.Sprintf("host=%s port=%s user=%s password=%s dbname=%s connect_timeout=4", host, port, srv.User, srv.Password, srv.Database)
+	c := newConnector(t, dsn)
+	ctx := context.Background()
+	connectOnce(t, ctx, c) // learns
+	n, _ := strconv.Atoi(port)
+	key := negotiation.Key{Host: host, Port: uint16(n)}
+	if got := pgconnector.CacheOf(c).Known(key); got.Direct != negotiation.AnswerYes {
+		t.Fatalf("not learned: %+v", got)
+	}
+	mb.swallow.Store(true)
+	start := time.Now()
+	connectOnce(t, ctx, c) // direct, swallowed; then SSLRequest
+	if el := time.Since(start); el < time.Second || el > 4*time.Second {
+		t.Errorf("the connect took %v, want about half of connect_timeout (2 s) and less than all of it", el)
+	}
+	if mb.held.Load() != 1 {
+		t.Errorf("%d ClientHellos swallowed, want 1", mb.held.Load())
+	}
+	if got := pgconnector.CacheOf(c).Known(key); got.Direct != negotiation.AnswerNo {
+		t.Errorf("the cache knows %+v, want Direct no", got)
+	}
+	start = time.Now()
+	connectOnce(t, ctx, c)
+	if mb.held.Load() != 1 {
+		t.Errorf("the next connect sent a ClientHello again")
 	}
 }

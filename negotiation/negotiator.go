@@ -547,16 +547,16 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		st, c := at.failure(ctx, err)
 		if at.learnedDirect && st == stepTLS && c != classCanceled {
 			// The host no longer takes direct TLS (a pooler in front, a server restarted
-			// older or without TLS), or the network kept the handshake from ending: either
-			// way, SSLRequest from now on, which is libpq's way and gives up no encryption.
-			// SSLRequest follows on a new connection when time is left; plaintext only after
-			// the server's own 'N' to it. A certificate the client refuses is not the
-			// server's answer about direct TLS: SSLRequest will get the same certificate.
-			refused := c == classTLSRefused && !errors.Is(at.failErr, ErrDirectTLSNoALPN)
-			if !refused {
-				n.cfg.Cache.SetDirect(at.key, AnswerNo)
-			}
-			if !refused && c != classTimeout && hasNext && at.reached.Load() {
+			// older or without TLS), the network kept the handshake from ending, or the
+			// client refused the certificate (which SSLRequest will get too: direct TLS then
+			// only costs a socket). Either way, SSLRequest from now on, which is libpq's way
+			// and gives up no encryption, and for this connect on a new socket while time is
+			// left: plaintext only after the server's own 'N' to it, or as libpq's sslmode
+			// allows after a certificate it refuses.
+			n.cfg.Cache.SetDirect(at.key, AnswerNo)
+			// A timeout of the handshake alone (learnedDirectWait) leaves the address's time
+			// for SSLRequest; one of the whole connect does not.
+			if (c != classTimeout || ctx.Err() == nil) && hasNext && at.reached.Load() {
 				n.fallback(ctx, h, m, methods[i+1], "direct TLS failed ("+failureReason(st, c, "")+"): SSLRequest", false)
 				continue
 			}
@@ -999,7 +999,14 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 			}
 		}
 		if err == nil {
-			err = tc.HandshakeContext(ctx)
+			hsCtx, cancel := ctx, context.CancelFunc(nil)
+			if at.learnedDirect {
+				hsCtx, cancel = context.WithTimeout(ctx, learnedDirectWait(ctx))
+			}
+			err = tc.HandshakeContext(hsCtx)
+			if cancel != nil {
+				cancel()
+			}
 		}
 		at.alpn = err == nil && tc.ConnectionState().NegotiatedProtocol == alpnProtocol
 		if err == nil && at.method == MethodDirectSSL && !at.alpn {
@@ -1026,6 +1033,23 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 		at.startupMu.Unlock()
 	}
 	return conn, nil
+}
+
+// maxLearnedDirectWait bounds the wait for a learned direct TLS handshake when the connect has
+// no deadline (learnedDirectWait).
+const maxLearnedDirectWait = 10 * time.Second
+
+// learnedDirectWait is how long a direct TLS handshake the cache chose may take: half the time
+// left to the connect (connect_timeout or the context), at most maxLearnedDirectWait. A peer
+// that swallows a ClientHello sent as the first bytes (a middlebox that knows only SSLRequest)
+// then leaves the other half for SSLRequest, which libpq would have sent from the start, instead
+// of failing the connect or, without a deadline, holding it forever.
+func learnedDirectWait(ctx context.Context) time.Duration {
+	d := maxLearnedDirectWait
+	if deadline, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(deadline)/2)
+	}
+	return d
 }
 
 func (at *attempt) endStartup(err error) {
