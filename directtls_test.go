@@ -270,7 +270,9 @@ func TestDirectTLSCancel(t *testing.T) {
 		t.Errorf("the cancel took %v", el)
 	}
 	after := proxy.Stats()
-	opened := func(s harness.ProxyStats) int { return s.DirectTLS + s.SSLRequests + s.CancelRequests + s.StartupMessages }
+	opened := func(s harness.ProxyStats) int {
+		return s.DirectTLS + s.SSLRequests + s.CancelRequests + s.StartupMessages
+	}
 	for deadline := time.Now().Add(5 * time.Second); opened(after) == opened(before) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond) // the cancel connection may still be on its way
 		after = proxy.Stats()
