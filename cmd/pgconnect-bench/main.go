@@ -96,6 +96,7 @@ type config struct {
 	bulkReps       int // scenario 4 repetitions (the best counts)
 	cpuProfile     string
 	render         string // a benchmarks.json to render again instead of measuring
+	mergeDistance  string // with render: a benchmarks.json whose scenario 10 replaces the report's
 	pin            bool   // clients and servers on separate CPUs
 }
 
@@ -125,6 +126,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.bulkReps, "bulk-reps", 5, "repetitions of each transfer in scenario 4; the fastest counts")
 	fs.BoolVar(&c.pin, "pin", true, "run the clients on half of the CPUs and the servers on the other half (taskset), as on separate hosts")
 	fs.StringVar(&c.render, "render", "", "render benchmarks.md and the charts again from this benchmarks.json, measuring nothing")
+	fs.StringVar(&c.mergeDistance, "merge-distance", "", "with -render: take scenario 10 from this benchmarks.json (a run of -scenarios distance), saying when it ran")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "directory where each Go client process writes a CPU profile of its measured part")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -173,6 +175,9 @@ func parseFlags(args []string) (config, error) {
 	if c.copyMiB < 0 || c.byteaMiB < 0 || c.byteaMiB > 256 {
 		return c, fmt.Errorf("-copy-mib must be >= 0 and -bytea-mib between 0 and 256 (the server's 1 GB limit on a statement), got %d and %d", c.copyMiB, c.byteaMiB)
 	}
+	if c.mergeDistance != "" && c.render == "" {
+		return c, errors.New("-merge-distance: only with -render")
+	}
 	return c, nil
 }
 
@@ -204,6 +209,9 @@ func main() {
 	var rep *Report
 	if cfg.render != "" {
 		rep, err = readReport(cfg.render)
+		if err == nil && cfg.mergeDistance != "" {
+			err = mergeDistance(rep, cfg.mergeDistance)
+		}
 	} else {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		rep, err = run(ctx, cfg)
@@ -356,6 +364,29 @@ func readReport(path string) (*Report, error) {
 	}
 	rep.Targets = checkTargets(&rep)
 	return &rep, nil
+}
+
+// mergeDistance replaces rep's scenario 10 with the one of the report at path, a run of that
+// scenario alone, and records when it ran (Report.DistanceMeasured); the targets are checked
+// again.
+func mergeDistance(rep *Report, path string) error {
+	other, err := readReport(path)
+	if err != nil {
+		return err
+	}
+	if len(scenarioRows(other.Connect, 10)) == 0 {
+		return fmt.Errorf("-merge-distance: %s has no scenario 10", path)
+	}
+	rep.Connect = slices.DeleteFunc(rep.Connect, func(c ConnectResult) bool { return c.Scenario == 10 })
+	for _, c := range other.Connect {
+		if c.Scenario == 10 {
+			rep.Connect = append(rep.Connect, c)
+		}
+	}
+	rep.DistanceServer, rep.DistanceLibpq = other.DistanceServer, other.DistanceLibpq
+	rep.DistanceMeasured = other.Started
+	rep.Targets = checkTargets(rep)
+	return nil
 }
 
 // writeOutputs writes the report, its tables and its charts into dir and

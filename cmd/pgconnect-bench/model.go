@@ -26,6 +26,9 @@ type Report struct {
 	// the libpq pgbench loaded, for example "libpq 18 (/opt/pgconnector/postgresql-18/lib)".
 	DistanceServer string `json:"distance_server,omitempty"`
 	DistanceLibpq  string `json:"distance_libpq,omitempty"`
+	// DistanceMeasured is when scenario 10 ran, set only when that was in another run than the
+	// rest of the report (-merge-distance).
+	DistanceMeasured time.Time `json:"distance_measured,omitzero"`
 	// WarmDecision is the warm decision path measured in process (its
 	// allocations and time), as target lines.
 	WarmDecision []Target `json:"warm_decision"`

@@ -275,7 +275,12 @@ func writeDistance(b *strings.Builder, r *Report) {
 		"makes that `require`) they start the handshake at once. pgconnector runs with its default DSN, one Connector " +
 		"warmed by two connections. *Round trips ahead* is (the peer's p50 - pgconnector's p50) / (2 × delay): " +
 		"positive where pgconnector connects in fewer round trips; at a short delay the client's own CPU time " +
-		"weighs in it too. Server: " + server + ".\n\n")
+		"weighs in it too. Server: " + server + ".")
+	if !r.DistanceMeasured.IsZero() {
+		fmt.Fprintf(b, " Measured %s UTC in a run of this scenario alone, on the same machine; the other "+
+			"scenarios come from the run this report starts with.", r.DistanceMeasured.UTC().Format("2006-01-02 15:04"))
+	}
+	b.WriteString("\n\n")
 	t := table{
 		head:  []string{"Role's authentication", "One-way delay", "Peer", "p50 connect", "p99 connect", "Round trips ahead", "Backends/conn", "Errors"},
 		right: []bool{false, true, false, true, true, true, true, false},

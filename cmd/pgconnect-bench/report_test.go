@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -449,5 +450,58 @@ func TestDistanceTargets(t *testing.T) {
 		if m, ok := got[name]; !ok || m != met {
 			t.Errorf("%s: met=%v (present %v), want %v", name, m, ok, met)
 		}
+	}
+}
+
+// -merge-distance takes scenario 10 from a run of it alone, says when it ran, and checks its
+// targets.
+func TestMergeDistance(t *testing.T) {
+	dir := t.TempDir()
+	full := &Report{Started: time.Date(2026, 12, 1, 23, 4, 0, 0, time.UTC), Connect: []ConnectResult{
+		{Scenario: 1, Peer: peerDefault, Family: "pgconnector", Conns: 10, ConnsPerSec: 40},
+		{Scenario: 10, Peer: peerDefault, Family: "pgconnector", User: userTrust, Delay: 25 * time.Millisecond, Conns: 10, P50: time.Second},
+	}}
+	alone := &Report{Started: time.Date(2026, 12, 2, 1, 21, 0, 0, time.UTC), DistanceServer: "PostgreSQL 18", Connect: []ConnectResult{
+		{Scenario: 10, Peer: peerDefault, Family: "pgconnector", User: userTrust, Delay: 25 * time.Millisecond, Conns: 10, P50: 150 * time.Millisecond},
+		{Scenario: 10, Peer: peerLibpqDefault, Family: "libpq", User: userTrust, Delay: 25 * time.Millisecond, Conns: 10, P50: 200 * time.Millisecond},
+	}}
+	var paths []string
+	for i, r := range []*Report{full, alone} {
+		d := filepath.Join(dir, fmt.Sprint(i))
+		if _, err := writeOutputs(d, r); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, filepath.Join(d, "benchmarks.json"))
+	}
+	rep, err := readReport(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeDistance(rep, paths[1]); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(scenarioRows(rep.Connect, 10)); n != 2 || len(scenarioRows(rep.Connect, 1)) != 1 {
+		t.Errorf("after the merge: %d rows of scenario 10, want 2, and scenario 1 kept", n)
+	}
+	var b strings.Builder
+	if err := writeMarkdown(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Measured 2026-12-02 01:21 UTC in a run of this scenario alone") {
+		t.Error("the report does not say when scenario 10 ran")
+	}
+	met := false
+	for _, tg := range rep.Targets {
+		met = met || strings.HasPrefix(tg.Name, "scenario 10") && tg.Met
+	}
+	if !met {
+		t.Errorf("scenario 10's targets not checked after the merge: %v", rep.Targets)
+	}
+	empty := filepath.Join(dir, "empty.json")
+	if err := os.WriteFile(empty, []byte(`{"connect":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeDistance(rep, empty); err == nil {
+		t.Error("a report without scenario 10 was merged")
 	}
 }
