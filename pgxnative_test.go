@@ -805,8 +805,10 @@ func TestPgxProtocolVersion(t *testing.T) {
 	mu.Unlock()
 
 	_, err = newConnector(t, plain.DSN("min_protocol_version=3.2")).ConnectPgx(ctx, nil)
+	// libpq 18's words (fe-protocol3.c, pqGetNegotiateProtocolVersion3), not pgx's.
 	var ce *negotiation.ConnectError
-	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "server protocol version too low") {
+	var pv *negotiation.ProtocolVersionError
+	if !errors.As(err, &ce) || !errors.As(err, &pv) || !strings.Contains(err.Error(), `server only supports protocol version 3.0, but "min_protocol_version" was set to 3.2`) {
 		t.Errorf("min_protocol_version=3.2 against 3.0: %v", err)
 	}
 }
