@@ -285,8 +285,8 @@ func TestDirectTLSCancel(t *testing.T) {
 	}
 }
 
-// A server before PostgreSQL 17 selects no ALPN: nothing is learned, and every connection sends
-// SSLRequest, as libpq's.
+// A server before PostgreSQL 17 selects no ALPN: it is remembered as taking no direct TLS, and
+// every connection sends SSLRequest, as libpq's.
 func TestDirectTLSNotLearnedBefore17(t *testing.T) {
 	for _, major := range []int{15, 16} {
 		t.Run(strconv.Itoa(major), func(t *testing.T) {
@@ -300,8 +300,8 @@ func TestDirectTLSNotLearnedBefore17(t *testing.T) {
 			if d := proxy.Stats().SSLRequests - before.SSLRequests; d != 3 {
 				t.Errorf("%d SSLRequests for 3 connections, want 3", d)
 			}
-			if got := known(c, proxy); got.Direct != negotiation.AnswerUnknown {
-				t.Errorf("the cache knows %+v, want Direct unknown", got)
+			if got := known(c, proxy); got.Direct != negotiation.AnswerNo {
+				t.Errorf("the cache knows %+v, want Direct no (no ALPN selected)", got)
 			}
 		})
 	}

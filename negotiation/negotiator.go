@@ -498,6 +498,11 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 				n.cfg.Cache.RenewDirect(at.key)
 			case at.directShown:
 				n.cfg.Cache.LearnDirect(at.key)
+			case m == MethodSSL && !at.alpn && at.known.Direct == AnswerUnknown:
+				// No ALPN postgresql over SSLRequest: a server before 17 or a pooler, which
+				// takes no direct TLS. Remembered, so that the next connects (until the TTL
+				// ends) do not look for server_version again (Configure).
+				n.cfg.Cache.SetDirect(at.key, AnswerNo)
 			}
 			res.method, res.cache = m, at.cache
 			return addrResult{done: true}
@@ -999,13 +1004,13 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 			}
 		}
 		if err == nil {
-			hsCtx, cancel := ctx, context.CancelFunc(nil)
 			if at.learnedDirect {
-				hsCtx, cancel = context.WithTimeout(ctx, learnedDirectWait(ctx))
+				// A deadline on the socket, not a context: no allocation on a warm connect.
+				_ = tc.SetDeadline(time.Now().Add(learnedDirectWait(ctx)))
 			}
-			err = tc.HandshakeContext(hsCtx)
-			if cancel != nil {
-				cancel()
+			err = tc.HandshakeContext(ctx)
+			if at.learnedDirect && err == nil {
+				_ = tc.SetDeadline(time.Time{})
 			}
 		}
 		at.alpn = err == nil && tc.ConnectionState().NegotiatedProtocol == alpnProtocol

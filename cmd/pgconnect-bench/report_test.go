@@ -379,19 +379,14 @@ func checkPNG(t *testing.T, path string) {
 // ahead of each other peer at the same role and delay, none without a delay or a pgconnector
 // row that connected.
 func TestWriteDistance(t *testing.T) {
-	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
-	row := func(user string, delay float64, peer, family string, p50 float64, errs int) ConnectResult {
-		return ConnectResult{Scenario: 10, User: user, Delay: ms(delay), Peer: peer, Family: family, Clients: 1,
-			Conns: 40, Errors: errs, P50: ms(p50), P99: ms(p50 + 3), Backends: 1}
-	}
 	r := &Report{DistanceServer: "PostgreSQL 18", DistanceLibpq: "libpq 18 (/opt/pgconnector/postgresql-18/lib)", Connect: []ConnectResult{
-		row(userTrust, 0, peerDefault, "pgconnector", 2, 0),
-		row(userTrust, 0, peerLibpqDefault, "libpq", 3, 0),
-		row(userTrust, 25, peerDefault, "pgconnector", 152, 0),
-		row(userTrust, 25, peerLibpqDefault, "libpq", 203, 0),
-		row(userTrust, 25, peerPgxDirect, "pgx", 140, 0),
-		row(userScram, 25, peerDefault, "pgconnector", 0, 40),
-		row(userScram, 25, peerLibpqDefault, "libpq", 303, 0),
+		distanceRow(userTrust, 0, peerDefault, "pgconnector", 2, 0),
+		distanceRow(userTrust, 0, peerLibpqDefault, "libpq", 3, 0),
+		distanceRow(userTrust, 25, peerDefault, "pgconnector", 152, 0),
+		distanceRow(userTrust, 25, peerLibpqDefault, "libpq", 203, 0),
+		distanceRow(userTrust, 25, peerPgxDirect, "pgx", 140, 0),
+		distanceRow(userScram, 25, peerDefault, "pgconnector", 0, 40),
+		distanceRow(userScram, 25, peerLibpqDefault, "libpq", 303, 0),
 	}}
 	var b strings.Builder
 	if err := writeMarkdown(&b, r); err != nil {
@@ -417,20 +412,15 @@ func TestWriteDistance(t *testing.T) {
 // at 5 ms and more, no slower than libpq with sslnegotiation=direct; none at 0 ms or for a
 // failed pgconnector row.
 func TestDistanceTargets(t *testing.T) {
-	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
-	row := func(user string, delay float64, peer, family string, p50 float64, errs int) ConnectResult {
-		return ConnectResult{Scenario: 10, User: user, Delay: ms(delay), Peer: peer, Family: family, Clients: 1,
-			Conns: 40, Errors: errs, P50: ms(p50), P99: ms(p50 + 3), Backends: 1}
-	}
 	r := &Report{Connect: []ConnectResult{
-		row(userTrust, 0, peerDefault, "pgconnector", 2, 0),
-		row(userTrust, 0, peerLibpqDefault, "libpq", 3, 0),
-		row(userTrust, 25, peerDefault, "pgconnector", 152, 0),
-		row(userTrust, 25, peerLibpqDefault, "libpq", 203, 0),
-		row(userTrust, 25, peerPgxDefault, "pgx", 180, 0),
-		row(userTrust, 25, peerLibpqDirect, "libpq", 150, 0),
-		row(userScram, 25, peerDefault, "pgconnector", 0, 40),
-		row(userScram, 25, peerLibpqDefault, "libpq", 303, 0),
+		distanceRow(userTrust, 0, peerDefault, "pgconnector", 2, 0),
+		distanceRow(userTrust, 0, peerLibpqDefault, "libpq", 3, 0),
+		distanceRow(userTrust, 25, peerDefault, "pgconnector", 152, 0),
+		distanceRow(userTrust, 25, peerLibpqDefault, "libpq", 203, 0),
+		distanceRow(userTrust, 25, peerPgxDefault, "pgx", 180, 0),
+		distanceRow(userTrust, 25, peerLibpqDirect, "libpq", 150, 0),
+		distanceRow(userScram, 25, peerDefault, "pgconnector", 0, 40),
+		distanceRow(userScram, 25, peerLibpqDefault, "libpq", 303, 0),
 	}}
 	got := map[string]bool{}
 	for _, tg := range checkTargets(r) {
@@ -504,4 +494,11 @@ func TestMergeDistance(t *testing.T) {
 	if err := mergeDistance(rep, empty); err == nil {
 		t.Error("a report without scenario 10 was merged")
 	}
+}
+
+// distanceRow is a scenario 10 result: delay and p50 in milliseconds.
+func distanceRow(user string, delay float64, peer, family string, p50 float64, errs int) ConnectResult {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	return ConnectResult{Scenario: 10, User: user, Delay: ms(delay), Peer: peer, Family: family, Clients: 1,
+		Conns: 40, Errors: errs, P50: ms(p50), P99: ms(p50 + 3), Backends: 1}
 }
