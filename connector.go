@@ -48,6 +48,7 @@ type Connector struct {
 	gss        *gss.Client
 	statements *tracing.Statements // nil: WithStatementSpans(false)
 	metrics    *tracing.Metrics
+	tp         trace.TracerProvider // of the pgxpool acquire spans (PgxPoolConfig)
 	// beforeConnect is WithBeforeConnect's, run by configureAttempt for database/sql and pgx.
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 
@@ -157,7 +158,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // one span of kind CLIENT per exec, query (until its rows are closed), prepare, prepared
 // statement exec or query, begin, commit, rollback and ping, and one measurement of
 // db.client.operation.duration each. With false the connector returns pgx's connections as they
-// are, with neither. Default: true.
+// are, with neither. It also turns on or off the pgxpool.acquire spans of the pools of
+// [Connector.PgxPoolConfig] and [Connector.OpenPool] (tracing.PoolTracer); their pool metrics
+// stay. Default: true.
 func WithStatementSpans(on bool) Option {
 	return func(o *options) { o.statementSpans = on }
 }
@@ -268,6 +271,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	}
 	c = &Connector{settings: s, negotiator: neg, gss: krb, metrics: metrics, beforeConnect: o.beforeConnect}
 	if o.statementSpans {
+		c.tp = o.tracerProvider
 		c.statements = tracing.NewStatements(tracing.StatementConfig{
 			TracerProvider: o.tracerProvider,
 			MeterProvider:  o.meterProvider,
@@ -364,7 +368,8 @@ func (c *Connector) OpenDB() *sql.DB {
 // Driver returns a driver whose Open parses its argument with New; database/sql uses Connect.
 func (c *Connector) Driver() driver.Driver { return Driver{} }
 
-// Close releases what the connector holds and stops the pool metrics of [Connector.OpenDB]. It
+// Close releases what the connector holds and stops the pool metrics of [Connector.OpenDB] and
+// [Connector.OpenPool] (a pgxpool.Pool has no hook of its own to stop them at its Close). It
 // cancels a background refresh of a remembered answer and waits for it to end, and closes the
 // credential cache (a KCM cache's connection to its daemon), so that no goroutine or socket of
 // the connector outlives it; connections already open stay open. A connect after Close that
