@@ -21,6 +21,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -68,6 +69,7 @@ type options struct {
 	statementSpans  bool
 	queryText       bool
 	spanName        func(ctx context.Context, operation, query string) string
+	logger          *slog.Logger
 
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	afterConnect  func(context.Context, *pgx.Conn) error
@@ -183,6 +185,19 @@ func WithSpanNameFunc(f func(ctx context.Context, operation, query string) strin
 	return func(o *options) { o.spanName = f }
 }
 
+// WithLogger sets where the connector logs its own decisions: each host's plan and each step
+// of an attempt (Debug), a fallback to the next method (GSS to TLS, direct TLS to SSLRequest, TLS
+// to plaintext), a refresh that changed or confirmed a remembered server answer and a failed
+// connect (Info: the caller has its error too), a server that broke the protocol, a failed
+// background refresh and unreadable Kerberos credentials (Warn). The records carry the spans'
+// attribute keys (server.address, server.port, pgconnector.*, error.type) and never a password,
+// ticket, key or statement; each level is asked of l.Enabled first, so a level l drops costs
+// nothing. tracing.NewLogTrace lists what each record holds. Statements are not logged.
+// Default: nil, no logs.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
 // WithCacheTTL sets how long a server's answer to SSLRequest (and, with Kerberos, to
 // GSSENCRequest) is trusted. Zero or less disables remembering: every connection then negotiates
 // as libpq does. Default: DefaultCacheTTL.
@@ -255,8 +270,8 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		Cache:           negotiation.NewCache(o.cacheTTL),
 		// The background refresh's own open (connector_refresh.go), not Connect's closure.
 		Open: func(ctx context.Context) (io.Closer, error) { return c.openForRefresh(ctx) },
-		// The metric hooks first: the span hooks' Done hooks end the span that is current.
-		Trace:      tracing.Compose(metrics.Trace(), tracing.NewTrace(o.tracerProvider)),
+		// The metric and log hooks first: the span hooks' Done hooks end the span that is current.
+		Trace:      tracing.Compose(tracing.Compose(metrics.Trace(), tracing.NewLogTrace(o.logger)), tracing.NewTrace(o.tracerProvider)),
 		LookupFunc: s.Config.LookupFunc,
 		DialFunc:   dial,
 		GSS:        krb,
