@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -138,6 +139,33 @@ func TestPgxPoolAcquireSpans(t *testing.T) {
 	acquire(context.Background())
 	for _, sp := range rec.Ended()[before:] {
 		t.Errorf("span %s without a caller's span", sp.Name())
+	}
+
+	// Composed with a statement tracer through multitracer, as PgxPoolConfig says: both.
+	cfg, err := c.PgxPoolConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = multitracer.New(cfg.ConnConfig.Tracer, tracing.NewPgxTracer(tracing.StatementConfig{TracerProvider: tp}))
+	mp, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Close()
+	id = caller(func(ctx context.Context) {
+		if err := mp.QueryRow(ctx, "select 1").Scan(new(int)); err != nil {
+			t.Error(err)
+		}
+	})
+	acquireSpan(t, rec.Ended(), id)
+	var selects int
+	for _, sp := range rec.Ended() {
+		if sp.Name() == "SELECT" && sp.Parent().SpanID() == id {
+			selects++
+		}
+	}
+	if selects != 1 {
+		t.Errorf("multitracer: %d SELECT spans under the caller's, want 1", selects)
 	}
 
 	// WithStatementSpans(false): the connect is the caller's child.

@@ -58,7 +58,8 @@ const (
 //     be read (an error, not their absence), once per check that read them.
 //
 // No record holds a password, a ticket, a key, the cancel key or a statement: the hooks are
-// given none (negotiation.Trace), and the error texts are those the spans record. Every hook
+// given none (negotiation.Trace), and the error texts are those the spans record (a Kerberos
+// library's may name a principal: see the package documentation). Every hook
 // asks l.Enabled for its level before it builds a record: a level the handler drops costs no
 // allocation.
 func NewLogTrace(l *slog.Logger) *negotiation.Trace {
