@@ -163,8 +163,8 @@ func TestLoggerFallbackAndRefresh(t *testing.T) {
 }
 
 // A server answering SSLRequest with a byte that is neither 'S' nor 'N' breaks the protocol:
-// Warn, with error.type protocol_error, the host, and the error's text; its ssl_request step
-// at Debug says the same. At Info, the step is not logged and the fault is.
+// the ssl_request step is a Warn record with error.type protocol_error and the error's text, at
+// Debug and at Info alike; the failed connect is Info, with the host.
 func TestLoggerProtocolFault(t *testing.T) {
 	fs := harness.FaultServerT(t, harness.FaultServerOptions{Fault: harness.Fault{Step: harness.StepSSLAnswer, Kind: harness.FaultGarbage}})
 	_, port := fs.Addr()
@@ -176,15 +176,18 @@ func TestLoggerProtocolFault(t *testing.T) {
 			t.Fatal("connected to a server that broke the protocol")
 		}
 		c.Close()
-		got := logs.find(t, tracing.LogProtocolFault, map[string]string{
-			"level": "WARN", "server.address": "127.0.0.1", "server.port": strconv.Itoa(port), "error.type": tracing.ErrorTypeProtocol,
-		})
-		if len(got) != 1 || !strings.Contains(jsonText(got[0]["exception.message"]), "unexpected answer byte 0x58") {
+		got := logs.find(t, tracing.LogProtocolFault, map[string]string{"level": "WARN", "error.type": tracing.ErrorTypeProtocol})
+		if len(got) != 1 || !strings.Contains(jsonText(got[0]["exception.message"]), "SSLRequest: unexpected answer byte 0x58") {
 			t.Errorf("level %v: protocol fault records %v; logs:\n%s", level, got, logs)
 		}
-		steps := logs.find(t, tracing.SpanSSLRequest, map[string]string{"level": "DEBUG", "error.type": tracing.ErrorTypeProtocol})
-		if want := map[slog.Level]int{slog.LevelDebug: 1, slog.LevelInfo: 0}[level]; len(steps) != want {
-			t.Errorf("level %v: %d ssl_request records, want %d; logs:\n%s", level, len(steps), want, logs)
+		failed := logs.find(t, tracing.LogConnectFailed, map[string]string{
+			"level": "INFO", "server.address": "127.0.0.1", "server.port": strconv.Itoa(port), "error.type": tracing.ErrorTypeProtocol,
+		})
+		if len(failed) != 1 {
+			t.Errorf("level %v: %d connect failed records, want 1; logs:\n%s", level, len(failed), logs)
+		}
+		if n := len(logs.find(t, tracing.SpanSSLRequest, nil)); n != 0 {
+			t.Errorf("level %v: the faulty ssl_request logged twice", level)
 		}
 	}
 }

@@ -53,9 +53,12 @@ const (
 //     has the error too), credentials that were not delegated as asked.
 //   - Warn: a server that broke the negotiation's protocol (a *negotiation.ProtocolError, an
 //     ErrorResponse to SSLRequest or GSSENCRequest, a failed Kerberos check of the server:
-//     negotiation.ErrGSSUnverified), logged with the connect that failed of it; a background
-//     refresh that failed (inconclusive: nothing learned); Kerberos credentials that could not
-//     be read (an error, not their absence), once per check that read them.
+//     negotiation.ErrGSSUnverified): the record of the step where it happened (ssl_request,
+//     gssenc_request, gss_context), with [LogProtocolFault] as its message, once whatever the
+//     connect does next (fails, or goes on with the next method: then the Info fallback record
+//     follows, with the host; step records carry no host, the context's span relates them); a
+//     background refresh that failed (inconclusive: nothing learned); Kerberos credentials that
+//     could not be read (an error, not their absence), once per check that read them.
 //
 // No record holds a password, a ticket, a key, the cancel key or a statement: the hooks are
 // given none (negotiation.Trace), and the error texts are those the spans record (a Kerberos
@@ -164,6 +167,15 @@ func (g *logger) connectStart(ctx context.Context, info negotiation.ConnectStart
 	return ctx
 }
 
+// stepLevel is the level and message of the record of a step that ended with err: Warn and
+// LogProtocolFault when the server broke the protocol, else Debug and the step's span name.
+func stepLevel(err error, span string) (slog.Level, string) {
+	if err != nil && isFault(err) {
+		return slog.LevelWarn, LogProtocolFault
+	}
+	return slog.LevelDebug, span
+}
+
 // isFault reports whether err says that the server broke the negotiation's rules.
 func isFault(err error) bool {
 	var (
@@ -177,9 +189,6 @@ func (g *logger) connectDone(ctx context.Context, info negotiation.ConnectDoneIn
 	level, msg := slog.LevelDebug, LogConnected
 	if info.Err != nil {
 		level, msg = slog.LevelInfo, LogConnectFailed
-		if isFault(info.Err) {
-			level, msg = slog.LevelWarn, LogProtocolFault
-		}
 	}
 	if !g.on(ctx, level) {
 		return
@@ -288,7 +297,8 @@ func (g *logger) tcpConnectDone(ctx context.Context, err error) {
 }
 
 func (g *logger) sslRequestDone(ctx context.Context, info negotiation.RequestDoneInfo) {
-	if !g.on(ctx, slog.LevelDebug) {
+	level, msg := stepLevel(info.Err, SpanSSLRequest)
+	if !g.on(ctx, level) {
 		return
 	}
 	var r logAttrs
@@ -296,11 +306,12 @@ func (g *logger) sslRequestDone(ctx context.Context, info negotiation.RequestDon
 	if info.Err != nil {
 		r.err(info.Err, "", errorTypeRequestDefault)
 	}
-	g.log(ctx, slog.LevelDebug, SpanSSLRequest, &r)
+	g.log(ctx, level, msg, &r)
 }
 
 func (g *logger) gssEncRequestDone(ctx context.Context, info negotiation.RequestDoneInfo) {
-	if !g.on(ctx, slog.LevelDebug) {
+	level, msg := stepLevel(info.Err, SpanGSSEncRequest)
+	if !g.on(ctx, level) {
 		return
 	}
 	var r logAttrs
@@ -308,7 +319,7 @@ func (g *logger) gssEncRequestDone(ctx context.Context, info negotiation.Request
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeGSS)
 	}
-	g.log(ctx, slog.LevelDebug, SpanGSSEncRequest, &r)
+	g.log(ctx, level, msg, &r)
 }
 
 func (g *logger) serviceTicketDone(ctx context.Context, info negotiation.ServiceTicketDoneInfo) {
@@ -327,8 +338,8 @@ func (g *logger) serviceTicketDone(ctx context.Context, info negotiation.Service
 }
 
 func (g *logger) gssContextDone(ctx context.Context, info negotiation.GSSContextDoneInfo) {
-	level := slog.LevelDebug
-	if info.DelegationErr != nil {
+	level, msg := stepLevel(info.Err, SpanGSSContext)
+	if info.DelegationErr != nil && level < slog.LevelInfo {
 		level = slog.LevelInfo
 	}
 	if !g.on(ctx, level) {
@@ -352,7 +363,7 @@ func (g *logger) gssContextDone(ctx context.Context, info negotiation.GSSContext
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeGSS)
 	}
-	g.log(ctx, level, SpanGSSContext, &r)
+	g.log(ctx, level, msg, &r)
 }
 
 func (g *logger) tlsHandshakeDone(ctx context.Context, info negotiation.TLSHandshakeDoneInfo) {

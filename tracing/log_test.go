@@ -87,8 +87,10 @@ func TestLogTraceRecords(t *testing.T) {
 	tr := NewLogTrace(l)
 	plan, in := sslPlan(t)
 	logHooks(tr, plan, in)
-	tr.ConnectDone(context.Background(), negotiation.ConnectDoneInfo{Host: "db.example", Port: 5432,
-		Err: &negotiation.ProtocolError{Request: "SSLRequest", Problem: "unexpected answer byte 0x58"}})
+	fault := &negotiation.ProtocolError{Request: "SSLRequest", Problem: "unexpected answer byte 0x58"}
+	tr.SSLRequestDone(context.Background(), negotiation.RequestDoneInfo{Err: fault})
+	tr.ConnectDone(context.Background(), negotiation.ConnectDoneInfo{Host: "db.example", Port: 5432, Attempts: 1, Err: fault})
+	tr.GSSEncRequestDone(context.Background(), negotiation.RequestDoneInfo{Err: &negotiation.ErrorResponseError{Request: "GSSENCRequest"}})
 	tr.RefreshDone(context.Background(), negotiation.RefreshDoneInfo{Host: "db.example", Port: 5432, Method: negotiation.MethodSSL,
 		Outcome: negotiation.RefreshInconclusive, Err: errors.New("i/o timeout")})
 	got := buf.String()
@@ -101,7 +103,9 @@ func TestLogTraceRecords(t *testing.T) {
 		`level=DEBUG msg=postgresql.tls_handshake tls.protocol.name=tls tls.protocol.version=1.3 tls.cipher=TLS_AES_128_GCM_SHA256 tls.established=true`,
 		`level=DEBUG msg=postgresql.startup pgconnector.auth.method=scram-sha-256 pgconnector.auth.sasl_mechanism=SCRAM-SHA-256 pgconnector.auth.key_cached=true`,
 		`level=DEBUG msg=connected server.address=db.example server.port=5432 pgconnector.transport=plain pgconnector.attempts=1`,
-		`level=WARN msg="the server broke the protocol" server.address=db.example server.port=5432 pgconnector.attempts=0 error.type=protocol_error exception.message=`,
+		`level=WARN msg="the server broke the protocol" pgconnector.ssl.answer="" pgconnector.cache.hit=false error.type=protocol_error exception.message="protocol violation in the answer to SSLRequest: unexpected answer byte 0x58"`,
+		`level=WARN msg="the server broke the protocol" pgconnector.gss.answer="" pgconnector.cache.hit=false error.type=error_response`,
+		`level=INFO msg="connect failed" server.address=db.example server.port=5432 pgconnector.attempts=1 error.type=protocol_error exception.message=`,
 		`level=WARN msg="refresh of a remembered answer failed" server.address=db.example server.port=5432 pgconnector.refresh.method=ssl pgconnector.refresh.outcome=inconclusive pgconnector.attempts=0 error.type=connect_failed exception.message="i/o timeout"`,
 	} {
 		if !strings.Contains(got, want) {
