@@ -21,6 +21,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -48,6 +49,7 @@ type Connector struct {
 	gss        *gss.Client
 	statements *tracing.Statements // nil: WithStatementSpans(false)
 	metrics    *tracing.Metrics
+	tp         trace.TracerProvider // of the pgxpool acquire spans (PgxPoolConfig)
 	// beforeConnect is WithBeforeConnect's, run by configureAttempt for database/sql and pgx.
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 
@@ -67,6 +69,7 @@ type options struct {
 	statementSpans  bool
 	queryText       bool
 	spanName        func(ctx context.Context, operation, query string) string
+	logger          *slog.Logger
 
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	afterConnect  func(context.Context, *pgx.Conn) error
@@ -157,7 +160,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // one span of kind CLIENT per exec, query (until its rows are closed), prepare, prepared
 // statement exec or query, begin, commit, rollback and ping, and one measurement of
 // db.client.operation.duration each. With false the connector returns pgx's connections as they
-// are, with neither. Default: true.
+// are, with neither. It also turns on or off the pgxpool.acquire spans of the pools of
+// [Connector.PgxPoolConfig] and [Connector.OpenPool] (tracing.PoolTracer); their pool metrics
+// stay. Default: true.
 func WithStatementSpans(on bool) Option {
 	return func(o *options) { o.statementSpans = on }
 }
@@ -178,6 +183,19 @@ func WithQueryText(on bool) Option {
 // An empty result keeps the default name: the operation, or "postgresql" when it is unknown.
 func WithSpanNameFunc(f func(ctx context.Context, operation, query string) string) Option {
 	return func(o *options) { o.spanName = f }
+}
+
+// WithLogger sets where the connector logs its own decisions: each host's plan and each step
+// of an attempt (Debug), a fallback to the next method (GSS to TLS, direct TLS to SSLRequest, TLS
+// to plaintext), a refresh that changed or confirmed a remembered server answer and a failed
+// connect (Info: the caller has its error too), a server that broke the protocol, a failed
+// background refresh and unreadable Kerberos credentials (Warn). The records carry the spans'
+// attribute keys (server.address, server.port, pgconnector.*, error.type) and never a password,
+// ticket, key or statement; each level is asked of l.Enabled first, so a level l drops costs
+// nothing. tracing.NewLogTrace lists what each record holds. Statements are not logged.
+// Default: nil, no logs.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
 }
 
 // WithCacheTTL sets how long a server's answer to SSLRequest (and, with Kerberos, to
@@ -252,8 +270,8 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		Cache:           negotiation.NewCache(o.cacheTTL),
 		// The background refresh's own open (connector_refresh.go), not Connect's closure.
 		Open: func(ctx context.Context) (io.Closer, error) { return c.openForRefresh(ctx) },
-		// The metric hooks first: the span hooks' Done hooks end the span that is current.
-		Trace:      tracing.Compose(metrics.Trace(), tracing.NewTrace(o.tracerProvider)),
+		// The metric and log hooks first: the span hooks' Done hooks end the span that is current.
+		Trace:      tracing.Compose(tracing.Compose(metrics.Trace(), tracing.NewLogTrace(o.logger)), tracing.NewTrace(o.tracerProvider)),
 		LookupFunc: s.Config.LookupFunc,
 		DialFunc:   dial,
 		GSS:        krb,
@@ -268,6 +286,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	}
 	c = &Connector{settings: s, negotiator: neg, gss: krb, metrics: metrics, beforeConnect: o.beforeConnect}
 	if o.statementSpans {
+		c.tp = o.tracerProvider
 		c.statements = tracing.NewStatements(tracing.StatementConfig{
 			TracerProvider: o.tracerProvider,
 			MeterProvider:  o.meterProvider,
@@ -364,7 +383,8 @@ func (c *Connector) OpenDB() *sql.DB {
 // Driver returns a driver whose Open parses its argument with New; database/sql uses Connect.
 func (c *Connector) Driver() driver.Driver { return Driver{} }
 
-// Close releases what the connector holds and stops the pool metrics of [Connector.OpenDB]. It
+// Close releases what the connector holds and stops the pool metrics of [Connector.OpenDB] and
+// [Connector.OpenPool] (a pgxpool.Pool has no hook of its own to stop them at its Close). It
 // cancels a background refresh of a remembered answer and waits for it to end, and closes the
 // credential cache (a KCM cache's connection to its daemon), so that no goroutine or socket of
 // the connector outlives it; connections already open stay open. A connect after Close that

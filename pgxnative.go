@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgconnector/pgconnector/internal/replay"
+	"github.com/pgconnector/pgconnector/tracing"
 )
 
 // pgx's own API, without database/sql: a *pgx.Conn (ConnectPgx) or a *pgxpool.Pool (OpenPool,
@@ -112,6 +113,17 @@ func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.C
 // A failed negotiation is the error of pool.Acquire (and of the pool's other calls that
 // connect) as it is: a *negotiation.ConnectError naming the host and step, not wrapped by pgx.
 // The pool needs the connector to open connections: close the pool before the connector.
+//
+// Its ConnConfig.Tracer is a new tracing.PoolTracer: a pgxpool.acquire span per Acquire under a
+// recording span of the caller (the connect span of a connection the Acquire opens is its
+// child; WithStatementSpans(false) turns them off), and the pool measurements
+// db.client.connection.wait_time, .use_time and .timeouts. To add a tracer of your own
+// (tracing.NewPgxTracer for statement spans), compose the two:
+//
+//	cfg.ConnConfig.Tracer = multitracer.New(cfg.ConnConfig.Tracer, tracing.NewPgxTracer(...))
+//
+// (github.com/jackc/pgx/v5/multitracer passes pgxpool's acquire and release hooks on); a Tracer
+// replaced outright loses them.
 func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
 	if c.settings.pgxConnString == nil {
 		return nil, errors.New("pgconnector: the Connector was not made by New")
@@ -127,21 +139,50 @@ func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
 			delete(cc.RuntimeParams, k)
 		}
 	}
+	cc.Tracer = c.newPoolTracer()
 	pc.ConnConfig = cc
 	pc.BeforeConnect = c.poolBeforeConnect
 	return pc, nil
+}
+
+// newPoolTracer is the tracing.PoolTracer of one pool: its acquire spans (unless
+// WithStatementSpans(false)) and measurements.
+func (c *Connector) newPoolTracer() *tracing.PoolTracer {
+	return tracing.NewPoolTracer(tracing.PoolTracerConfig{
+		TracerProvider: c.tp,
+		Metrics:        c.metrics,
+		Database:       c.settings.Config.Database,
+		NoSpans:        c.tp == nil,
+	})
 }
 
 // OpenPool returns pgxpool.NewWithConfig(ctx, cfg) for the cfg of [Connector.PgxPoolConfig]: a
 // pool whose connections are opened by the connector. As pgxpool's, it connects only when
 // asked to (Acquire and the calls that acquire, pool_min_conns). Close the pool before the
 // connector.
+//
+// Besides the acquire spans and measurements of PgxPoolConfig's tracer, the pool's metrics are
+// reported to the meter provider, read from pool.Stat() at each collection, under the names
+// [Connector.OpenDB] uses: db.client.connection.count (idle, used), .max (MaxConns), .idle.min
+// (MinIdleConns), .pending_requests (the Acquires under way), pgconnector.connection.waits and
+// pgconnector.connection.wait_time (the Acquires that waited for a connection, and their total
+// wait), with db.client.connection.pool.name as OpenDB's (tracing.Metrics has the table of what
+// each pool reports). pgxpool.Pool has no close hook: they stop with [Connector.Close].
 func (c *Connector) OpenPool(ctx context.Context) (*pgxpool.Pool, error) {
 	cfg, err := c.PgxPoolConfig()
 	if err != nil {
 		return nil, err
 	}
-	return pgxpool.NewWithConfig(ctx, cfg)
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pt, _ := cfg.ConnConfig.Tracer.(*tracing.PoolTracer)
+	unregister := c.metrics.ObservePgxPool(p, pt)
+	c.mu.Lock()
+	c.onClose = append(c.onClose, unregister)
+	c.mu.Unlock()
+	return p, nil
 }
 
 // poolBeforeConnect is PgxPoolConfig's BeforeConnect. pgxpool calls pgx.ConnectConfig with cc

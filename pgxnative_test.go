@@ -703,7 +703,7 @@ func TestPgxPoolCloseLeavesNothing(t *testing.T) {
 }
 
 // The connect spans of a pool's connections are those of database/sql's, step for step, cold
-// and warm, failed or not, under the span of the caller of Acquire.
+// and warm, failed or not, under the span of the Acquire.
 func TestPgxPoolConnectSpans(t *testing.T) {
 	plain, tlsSrv := servers(t)
 	for _, tt := range []struct{ name, dsn string }{
@@ -733,7 +733,11 @@ func TestPgxPoolConnectSpans(t *testing.T) {
 						}
 					}
 					parent.End()
-					trees[via] = append(trees[via], spanTree(t, rec.Ended(), parent.SpanContext().SpanID(), treeKeys...))
+					root := parent.SpanContext().SpanID()
+					if via == "pgxpool" { // the connect is under the Acquire's span
+						root = acquireSpan(t, rec.Ended(), root).SpanContext().SpanID()
+					}
+					trees[via] = append(trees[via], spanTree(t, rec.Ended(), root, treeKeys...))
 				}
 			}
 			for i, what := range []string{"cold", "warm"} {

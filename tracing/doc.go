@@ -1,12 +1,14 @@
 // Package tracing turns the steps of a logical PostgreSQL connect into OpenTelemetry spans, and the
 // statements run on a connection into spans and measurements.
 //
-// Four parts, each fed plain data by the code it observes: [NewTrace] (connect steps, below),
+// Six parts, each fed plain data by the code it observes: [NewTrace] (connect steps, below),
 // [NewStatements] (a github.com/ngrok/sqlmw interceptor: one CLIENT span and one
 // db.client.operation.duration measurement per statement-level call), [NewPgxTracer] (the same
 // statement spans and measurements for pgx.Conn and pgxpool, through pgx's tracer interfaces),
-// and [NewMetrics] (connect durations, decision cache hits and misses, attempts avoided, pool
-// statistics); [Compose] runs two negotiation.Trace values as one.
+// [NewMetrics] (connect durations, decision cache hits and misses, attempts avoided, pool
+// statistics), [NewPoolTracer] (a pgxpool's acquire spans and measurements) and [NewLogTrace]
+// (the connect's decisions as log/slog records); [Compose] runs two negotiation.Trace values as
+// one.
 //
 // It observes, it does not decide: [NewTrace] returns a [negotiation.Trace] whose hooks start and
 // end spans and set attributes from the plain data the negotiation code hands them. Nothing here
@@ -54,7 +56,8 @@
 // adds no field of the connection string other than the host, the port and the database name. An
 // error is recorded as the text of the Go error (span status and exception event); pgx already
 // leaves passwords out of its error texts, but a Kerberos library may name the client or service
-// principal in its own: that text is recorded as it is, and no attribute ever holds a principal.
+// principal in its own: that text is recorded as it is (on a span, and in the exception.message
+// of a [NewLogTrace] record), and no attribute ever holds a principal.
 //
 // # Sampling and cost
 //

@@ -101,13 +101,26 @@ func (p Pool) Name() string {
 //     context or authentication, a new connection; after 'N' it spends one round trip and no
 //     backend: the cache does not tell the two apart). A wait for another connect's probe avoided
 //     that probe: it is counted once, as the method the plan made after the wait skips.
-//   - db.client.connection.count{db.client.connection.state=idle|used},
-//     db.client.connection.max (only when sql.DB.SetMaxOpenConns set one),
-//     pgconnector.connection.waits and pgconnector.connection.wait_time, observed from DBStats.
+//   - the pool's connections, under the same names for a sql.DB ([Metrics.ObserveDBStats]) and
+//     a pgxpool.Pool ([Metrics.ObservePgxPool], [PoolTracer]), each with what its pool can say
+//     (below), labelled with db.client.connection.pool.name.
 //
-// database/sql does not report a wait that ended with the caller's context (a timeout), nor a
-// distribution of wait times: db.client.connection.timeouts, .pending_requests and .wait_time
-// are not emitted.
+// The pool metrics, and where each pool's values come from:
+//
+//	metric                                  database/sql (DBStats)      pgxpool
+//	db.client.connection.count{state}       Idle, InUse                 IdleConns, AcquiredConns
+//	db.client.connection.max                MaxOpenConnections, if set  MaxConns
+//	db.client.connection.idle.min           -                           MinIdleConns
+//	db.client.connection.pending_requests   -                           Acquires under way
+//	db.client.connection.wait_time (hist.)  -                           each Acquire's time, s
+//	db.client.connection.use_time (hist.)   -                           Acquire to Release, s
+//	db.client.connection.timeouts           -                           Acquires past a deadline
+//	pgconnector.connection.waits            WaitCount                   EmptyAcquireCount
+//	pgconnector.connection.wait_time (s)    WaitDuration                EmptyAcquireWaitTime
+//
+// database/sql does not report a wait that ended with the caller's context (a timeout), the
+// callers waiting, nor a distribution of wait times, and neither pool has a maximum of idle
+// connections that it reports: db.client.connection.idle.max is not emitted.
 type Metrics struct {
 	meter      metric.Meter
 	poolName   string
@@ -119,7 +132,13 @@ type Metrics struct {
 	count      dbconv.ClientConnectionCountObservable
 	max        dbconv.ClientConnectionMaxObservable
 	waits      metric.Int64ObservableCounter
-	waitTime   metric.Float64ObservableCounter
+	waitTotal  metric.Float64ObservableCounter
+	// pgxpool's only (PoolTracer, ObservePgxPool).
+	idleMin    dbconv.ClientConnectionIdleMinObservable
+	pending    dbconv.ClientConnectionPendingRequestsObservable
+	waitTime   dbconv.ClientConnectionWaitTime
+	useTime    dbconv.ClientConnectionUseTime
+	timeouts   dbconv.ClientConnectionTimeouts
 	derived    metric.Int64Counter
 	deriveTime metric.Float64Counter
 }
@@ -133,7 +152,7 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 	}
 	m := &Metrics{meter: meter(mp), poolName: pool.Name()}
 	m.pool = semconv.DBClientConnectionPoolName(m.poolName)
-	var errs [10]error
+	var errs [15]error
 	m.createTime, errs[0] = dbconv.NewClientConnectionCreateTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.hits, errs[1] = m.meter.Int64Counter(MetricCacheHits, metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions whose plan a remembered server answer changed or confirmed."))
@@ -145,12 +164,17 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 	m.max, errs[5] = dbconv.NewClientConnectionMaxObservable(m.meter)
 	m.waits, errs[6] = m.meter.Int64ObservableCounter(MetricConnectionWaits, metric.WithUnit("{wait}"),
 		metric.WithDescription("Connections callers waited for because the pool had none free."))
-	m.waitTime, errs[7] = m.meter.Float64ObservableCounter(MetricConnectionWaitTime, metric.WithUnit("s"),
+	m.waitTotal, errs[7] = m.meter.Float64ObservableCounter(MetricConnectionWaitTime, metric.WithUnit("s"),
 		metric.WithDescription("Total time callers waited for a connection from the pool."))
 	m.derived, errs[8] = m.meter.Int64Counter(MetricSCRAMDerivations, metric.WithUnit("{derivation}"),
 		metric.WithDescription("PBKDF2 derivations of SCRAM keys; the keys are kept per user, password, salt and iteration count."))
 	m.deriveTime, errs[9] = m.meter.Float64Counter(MetricSCRAMDerivationTime, metric.WithUnit("s"),
 		metric.WithDescription("Time spent in PBKDF2 derivations of SCRAM keys."))
+	m.idleMin, errs[10] = dbconv.NewClientConnectionIdleMinObservable(m.meter)
+	m.pending, errs[11] = dbconv.NewClientConnectionPendingRequestsObservable(m.meter)
+	m.waitTime, errs[12] = dbconv.NewClientConnectionWaitTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
+	m.useTime, errs[13] = dbconv.NewClientConnectionUseTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
+	m.timeouts, errs[14] = dbconv.NewClientConnectionTimeouts(m.meter)
 	for _, err := range errs {
 		if err != nil {
 			otel.Handle(err)
@@ -190,9 +214,9 @@ func (m *Metrics) ObserveDBStats(stats func() sql.DBStats) (unregister func()) {
 			o.ObserveInt64(m.max.Inst(), int64(s.MaxOpenConnections), pool)
 		}
 		o.ObserveInt64(m.waits, s.WaitCount, pool)
-		o.ObserveFloat64(m.waitTime, s.WaitDuration.Seconds(), pool)
+		o.ObserveFloat64(m.waitTotal, s.WaitDuration.Seconds(), pool)
 		return nil
-	}, m.count.Inst(), m.max.Inst(), m.waits, m.waitTime)
+	}, m.count.Inst(), m.max.Inst(), m.waits, m.waitTotal)
 	if err != nil {
 		otel.Handle(err)
 		return func() {}
