@@ -141,7 +141,8 @@ func compact(ctx context.Context, pg *harness.Postgres, dsn string, n int, tpOpt
 	for _, s := range warm {
 		t.Warm = append(t.Warm, dur(s))
 	}
-	rep.Noisy = noisy(t)
+	rep.Noise = noisy(t)
+	rep.TooNoisy = len(rep.Noise) > 0
 	db.SetMaxIdleConns(2) // database/sql's default: the request's statements share a connection, as in a service
 	if rep.Request, err = request(ctx, tp, rec, db); err != nil {
 		return nil, err

@@ -161,6 +161,9 @@ func TestQuickstartJSON(t *testing.T) {
 	if got := strings.Join(warm, ","); !strings.HasSuffix(got, "tcp_connect,startup") || rep.Warm.CacheHit != "true" || rep.WarmConnects != n-1 {
 		t.Errorf("warm: %s, cache hit %s, of %d", got, rep.Warm.CacheHit, rep.WarmConnects)
 	}
+	if rep.TooNoisy != (len(rep.Noise) > 0) {
+		t.Errorf("too_noisy %v, noise %q", rep.TooNoisy, rep.Noise)
+	}
 	if len(rep.Request) != 4 || rep.Request[0].Name != "request GET /users/42" || rep.Request[1].Name != "postgresql.connect" || rep.Request[1].Depth != 1 {
 		t.Errorf("request %+v", rep.Request)
 	}
@@ -231,11 +234,11 @@ func TestQuickstartNoisy(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := noisy(tt.t)
-			if len(tt.want) == 0 && got != "" {
-				t.Errorf("noisy = %q, want \"\"", got)
+			if len(got) != len(tt.want) {
+				t.Errorf("noisy = %q, want %d reasons", got, len(tt.want))
 			}
 			for _, w := range tt.want {
-				if !strings.Contains(got, w) {
+				if !strings.Contains(strings.Join(got, "\n"), w) {
 					t.Errorf("noisy = %q, want it to say %q", got, w)
 				}
 			}
@@ -248,7 +251,8 @@ func TestQuickstartNoisyText(t *testing.T) {
 	rep := &report{WarmConnects: 1, Request: []spanLine{{Name: "request GET /users/42"}}}
 	var quiet, busy bytes.Buffer
 	printText(&quiet, rep)
-	rep.Noisy = noisy(timings{Cold: 3 * time.Millisecond, Warm: []time.Duration{5 * time.Millisecond}})
+	rep.Noise = noisy(timings{Cold: 3 * time.Millisecond, Warm: []time.Duration{5 * time.Millisecond}})
+	rep.TooNoisy = len(rep.Noise) > 0
 	printText(&busy, rep)
 	if strings.Contains(quiet.String(), "too noisy") {
 		t.Errorf("a quiet run is said to be noisy:\n%s", quiet.String())

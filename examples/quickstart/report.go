@@ -16,10 +16,11 @@ type report struct {
 	Cold         connectView `json:"cold"`              // the first pgconnector connect
 	Warm         connectView `json:"warm"`              // the median of the later ones
 	WarmConnects int         `json:"warm_connects"`
-	// Noisy says why the run's times cannot be compared (see noisy); "" when they can.
-	Noisy   string      `json:"noisy,omitempty"`
-	Request []spanLine  `json:"request"`          // the request's span tree, depth first
-	Rounds  []roundView `json:"rounds,omitempty"` // -v
+	// TooNoisy: the run's times cannot be compared, for the reasons in Noise (see noisy).
+	TooNoisy bool        `json:"too_noisy"`
+	Noise    []string    `json:"noise,omitempty"`
+	Request  []spanLine  `json:"request"`          // the request's span tree, depth first
+	Rounds   []roundView `json:"rounds,omitempty"` // -v
 }
 
 // comparison is the table of what each driver cost per connection.
@@ -91,13 +92,13 @@ type timings struct {
 // quarter's boundary (third quartile) over the faster quarter's (first quartile).
 const maxWarmSpread = 2.0
 
-// noisy says why a run's times cannot be compared, or "" when they can. A warm connect does less
+// noisy says why a run's times cannot be compared, a reason each; none when they can. A warm connect does less
 // than the cold one (no SSLRequest: a round trip less) and pgconnector less than pgx (one socket
 // and backend, not two), so on a quiet machine the warm median is not slower than the cold connect
 // and pgconnector's median not slower than pgx's; when one is, or when the middle half of the warm
 // connects spans more than maxWarmSpread times (at least 4 of them: fewer have no quartiles worth
 // the name), the machine's load, not the connector, decided the times.
-func noisy(t timings) string {
+func noisy(t timings) []string {
 	var reasons []string
 	if len(t.Warm) > 0 {
 		if w := median(t.Warm); w > t.Cold {
@@ -116,7 +117,7 @@ func noisy(t timings) string {
 			reasons = append(reasons, fmt.Sprintf("pgconnector's median %s is slower than pgx's %s", ms(msf(pc)), ms(msf(px))))
 		}
 	}
-	return strings.Join(reasons, "; ")
+	return reasons
 }
 
 // median is the middle value of d (the upper one of an even count, as the table's), 0 for none.
@@ -156,10 +157,10 @@ func printText(w io.Writer, rep *report) {
 		fmt.Fprintln(w, " round trips before the first query: TCP handshakes + SSLRequests + startups)")
 	}
 	printWaterfall(w, rep)
-	if rep.Noisy != "" {
+	if rep.TooNoisy {
 		fmt.Fprintln(w, "\nthis run was too noisy to compare times (the machine is busy): re-run it; the counts")
 		fmt.Fprintln(w, "do not depend on it. Why:")
-		for r := range strings.SplitSeq(rep.Noisy, "; ") {
+		for _, r := range rep.Noise {
 			fmt.Fprintln(w, "  "+r)
 		}
 	}
