@@ -36,6 +36,10 @@ func TestParseSettingsHosts(t *testing.T) {
 		{"host=a,a", []string{"a:5432/prefer", "a:5432/prefer"}},
 		{"postgres://u@a:7,b:8/db?sslmode=allow", []string{"a:7/allow", "b:8/allow"}},
 		{"host=/tmp,a sslmode=require", []string{"/tmp:5432/disable", "a:5432/require"}},
+		// An empty port after ":" is the default, as in libpq (fe-connect.c: an empty port is
+		// DEF_PGPORT), not an error.
+		{"postgres://u:pw@a:/db", []string{"a:5432/prefer"}},
+		{"postgres://a:,b:5433/db", []string{"a:5432/prefer", "b:5433/prefer"}},
 	} {
 		t.Run(tt.dsn, func(t *testing.T) {
 			t.Setenv("PGSSLMODE", "")

@@ -75,7 +75,10 @@ type Report struct {
 	// Compare is what libpq and pgx would have spent per connect, per host connected to,
 	// estimated from the server's answers.
 	Compare []Comparison `json:"compare,omitempty"`
-	// FailedStep and Error say why the last connect failed; empty on success.
+	// FailedStep and Error say why the last connect failed; empty on success. FailedStep is a
+	// step's span name without "postgresql." (tcp_connect, ssl_request, startup, ...), or
+	// "decision" when the modes allow no method on the host, "target_session_attrs" when the
+	// server was not of the kind asked for, "connect" when no step is to blame (see failedStep).
 	FailedStep string `json:"failed_step,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
