@@ -9,6 +9,9 @@
 //	db := c.OpenDB() // sql.OpenDB(c), plus the pool metrics
 //	defer db.Close()
 //
+// sql.Open("pgconnector", dsn) works too (see [Driver]), once the package is imported, blank if
+// nothing else of it is used: import _ "github.com/pgconnector/pgconnector".
+//
 // Connection strings are libpq's (URL or keyword/value, PG* environment variables, service files),
 // parsed by pgx and completed by the connector: [Keywords] says what it does with each libpq
 // keyword, and several hosts are tried by libpq's rules. See the README for what the connector
@@ -404,8 +407,13 @@ func (c *Connector) Close() error {
 // Settings returns what New parsed. The result must not be modified.
 func (c *Connector) Settings() *Settings { return c.settings }
 
-// Driver is a database/sql driver registered as "pgconnector": sql.Open("pgconnector", dsn)
-// works like sql.OpenDB(New(dsn)) without options.
+// Driver is a database/sql driver registered as "pgconnector" by this package's init:
+// sql.Open("pgconnector", dsn) works like sql.OpenDB(New(dsn)) without options, in a program
+// that imports this package, blank if it uses nothing else of it:
+//
+//	import _ "github.com/pgconnector/pgconnector"
+//
+// Without the import, sql.Open fails with `sql: unknown driver "pgconnector" (forgotten import?)`.
 type Driver struct{}
 
 // Open opens one connection from a DSN (database/sql uses OpenConnector instead), with a

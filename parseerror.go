@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/jackc/pgservicefile"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -147,7 +148,7 @@ func fromPgx(err error, dsn string) *ParseError {
 			return e("service", "service %s is not in the service file (PGSERVICEFILE, servicefile, else ~/.pg_service.conf)",
 				shown(strings.TrimPrefix(innerMsg, "unable to find service: ")))
 		default:
-			return e("service", "cannot read the service file (PGSERVICEFILE, servicefile, else ~/.pg_service.conf)")
+			return serviceFileProblem(dsn, strings.TrimPrefix(innerMsg, "failed to read service file: "))
 		}
 	case msg == "invalid sslcertmode":
 		src := sourceOf(dsn, "sslcertmode")
@@ -158,7 +159,12 @@ func fromPgx(err error, dsn string) *ParseError {
 	case msg == "invalid connect_timeout":
 		return bad("connect_timeout", "a whole number of seconds, 0 or more", "", false)
 	case msg == "invalid port":
-		return bad("port", "a number from 1 to 65535 (or a comma-separated list of them, one per host)", "", false)
+		const must = "a number from 1 to 65535 (or a comma-separated list of them, one per host)"
+		if misplaced := urlPortMisplaced(dsn); misplaced {
+			return &ParseError{Key: "port", msg: "invalid port (not shown: an \"@\" after the host in the URL means it may be part of a password; " +
+				"percent-encode \"@\", \"/\", \"?\" and \",\" in a password): must be " + must}
+		}
+		return bad("port", must, "", false)
 	case strings.HasPrefix(msg, "could not match ") && strings.HasSuffix(msg, " hosts"):
 		var ports, hosts int
 		if _, err := fmt.Sscanf(msg, "could not match %d port numbers to %d hosts", &ports, &hosts); err == nil {
@@ -287,9 +293,6 @@ var envOf = map[string]string{
 // for port).
 func sourceOf(dsn, key string) source {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		if key == "port" {
-			return source{} // in the URL's hosts: not looked into
-		}
 		src, found := source{}, false
 		if _, query, ok := strings.Cut(dsn, "?"); ok {
 			for param := range strings.SplitSeq(query, "&") {
@@ -302,6 +305,14 @@ func sourceOf(dsn, key string) source {
 		}
 		if found {
 			return src
+		}
+		if key == "port" {
+			if ports, ok := urlPorts(dsn); ok {
+				return source{value: ports, known: true}
+			}
+			if strings.Contains(netlocOf(dsn), ":") {
+				return source{} // a port that does not decode
+			}
 		}
 	} else {
 		pairs, _ := scanKeywordValue(dsn)
@@ -396,4 +407,103 @@ func fileProblem(err error) string {
 		path = "(path not shown)"
 	}
 	return " " + path + ": " + pe.Err.Error()
+}
+
+// netlocOf returns the host list of a postgres:// URL as libpq reads it (fe-connect.c,
+// conninfo_uri_parse_options): after the user information (up to the first "@" before any "/")
+// and up to the path ("/") or the query ("?").
+func netlocOf(dsn string) string {
+	p, ok := strings.CutPrefix(dsn, "postgresql://")
+	if !ok {
+		p, _ = strings.CutPrefix(dsn, "postgres://")
+	}
+	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+		p = p[i+1:]
+	}
+	if i := strings.IndexAny(p, "/?"); i >= 0 {
+		p = p[:i]
+	}
+	return p
+}
+
+// urlPorts returns the ports of a postgres:// URL's hosts, comma-separated as pgx joins them
+// (pgconn/parse_url.go; "" for a host without one), percent-decoded; ok is false when no host has
+// a port or one does not decode. A port is the text after a ":" that follows a host name or a
+// bracketed IPv6 address.
+func urlPorts(dsn string) (ports string, ok bool) {
+	var list []string
+	found := false
+	for hp := range strings.SplitSeq(netlocOf(dsn), ",") {
+		if strings.HasPrefix(hp, "[") {
+			end := strings.IndexByte(hp, ']')
+			if end < 0 {
+				return "", false
+			}
+			hp = hp[end+1:]
+		}
+		_, port, has := strings.Cut(hp, ":")
+		found = found || has
+		list = append(list, port)
+	}
+	if !found {
+		return "", false
+	}
+	joined, err := url.PathUnescape(strings.Join(list, ","))
+	if err != nil {
+		return "", false
+	}
+	return joined, true
+}
+
+// urlPortMisplaced reports whether a postgres:// URL's port may be part of a password: an "@"
+// after the user information means a password with an "@", "/" or "?" that is not
+// percent-encoded, which libpq and pgx then read (in part) as a host and its port
+// (postgres://u:se/cret@h has the host "u" and the port "se").
+func urlPortMisplaced(dsn string) bool {
+	p, ok := strings.CutPrefix(dsn, "postgresql://")
+	if !ok {
+		if p, ok = strings.CutPrefix(dsn, "postgres://"); !ok {
+			return false
+		}
+	}
+	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+		p = p[i+1:]
+	}
+	return strings.Contains(p, "@")
+}
+
+// serviceFileProblem is the error for a service file that pgx could not read (pgconn/config.go,
+// parseServiceSettings, whose message names the file but drops the cause): it names the service,
+// the file and why it cannot be read, each when it is safe to show (see ParseError).
+func serviceFileProblem(dsn, path string) *ParseError {
+	service := sourceOf(dsn, "service")
+	if !service.known {
+		if v := os.Getenv("PGSERVICE"); v != "" {
+			service = source{value: v, env: "PGSERVICE", known: true}
+		}
+	}
+	msg := "cannot read the service file"
+	if p := shown(path); path != "" && p != "(value not shown)" {
+		msg += " " + p
+	}
+	if service.known {
+		msg += " for service " + shown(service.value)
+		if service.env != "" {
+			msg += " (from " + service.env + ")"
+		}
+	}
+	if path != "" {
+		// pgx's reason is lost: read the file again for it. pgservicefile's own errors name a
+		// line by its number, never its text.
+		if _, err := pgservicefile.ReadServicefile(path); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				msg += ": " + pe.Err.Error()
+			} else {
+				msg += ": " + err.Error()
+			}
+		}
+	}
+	msg += " (the file is servicefile, else PGSERVICEFILE, else ~/.pg_service.conf)"
+	return &ParseError{Key: "service", Env: service.env, msg: msg}
 }

@@ -36,6 +36,10 @@ func TestParseSettingsHosts(t *testing.T) {
 		{"host=a,a", []string{"a:5432/prefer", "a:5432/prefer"}},
 		{"postgres://u@a:7,b:8/db?sslmode=allow", []string{"a:7/allow", "b:8/allow"}},
 		{"host=/tmp,a sslmode=require", []string{"/tmp:5432/disable", "a:5432/require"}},
+		// An empty port after ":" is the default, as in libpq (fe-connect.c: an empty port is
+		// DEF_PGPORT), not an error.
+		{"postgres://u:pw@a:/db", []string{"a:5432/prefer"}},
+		{"postgres://a:,b:5433/db", []string{"a:5432/prefer", "b:5433/prefer"}},
 	} {
 		t.Run(tt.dsn, func(t *testing.T) {
 			t.Setenv("PGSSLMODE", "")
@@ -120,6 +124,7 @@ func TestParseErrors(t *testing.T) {
 	wrongKey := write("other.key", otherKeyPEM)
 	encKey := write("enc.key", encKeyPEM)
 	services := write("pg_service.conf", "[known]\nhost=a\n[bad]\nhost=a\nsslmode=sometimes\n")
+	badServices := write("bad_service.conf", "host=a\n")
 
 	for _, tt := range []struct {
 		name, dsn string
@@ -149,7 +154,15 @@ func TestParseErrors(t *testing.T) {
 		{"require_auth", "host=a require_auth= password=" + secret, nil, "require_auth", []string{"scram-sha-256"}},
 		{"port", "host=a port=5432x password=" + secret, nil, "port", []string{`"5432x"`, "1 to 65535"}},
 		{"PGPORT", "host=a password=" + secret, map[string]string{"PGPORT": "x"}, "port", []string{`"x"`, "PGPORT"}},
-		{"port in a URL", "postgres://u:" + secret + "@a:x/db", nil, "port", []string{"1 to 65535"}},
+		{"port in a URL", "postgres://u:" + secret + "@a:x/db", nil, "port", []string{`invalid port "x"`, "1 to 65535"}},
+		{"port in a URL, one of two", "postgres://u:" + secret + "@a:5432,b:99999/db", nil, "port", []string{`invalid port "5432,99999"`}},
+		{"port in a URL, after IPv6", "postgres://u:" + secret + "@[::1]:x,a/db", nil, "port", []string{`invalid port "x,"`}},
+		{"port in a URL's query", "postgres://u:" + secret + "@a:5432/db?port=x", nil, "port", []string{`invalid port "x"`}},
+		{"port in a URL, percent-encoded", "postgres://u:" + secret + "@a:%41/db", nil, "port", []string{`invalid port "A"`}},
+		{"PGPORT under a URL", "postgres://u:" + secret + "@a/db", map[string]string{"PGPORT": "x"}, "port", []string{`"x"`, "PGPORT"}},
+		// A password with an unencoded "/": libpq and pgx read "u" as the host and the password
+		// as its port.
+		{"port in a URL that may be a password", "postgres://u:" + secret + "/x@a/db", nil, "port", []string{"not shown", "percent-encode"}},
 		{"connect_timeout from the string, not PGCONNECT_TIMEOUT", "host=a connect_timeout=soon", map[string]string{"PGCONNECT_TIMEOUT": "5"}, "connect_timeout", []string{`"soon"`}},
 		{"sslmode in a URL", "postgres://u:" + secret + "@a/db?sslmode=maybe", map[string]string{"PGSSLMODE": "require"}, "sslmode", []string{`"maybe"`}},
 		{"sslmode from a service file", "service=bad servicefile=" + services, map[string]string{"PGSSLMODE": "require"}, "sslmode", []string{"must be one of"}},
@@ -164,7 +177,11 @@ func TestParseErrors(t *testing.T) {
 		{"sslkey encrypted without sslpassword", "host=a sslcert=" + cert + " sslkey=" + encKey, nil, "sslpassword", []string{"no sslpassword"}},
 		{"sslkey encrypted, wrong sslpassword", "host=a sslcert=" + cert + " sslkey=" + encKey + " sslpassword=not-" + secret, nil, "sslpassword", []string{"cannot be decrypted"}},
 		{"service unknown", "service=nosuch servicefile=" + services + " password=" + secret, nil, "service", []string{`"nosuch"`, "not in the service file"}},
-		{"service file missing", "service=known servicefile=" + filepath.Join(dir, "missing.conf"), nil, "service", []string{"cannot read"}},
+		{"service file missing", "service=known servicefile=" + filepath.Join(dir, "missing.conf") + " password=" + secret, nil, "service",
+			[]string{"cannot read the service file " + strconv.Quote(filepath.Join(dir, "missing.conf")) + ` for service "known": no such file or directory`}},
+		{"service file malformed", "service=known servicefile=" + badServices, nil, "service", []string{strconv.Quote(badServices) + ` for service "known": line 1 is not in a section`}},
+		{"service from PGSERVICE, file missing", "host=a", map[string]string{"PGSERVICE": "known", "PGSERVICEFILE": filepath.Join(dir, "missing.conf")}, "service",
+			[]string{`for service "known" (from PGSERVICE): no such file or directory`}},
 		// Malformed strings: no key to blame, nothing quoted.
 		{"unclosed quote", "host=a password='" + secret, nil, "password", []string{"quoted value of password is not closed"}},
 		{"unclosed quote after escapes", `host='a b' options='-c x=\'y\'' application_name='` + secret + `\'`, nil, "application_name", []string{"not closed"}},

@@ -27,6 +27,11 @@
 # Idempotent: anything already present is left alone. System packages need root; when
 # not run as root the privileged part goes through sudo if it exists.
 #
+# With --quickstart (scripts/quickstart.sh) it installs only what the quickstart uses: the
+# PostgreSQL server binaries (as above) and ca-certificates if the CA bundle is missing (Go
+# fetches modules over HTTPS). No Kerberos, KCM, pgbouncer, psql, openssl, C compiler, npm or
+# PostgreSQL 16-18, and no go mod download: `go build` fetches the modules the quickstart imports.
+#
 # The default server binaries are looked for the way internal/harness looks for them:
 # $PG_BINDIR if set, else `pg_config --bindir`, else the highest
 # /usr/lib/postgresql/*/bin, else $PATH.
@@ -41,6 +46,19 @@ PG_ROOT=${PGCONNECTOR_PG_ROOT:-/opt/pgconnector}
 case "$PG_ROOT" in /*) ;; *) echo "install-deps: error: PGCONNECTOR_PG_ROOT=$PG_ROOT is not an absolute path" >&2; exit 1 ;; esac
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 SCRIPT=$(readlink -f "$0")
+
+# --quickstart: only what the quickstart uses (see the header). --system and --registry-pg
+# are the privileged parts, run through sudo by the script itself.
+QUICKSTART=false
+PART=main
+for arg in "$@"; do
+  case "$arg" in
+    --quickstart) QUICKSTART=true ;;
+    --system) PART=system ;;
+    --registry-pg) PART=registry-pg ;;
+    *) echo "install-deps: error: unknown argument '$arg' (usage: bash scripts/install-deps.sh [--quickstart])" >&2; exit 2 ;;
+  esac
+done
 
 log() { echo "install-deps: $*"; }
 die() { echo "install-deps: error: $*" >&2; exit 1; }
@@ -321,9 +339,35 @@ disable_main_cluster() {
   fi
 }
 
+# install_postgresql: Debian's postgresql package, when no usable server binaries are found,
+# without its default cluster.
+install_postgresql() {
+  if ! find_pg_bindir >/dev/null; then
+    [ -z "${PG_BINDIR:-}" ] || die "PG_BINDIR=$PG_BINDIR does not hold initdb, pg_ctl and postgres of version $MIN_PG_MAJOR or newer; fix or unset it"
+    log "no PostgreSQL $MIN_PG_MAJOR+ server binaries found: installing the package postgresql (no cluster is created or started)"
+    disable_main_cluster
+    install_policy_rc
+    apt_update
+    log "apt-get install --no-install-recommends postgresql"
+    apt-get install -y -q --no-install-recommends postgresql
+    restore_policy_rc
+    find_pg_bindir >/dev/null || die "the postgresql package did not provide PostgreSQL $MIN_PG_MAJOR+ server binaries"
+  fi
+}
+
 system_part() {
   [ "$(id -u)" -eq 0 ] || die "the system part must run as root"
   export DEBIAN_FRONTEND=noninteractive
+
+  if $QUICKSTART; then
+    if need_ca; then
+      apt_update
+      log "apt-get install ca-certificates ($CA_BUNDLE is missing)"
+      apt-get install -y -q --no-install-recommends ca-certificates
+    fi
+    install_postgresql
+    return 0
+  fi
 
   if need_cc; then
     apt_update
@@ -343,17 +387,7 @@ system_part() {
     apt-get install -y -q --no-install-recommends openssl
   fi
 
-  if ! find_pg_bindir >/dev/null; then
-    [ -z "${PG_BINDIR:-}" ] || die "PG_BINDIR=$PG_BINDIR does not hold initdb, pg_ctl and postgres of version $MIN_PG_MAJOR or newer; fix or unset it"
-    log "no PostgreSQL $MIN_PG_MAJOR+ server binaries found: installing the package postgresql (no cluster is created or started)"
-    disable_main_cluster
-    install_policy_rc
-    apt_update
-    log "apt-get install --no-install-recommends postgresql"
-    apt-get install -y -q --no-install-recommends postgresql
-    restore_policy_rc
-    find_pg_bindir >/dev/null || die "the postgresql package did not provide PostgreSQL $MIN_PG_MAJOR+ server binaries"
-  fi
+  install_postgresql
 
   # --- Kerberos (GSSAPI) packages ------------------------------------------------------
   # The GSSAPI tests run a throwaway MIT KDC on loopback (internal/harness/kdc.go) and need
@@ -446,11 +480,11 @@ PRESEED
   # -------------------------------------------------------------------------------------
 }
 
-if [ "${1:-}" = "--system" ]; then
+if [ "$PART" = system ]; then
   system_part
   exit 0
 fi
-if [ "${1:-}" = "--registry-pg" ]; then
+if [ "$PART" = registry-pg ]; then
   install_registry_pg
   exit 0
 fi
@@ -462,20 +496,40 @@ fi
 cd "$(dirname "$SCRIPT")/.."
 check_go
 
+# system_part_as_root: the privileged part, as root or through sudo.
+system_part_as_root() {
+  local mode=()
+  $QUICKSTART && mode=(--quickstart)
+  if [ "$(id -u)" -eq 0 ]; then
+    system_part
+  elif command -v sudo >/dev/null 2>&1; then
+    log "not root: running the system part through sudo"
+    sudo env ${PG_BINDIR:+PG_BINDIR="$PG_BINDIR"} PGCONNECTOR_PG_ROOT="$PG_ROOT" bash "$SCRIPT" --system "${mode[@]}"
+  else
+    die "packages must be installed but this is not root and there is no sudo; run: bash $SCRIPT ${mode[*]} as root"
+  fi
+}
+
+if $QUICKSTART; then
+  if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
+    die "PG_BINDIR=$PG_BINDIR does not hold initdb, pg_ctl and postgres of version $MIN_PG_MAJOR or newer; fix or unset it"
+  fi
+  if ! find_pg_bindir >/dev/null || need_ca; then
+    system_part_as_root
+  fi
+  bindir=$(find_pg_bindir) || die "no PostgreSQL $MIN_PG_MAJOR+ server binaries after the install"
+  log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
+  log "done (the quickstart's Go modules are fetched by go build)"
+  exit 0
+fi
+
 if bindir=$(find_pg_bindir) && ! need_ca && ! need_cc && ! need_krb5 && ! need_kcm && ! need_psql && ! need_pgbouncer && ! need_npm && command -v openssl >/dev/null; then
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 else
   if [ -n "${PG_BINDIR:-}" ] && ! find_pg_bindir >/dev/null; then
     die "PG_BINDIR=$PG_BINDIR does not hold initdb, pg_ctl and postgres of version $MIN_PG_MAJOR or newer; fix or unset it"
   fi
-  if [ "$(id -u)" -eq 0 ]; then
-    system_part
-  elif command -v sudo >/dev/null 2>&1; then
-    log "not root: running the system part through sudo"
-    sudo env ${PG_BINDIR:+PG_BINDIR="$PG_BINDIR"} PGCONNECTOR_PG_ROOT="$PG_ROOT" bash "$SCRIPT" --system
-  else
-    die "packages must be installed but this is not root and there is no sudo; run: bash $SCRIPT as root"
-  fi
+  system_part_as_root
   bindir=$(find_pg_bindir) || die "no PostgreSQL $MIN_PG_MAJOR+ server binaries after the install"
   log "PostgreSQL server binaries: $bindir ($("$bindir/postgres" --version))"
 fi

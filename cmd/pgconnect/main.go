@@ -9,8 +9,13 @@
 // method), and what libpq and pgx would have spent on the same server: sockets, backends and
 // round trips, estimated from the server's answers with their rules (see EstimateLibpq and
 // EstimatePgx). The steps come from the connector's spans (README, Spans). -json prints the same
-// as one JSON document. The exit status is 1 when a connect fails, and the output names the step
-// that failed; 2 for bad arguments. The password is never printed.
+// as one JSON document. The password is never printed.
+//
+// Exit status: 0 when every connect succeeded (and for -h or help, which print the usage on
+// stdout); 1 when a connect failed, and the output names the step that failed by its span name
+// ("failed at ssl_request: ..."); 2 for a usage error (an unknown command or flag, a misplaced
+// argument) or a connection string that does not parse, with the error and, for a usage error,
+// the usage on stderr.
 package main
 
 import (
@@ -21,7 +26,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,7 +49,22 @@ const usage = `usage: pgconnect explain [-n N] [-json] [-timeout D] [DSN]
 
 Connects once cold and N times warm, and explains each connect. Without a DSN,
 the PG* environment (PGHOST, PGPORT, PGUSER, PGSSLMODE, PGGSSENCMODE...) applies.
+Flags go before the DSN.
+
+  -n N        warm connects after the cold one (default 1)
+  -json       print one JSON document
+  -timeout D  time limit of each connect (default 30s)
+
+Exit status: 0 connected; 1 a connect failed (the output names the failed step);
+2 usage error or a connection string that does not parse.
 `
+
+// Exit statuses (see usage).
+const (
+	exitOK            = 0
+	exitConnectFailed = 1
+	exitUsage         = 2
+)
 
 // Report is what explain prints, -json as it is.
 type Report struct {
@@ -53,7 +75,10 @@ type Report struct {
 	// Compare is what libpq and pgx would have spent per connect, per host connected to,
 	// estimated from the server's answers.
 	Compare []Comparison `json:"compare,omitempty"`
-	// FailedStep and Error say why the last connect failed; empty on success.
+	// FailedStep and Error say why the last connect failed; empty on success. FailedStep is a
+	// step's span name without "postgresql." (tcp_connect, ssl_request, startup, ...), or
+	// "decision" when the modes allow no method on the host, "target_session_attrs" when the
+	// server was not of the kind asked for, "connect" when no step is to blame (see failedStep).
 	FailedStep string `json:"failed_step,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
@@ -113,40 +138,56 @@ type Comparison struct {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "explain" {
+	usageError := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "pgconnect: "+format+"\n\n", a...)
 		fmt.Fprint(stderr, usage)
-		return 2
+		return exitUsage
+	}
+	switch {
+	case len(args) == 0:
+		return usageError("no command: the command is explain")
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case args[0] != "explain":
+		return usageError("unknown command %q: the command is explain", args[0])
 	}
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package's error ("flag provided but not defined: -x") is printed with the
+	// command's prefix, and the usage once, here.
+	var flagErr strings.Builder
+	fs.SetOutput(&flagErr)
+	fs.Usage = func() {}
 	warm := fs.Int("n", 1, "warm connects after the cold one")
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	timeout := fs.Duration("timeout", 30*time.Second, "time limit of each connect")
 	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		}
+		return usageError("%s", strings.TrimSpace(flagErr.String()))
 	}
 	switch {
 	case fs.NArg() > 1:
-		fmt.Fprintf(stderr, "pgconnect: %q after the DSN: the DSN is one argument (quote it), and flags go before it\n", fs.Arg(1))
-		return 2
+		return usageError("%q after the DSN: the DSN is one argument (quote it), and flags go before it", fs.Arg(1))
 	case *warm < 0:
-		fmt.Fprintf(stderr, "pgconnect: -n %d: want 0 or more warm connects\n", *warm)
-		return 2
+		return usageError("-n %d: want 0 or more warm connects", *warm)
 	case *timeout <= 0:
-		fmt.Fprintf(stderr, "pgconnect: -timeout %v: want a positive duration\n", *timeout)
-		return 2
+		return usageError("-timeout %v: want a positive duration", *timeout)
 	}
 	rep, err := explain(fs.Arg(0), *warm, *timeout)
 	if err != nil {
-		fmt.Fprintln(stderr, "pgconnect:", err)
-		return 2
+		// A *ParseError: names the key, never the password.
+		fmt.Fprintln(stderr, "pgconnect: invalid connection string:", strings.TrimPrefix(err.Error(), "pgconnector: "))
+		return exitUsage
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			fmt.Fprintln(stderr, "pgconnect:", err)
-			return 1
+			return exitConnectFailed
 		}
 	} else {
 		printText(stdout, rep)
@@ -155,9 +196,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if *asJSON {
 			fmt.Fprintf(stderr, "pgconnect: failed at %s: %s\n", rep.FailedStep, rep.Error)
 		}
-		return 1
+		return exitConnectFailed
 	}
-	return 0
+	return exitOK
 }
 
 // explain connects once cold and warm times warm with one connector and reports each connect.
@@ -197,8 +238,10 @@ func explain(dsn string, warm int, timeout time.Duration) (*Report, error) {
 		seen = len(spans)
 		cn.Run, cn.Server = name, version
 		if err != nil {
-			if cn.FailedStep == "" {
-				cn.FailedStep = "connect"
+			if step := failedStep(err, cn.Steps); step != "" {
+				cn.FailedStep = step
+			} else if cn.FailedStep == "" {
+				cn.FailedStep = "connect" // no step of the connector's: the context, say
 			}
 			cn.Error = errorText(err)
 			rep.Connects = append(rep.Connects, cn)
@@ -243,14 +286,73 @@ func merge(dst *Answers, a Answers) {
 	dst.GSSEstablished = dst.GSSEstablished || a.GSSEstablished
 }
 
+// stepOf maps negotiation.HostError's Step to the name of the step's span, without
+// "postgresql." (tracing: SpanTCPConnect, ...).
+var stepOf = map[string]string{
+	"GSS credentials":      "gss_credentials",
+	"DNS lookup":           "dns_lookup",
+	"TCP connect":          "tcp_connect",
+	"SSLRequest":           "ssl_request",
+	"TLS handshake":        "tls_handshake",
+	"GSSENCRequest":        "gssenc_request",
+	"service ticket":       "service_ticket",
+	"GSS context":          "gss_context",
+	"startup":              "startup",
+	"target_session_attrs": "target_session_attrs", // the check after the startup: no span of its own
+}
+
+// failedStep names the step at which a connect failed, as its span is named: the step of the
+// last host's negotiation.HostError (a step may fail without an error status on its span:
+// ssl_request answered 'N' under sslmode=require), gss_credentials when gssencmode=require finds
+// no Kerberos credentials (no plan, so no socket), "decision" when the modes allow no method on
+// the host (gssencmode=require over a Unix socket), else the last step whose span recorded an
+// error, else "".
+func failedStep(err error, steps []Step) string {
+	var ce *negotiation.ConnectError
+	if errors.As(err, &ce) && len(ce.Hosts) > 0 {
+		h := ce.Hosts[len(ce.Hosts)-1]
+		if name, ok := stepOf[h.Step]; ok {
+			return name
+		}
+		if h.Step == "" && h.Addr == "" && h.Method == 0 {
+			if errors.Is(h.Err, negotiation.ErrGSSNoCredentials) {
+				return "gss_credentials"
+			}
+			return "decision"
+		}
+		if h.Step != "" {
+			return h.Step
+		}
+	}
+	last := ""
+	for _, st := range steps {
+		if st.Error != "" {
+			last = st.Name
+		}
+	}
+	return last
+}
+
 // errorText is the connect error (which never holds a secret) without the "pgconnector: host
-// H:P (addr): step: " prefix that the failed step already says, for a one-host connect.
+// H:P (addr): step: " prefix that the report already says, for a one-host connect.
 func errorText(err error) string {
 	var ce *negotiation.ConnectError
-	if errors.As(err, &ce) && len(ce.Hosts) == 1 && ce.Hosts[0].Step != "" {
-		msg := ce.Hosts[0].Error()
-		if i := strings.Index(msg, ": "+ce.Hosts[0].Step+": "); i >= 0 {
-			return msg[i+len(ce.Hosts[0].Step)+4:]
+	if errors.As(err, &ce) && len(ce.Hosts) == 1 {
+		h := ce.Hosts[0]
+		// The prefix as negotiation.HostError.Error writes it.
+		prefix := "host " + h.Host
+		if !strings.HasPrefix(h.Host, "/") || h.Port != 0 {
+			prefix += ":" + strconv.Itoa(int(h.Port))
+		}
+		if h.Addr != "" && h.Addr != h.Host {
+			prefix += " (" + h.Addr + ")"
+		}
+		if h.Step != "" {
+			prefix += ": " + h.Step
+		}
+		msg := h.Error()
+		if rest, ok := strings.CutPrefix(msg, prefix+": "); ok {
+			return rest
 		}
 		return msg
 	}
@@ -370,11 +472,33 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 		}
 		cn.Steps = append(cn.Steps, st)
 	}
+	cn.Steps = withoutLastFallback(cn.Steps)
 	if cn.Transport == "gss" {
 		cn.Answers.GSSEstablished = true
 		cn.Answers.GSS = "G"
 	}
 	return cn
+}
+
+// attemptSteps are the steps of an attempt to connect: a fallback step before one of them
+// leads to another attempt (another method, address or host).
+var attemptSteps = map[string]bool{
+	"dns_lookup": true, "tcp_connect": true, "ssl_request": true, "gssenc_request": true,
+	"tls_handshake": true, "service_ticket": true, "gss_context": true, "startup": true,
+}
+
+// withoutLastFallback drops the fallback steps that no attempt follows: the connector records
+// one when an attempt fails and another may come (pgconnector.fallback.to is absent when the next
+// one is on another address or host), also when there is none left to try.
+func withoutLastFallback(steps []Step) []Step {
+	out := steps[:0:0]
+	for i, st := range steps {
+		if st.Name == "fallback" && !slices.ContainsFunc(steps[i+1:], func(s Step) bool { return attemptSteps[s.Name] }) {
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 func attrs(kvs []attribute.KeyValue) map[string]attribute.Value {

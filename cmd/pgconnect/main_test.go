@@ -166,26 +166,84 @@ func TestExplainClosedPort(t *testing.T) {
 	}
 }
 
-func TestUsage(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := run(nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "usage") {
-		t.Errorf("exit %d, %q", code, errOut.String())
-	}
-	if code := run([]string{"explain", "host=x sslmode=bogus password=s3cret-pw"}, &out, &errOut); code != 2 || strings.Contains(errOut.String(), "s3cret-pw") || !strings.Contains(errOut.String(), "sslmode") {
-		t.Errorf("exit %d, %q", code, errOut.String())
-	}
+// TestInvocations runs the command as a user would, with arguments and connection strings
+// that go wrong in each way the command knows, and checks the exit status (0 connected, 1 a
+// connect failed, 2 a usage error or a connection string that does not parse), what each stream
+// says, and that the usage is printed once when it is printed at all.
+func TestInvocations(t *testing.T) {
+	noKerberos(t)
+	const secret = "s3cret-pw"
+	p := harness.StartT(t, harness.Options{})
+	closed := strconv.Itoa(harness.FreePort(t))
+	missing := filepath.Join(t.TempDir(), "missing.conf")
 	for _, tt := range []struct {
-		args []string
-		want string
+		name           string
+		args           []string
+		code           int
+		stdout, stderr []string // substrings
+		notOut         []string // substrings of neither stream
+		usageOn        string   // "stdout", "stderr" or "" (not printed)
 	}{
-		{[]string{"explain", "host=x", "-n", "2"}, `"-n" after the DSN: the DSN is one argument (quote it), and flags go before it`},
-		{[]string{"explain", "-n", "-1", "host=x"}, "-n -1: want 0 or more"},
-		{[]string{"explain", "-timeout", "0s", "host=x"}, "-timeout 0s: want a positive duration"},
+		{name: "no command", args: nil, code: 2, stderr: []string{"pgconnect: no command: the command is explain"}, usageOn: "stderr"},
+		{name: "unknown command", args: []string{"explian", p.DSN()}, code: 2, stderr: []string{`pgconnect: unknown command "explian"`}, usageOn: "stderr"},
+		{name: "-h", args: []string{"-h"}, code: 0, stdout: []string{"Exit status: 0 connected; 1 a connect failed"}, usageOn: "stdout"},
+		{name: "help", args: []string{"help"}, code: 0, usageOn: "stdout"},
+		{name: "explain -h", args: []string{"explain", "-h"}, code: 0, stdout: []string{"-timeout D"}, usageOn: "stdout"},
+		{name: "unknown flag", args: []string{"explain", "-x", p.DSN()}, code: 2, stderr: []string{"pgconnect: flag provided but not defined: -x"}, usageOn: "stderr"},
+		{name: "flag after the DSN", args: []string{"explain", "host=x", "-n", "2"}, code: 2,
+			stderr: []string{`pgconnect: "-n" after the DSN: the DSN is one argument (quote it), and flags go before it`}, usageOn: "stderr"},
+		{name: "negative -n", args: []string{"explain", "-n", "-1", "host=x"}, code: 2, stderr: []string{"pgconnect: -n -1: want 0 or more"}, usageOn: "stderr"},
+		{name: "zero -timeout", args: []string{"explain", "-timeout", "0s", "host=x"}, code: 2, stderr: []string{"pgconnect: -timeout 0s: want a positive duration"}, usageOn: "stderr"},
+		{name: "bad sslmode", args: []string{"explain", "host=x sslmode=bogus password=" + secret}, code: 2,
+			stderr: []string{`pgconnect: invalid connection string: invalid sslmode "bogus"`}},
+		{name: "bad port in a URL", args: []string{"explain", "postgres://u:" + secret + "@h:x/db"}, code: 2,
+			stderr: []string{`pgconnect: invalid connection string: invalid port "x": must be a number from 1 to 65535`}},
+		{name: "bad second port in a URL", args: []string{"explain", "postgres://u:" + secret + "@h1:5432,h2:/db?port=,70000"}, code: 2,
+			stderr: []string{`invalid port ",70000"`}},
+		{name: "service file missing", args: []string{"explain", "service=shop servicefile=" + missing + " password=" + secret}, code: 2,
+			stderr: []string{`pgconnect: invalid connection string: cannot read the service file "` + missing + `" for service "shop": no such file or directory`}},
+		{name: "connected", args: []string{"explain", p.DSN()}, code: 0,
+			stdout: []string{"ssl_request", "fallback", "startup", "result: 127.0.0.1:" + strconv.Itoa(p.Port) + " over plain"}},
+		{name: "sslmode=require, answered N", args: []string{"explain", p.DSN("sslmode=require")}, code: 1,
+			stdout: []string{"ssl.answer=N", "failed at ssl_request: server does not support SSL, but SSL was required (sslmode=require)"},
+			notOut: []string{"failed at connect", "fallback"}},
+		{name: "sslmode=require, answered N, -json", args: []string{"explain", "-json", p.DSN("sslmode=require")}, code: 1,
+			stdout: []string{`"failed_step": "ssl_request"`}, stderr: []string{"pgconnect: failed at ssl_request: server does not support SSL"}},
+		{name: "gssencmode=require without a ticket", args: []string{"explain", p.DSN("gssencmode=require")}, code: 1,
+			stdout: []string{"  gss_credentials ", "gss.credentials.valid=false",
+				"failed at gss_credentials: gssencmode=require: GSSAPI encryption is required but no credentials are available: no credential cache"},
+			notOut: []string{"failed at connect", "pgconnector: host"}},
+		{name: "gssencmode=require over a Unix socket", args: []string{"explain", p.DSN("host="+p.SocketDir, "gssencmode=require")}, code: 1,
+			stdout: []string{"failed at decision: gssencmode=require: GSSAPI encryption is required but it is not supported over a local socket"}},
+		{name: "closed port", args: []string{"explain", "host=127.0.0.1 port=" + closed + " user=app password=" + secret + " connect_timeout=5"}, code: 1,
+			stdout: []string{"  tcp_connect ", "failed at tcp_connect: connection refused"}, notOut: []string{"fallback"}},
+		{name: "closed port, then the server", args: []string{"explain", "-n", "0", "host=127.0.0.1,127.0.0.1 port=" + closed + "," + strconv.Itoa(p.Port) + " user=app dbname=app"},
+			code: 0, stdout: []string{"fallback.reason=could not connect", "over plain"}},
 	} {
-		errOut.Reset()
-		if code := run(tt.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tt.want) {
-			t.Errorf("%q: exit %d, %q, want 2 and %q", tt.args, code, errOut.String(), tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(tt.args, &out, &errOut)
+			t.Logf("exit %d\nstdout:\n%sstderr:\n%s", code, out.String(), errOut.String())
+			if code != tt.code {
+				t.Errorf("exit %d, want %d", code, tt.code)
+			}
+			wantIn(t, out.String(), tt.stdout...)
+			wantIn(t, errOut.String(), tt.stderr...)
+			for _, s := range append(tt.notOut, secret, "pgconnector: pgconnector:") {
+				if strings.Contains(out.String()+errOut.String(), s) {
+					t.Errorf("the output holds %q", s)
+				}
+			}
+			for stream, text := range map[string]string{"stdout": out.String(), "stderr": errOut.String()} {
+				want := 0
+				if stream == tt.usageOn {
+					want = 1
+				}
+				if n := strings.Count(text, "usage: pgconnect explain"); n != want {
+					t.Errorf("the usage on %s %d times, want %d", stream, n, want)
+				}
+			}
+		})
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,10 +75,10 @@ func (t *tally) median() time.Duration {
 	return d[len(d)/2]
 }
 
-// compact prints the comparison with pgx's driver (on the throwaway server pg only), the connect
-// waterfall of the first (cold) pgconnector connection and the median of the warm ones, and one request's span
-// tree.
-func compact(ctx context.Context, w io.Writer, pg *harness.Postgres, dsn string, n int, tpOpts []sdktrace.TracerProviderOption) error {
+// compact measures what the report shows: the comparison with pgx's driver (on the throwaway
+// server pg only), the connect waterfall of the first (cold) pgconnector connection and the median
+// of the warm ones, whether the run was too noisy to compare times, and one request's span tree.
+func compact(ctx context.Context, pg *harness.Postgres, dsn string, n int, tpOpts []sdktrace.TracerProviderOption) (*report, error) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(append(tpOpts, sdktrace.WithSpanProcessor(rec))...)
 	var connector *pgconnector.Connector
@@ -88,32 +87,40 @@ func compact(ctx context.Context, w io.Writer, pg *harness.Postgres, dsn string,
 	if pg != nil {
 		// The comparison's connections go through a proxy that counts what each driver sends.
 		if proxy, err = harness.NewProxy(pg.Addr()); err != nil {
-			return err
+			return nil, err
 		}
 		defer proxy.Close()
 		_, port := proxy.Addr()
 		dsn = pg.DSN("port=" + strconv.Itoa(port))
 		if connector, err = pgconnector.New(dsn, pgconnector.WithTracerProvider(tp)); err != nil {
-			return err
+			return nil, err
 		}
 	} else if connector, err = pgconnector.New(dsn, pgconnector.WithTracerProvider(tp)); err != nil {
-		return err
+		return nil, err
 	}
+	rep := &report{}
 	// One pool for the comparison, the waterfall and the request: closing it closes the
 	// connector, so it is closed once, at the end.
 	db := sql.OpenDB(connector)
 	defer db.Close()
 	db.SetMaxIdleConns(0) // every Conn is a new connection
+	var pgxTimes []time.Duration
 	if pg != nil {
-		if err := compare(ctx, w, pg, proxy, dsn, db, n); err != nil {
-			return err
+		rows, err := compare(ctx, pg, proxy, dsn, db, n)
+		if err != nil {
+			return nil, err
 		}
+		rep.Compare = &comparison{Connections: n, Version: pg.Version, Host: pg.Host}
+		for _, r := range rows {
+			rep.Compare.Drivers = append(rep.Compare.Drivers, r.row())
+		}
+		pgxTimes = rows[1].connect
 	} else {
 		// Another server: n connections, for the waterfall.
 		for range n {
 			conn, err := db.Conn(ctx)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			conn.Close()
 		}
@@ -121,34 +128,46 @@ func compact(ctx context.Context, w io.Writer, pg *harness.Postgres, dsn string,
 	spans := rec.Ended()
 	connects := named(spans, tracing.SpanConnect)
 	if len(connects) < 2 {
-		return fmt.Errorf("%d connect spans recorded, want 2", len(connects))
+		return nil, fmt.Errorf("%d connect spans recorded, want 2", len(connects))
 	}
 	// The warm connect shown is the median of the warm ones: a single one is at the mercy of the
 	// server's fork and the scheduler.
 	warm := append([]sdktrace.ReadOnlySpan(nil), connects[1:]...)
 	sort.SliceStable(warm, func(i, j int) bool { return dur(warm[i]) < dur(warm[j]) })
-	waterfall(w, spans, connects[0], warm[len(warm)/2], len(warm))
+	rep.Cold = connectOf(spans, connects[0])
+	rep.Warm = connectOf(spans, warm[len(warm)/2])
+	rep.WarmConnects = len(warm)
+	t := timings{Cold: dur(connects[0]), Pgx: pgxTimes}
+	for _, s := range warm {
+		t.Warm = append(t.Warm, dur(s))
+	}
+	rep.Noise = noisy(t)
+	rep.TooNoisy = len(rep.Noise) > 0
 	db.SetMaxIdleConns(2) // database/sql's default: the request's statements share a connection, as in a service
-	return request(ctx, w, tp, rec, db)
+	if rep.Request, err = request(ctx, tp, rec, db); err != nil {
+		return nil, err
+	}
+	return rep, nil
 }
 
 // compare opens n new connections with each driver, alternately, through proxy in front of pg,
-// with the same connection string dsn (sslmode unset: prefer), and prints the table.
-func compare(ctx context.Context, w io.Writer, pg *harness.Postgres, proxy *harness.Proxy, dsn string, pc *sql.DB, n int) error {
+// with the same connection string dsn (sslmode unset: prefer), and returns what each cost:
+// pgconnector's, then pgx's.
+func compare(ctx context.Context, pg *harness.Postgres, proxy *harness.Proxy, dsn string, pc *sql.DB, n int) ([]*tally, error) {
 	// Warm the server up (first backend, catalog caches) on a connection of neither driver.
 	warm, err := sql.Open("pgx", pg.DSN("sslmode=disable"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	err = warm.PingContext(ctx)
 	warm.Close()
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	px, err := sql.Open("pgx", dsn)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer px.Close()
 	px.SetMaxIdleConns(0) // every Conn is a new connection, as with pc
@@ -156,54 +175,31 @@ func compare(ctx context.Context, w io.Writer, pg *harness.Postgres, proxy *harn
 	rows := []*tally{{name: "pgconnector"}, {name: "pgx stdlib"}}
 	for range n {
 		if err := rows[0].one(ctx, pc, pg, proxy); err != nil {
-			return err
+			return nil, err
 		}
 		if err := rows[1].one(ctx, px, pg, proxy); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	fmt.Fprintf(w, "\n%d new connections per driver, one after the other, same DSN (sslmode unset =\n", n)
-	fmt.Fprintf(w, "prefer), PostgreSQL %d on %s without TLS; per connection:\n", pg.Version, pg.Host)
-	fmt.Fprintf(w, "%-12s %9s %10s %12s %12s %15s\n", "", "backends", "TCP conns", "SSLRequests", "round trips", "median connect")
-	per := func(v, n int) string { return fmt.Sprintf("%.2f", float64(v)/float64(n)) }
-	for _, r := range rows {
-		fmt.Fprintf(w, "%-12s %9s %10s %12s %12s %15s\n", r.name, per(r.backends, r.conns), per(r.tcp, r.conns),
-			per(r.ssl, r.conns), per(r.roundTrips(), r.conns), ms(r.median()))
-	}
-	fmt.Fprintln(w, "(backends: the server log's \"connection received\"; TCP conns, SSLRequests: a proxy;")
-	fmt.Fprintln(w, " round trips before the first query: TCP handshakes + SSLRequests + startups)")
-	return nil
+	return rows, nil
 }
 
-// waterfall prints the steps of the cold connect and of the median of warmN warm ones, one line
-// each, with a bar on a common time scale.
-func waterfall(w io.Writer, spans []sdktrace.ReadOnlySpan, cold, warm sdktrace.ReadOnlySpan, warmN int) {
-	const width = 40
-	scale := max(dur(cold), dur(warm))
-	later := fmt.Sprintf("the median of the %d later ones (warm)", warmN)
-	if warmN == 1 {
-		later = "the second one (warm)"
+// row is t per connection, as the table shows it.
+func (t *tally) row() driverRow {
+	per := func(v int) float64 { return float64(v) / float64(t.conns) }
+	return driverRow{Name: t.name, Backends: per(t.backends), TCPConns: per(t.tcp), SSLRequests: per(t.ssl),
+		RoundTrips: per(t.roundTrips()), MedianConnectMS: msf(t.median())}
+}
+
+// connectOf is a connect span's view: its duration, transport, cache hit and steps.
+func connectOf(spans []sdktrace.ReadOnlySpan, c sdktrace.ReadOnlySpan) connectView {
+	a := attrMap(c.Attributes())
+	v := connectView{DurationMS: msf(dur(c)), Transport: a[string(tracing.TransportKey)], CacheHit: a[string(tracing.CacheHitKey)]}
+	for _, st := range childrenIn(spans, c) {
+		v.Steps = append(v.Steps, stepView{Name: strings.TrimPrefix(st.Name(), "postgresql."),
+			StartMS: msf(st.StartTime().Sub(c.StartTime())), DurationMS: msf(dur(st)), Note: strings.TrimSpace(stepNote(st))})
 	}
-	fmt.Fprintf(w, "\nconnect waterfall, pgconnector: the first connect (cold) and\n%s; offset from the\n", later)
-	fmt.Fprintln(w, "connect's start, duration, on the slower one's scale:")
-	for _, c := range []struct {
-		label string
-		s     sdktrace.ReadOnlySpan
-	}{{"cold", cold}, {"warm", warm}} {
-		a := attrMap(c.s.Attributes())
-		fmt.Fprintf(w, "%s %8s  transport=%s cache.hit=%s\n", c.label, ms(dur(c.s)),
-			a[string(tracing.TransportKey)], a[string(tracing.CacheHitKey)])
-		for _, st := range childrenIn(spans, c.s) {
-			off := st.StartTime().Sub(c.s.StartTime())
-			from := int(float64(width) * float64(off) / float64(scale))
-			n := max(1, int(float64(width)*float64(dur(st))/float64(scale)))
-			from = min(from, width-1)
-			n = min(n, width-from)
-			bar := strings.Repeat(" ", from) + strings.Repeat("#", n) + strings.Repeat(" ", width-from-n)
-			fmt.Fprintf(w, "  %-15s %8s %8s |%s|%s\n", strings.TrimPrefix(st.Name(), "postgresql."),
-				"+"+ms(off), ms(dur(st)), bar, stepNote(st))
-		}
-	}
+	return v
 }
 
 // stepNote is the one attribute of a step worth a glance.
@@ -224,8 +220,8 @@ func stepNote(s sdktrace.ReadOnlySpan) string {
 }
 
 // request runs one request's statements under a span of its own, as a service's handler would,
-// and prints that span's tree.
-func request(ctx context.Context, w io.Writer, tp *sdktrace.TracerProvider, rec *tracetest.SpanRecorder, db *sql.DB) error {
+// and returns that span's tree, a line per span.
+func request(ctx context.Context, tp *sdktrace.TracerProvider, rec *tracetest.SpanRecorder, db *sql.DB) ([]spanLine, error) {
 	rctx, span := tp.Tracer("quickstart").Start(ctx, "request GET /users/42")
 	var name string
 	var sessions int
@@ -235,24 +231,23 @@ func request(ctx context.Context, w io.Writer, tp *sdktrace.TracerProvider, rec 
 	}
 	span.End()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintln(w, "\nspans of one request (db.QueryRowContext(ctx) with the request's span in ctx):")
 	spans := rec.Ended()
-	var walk func(s sdktrace.ReadOnlySpan, prefix, branch string)
-	walk = func(s sdktrace.ReadOnlySpan, prefix, branch string) {
-		line := fmt.Sprintf("%s%s%s %s", prefix, branch, s.Name(), ms(dur(s)))
+	var lines []spanLine
+	// prefix and branch draw the tree in the text report: "├─ " or "└─ " before a span, under
+	// "│  " or "   " for each ancestor that has a sibling after it or not.
+	var walk func(s sdktrace.ReadOnlySpan, depth int, prefix, branch string)
+	walk = func(s sdktrace.ReadOnlySpan, depth int, prefix, branch string) {
+		l := spanLine{Depth: depth, Name: s.Name(), DurationMS: msf(dur(s)), tree: prefix + branch}
 		a := attrMap(s.Attributes())
 		if s.Name() == tracing.SpanConnect {
-			line += fmt.Sprintf("  transport=%s cache.hit=%s, %d steps", a[string(tracing.TransportKey)],
+			l.Detail = fmt.Sprintf("transport=%s cache.hit=%s, %d steps", a[string(tracing.TransportKey)],
 				a[string(tracing.CacheHitKey)], len(childrenIn(spans, s)))
 		} else if q := a["db.query.text"]; q != "" {
-			line += "  " + q
+			l.Detail = q
 		}
-		if r := []rune(line); len(r) > 96 {
-			line = string(r[:95]) + "…"
-		}
-		fmt.Fprintln(w, line)
+		lines = append(lines, l)
 		if s.Name() == tracing.SpanConnect {
 			return // its steps are in the waterfall
 		}
@@ -268,13 +263,13 @@ func request(ctx context.Context, w io.Writer, tp *sdktrace.TracerProvider, rec 
 			if i == len(kids)-1 {
 				b = "└─ "
 			}
-			walk(k, prefix, b)
+			walk(k, depth+1, prefix, b)
 		}
 	}
 	var failed []string
 	for _, s := range spans {
 		if s.SpanContext().SpanID() == span.SpanContext().SpanID() {
-			walk(s, "", "")
+			walk(s, 0, "", "")
 		}
 		if s.SpanContext().TraceID() == span.SpanContext().TraceID() && status(s) != "" {
 			failed = append(failed, s.Name()+status(s))
@@ -282,9 +277,9 @@ func request(ctx context.Context, w io.Writer, tp *sdktrace.TracerProvider, rec 
 	}
 	if len(failed) > 0 {
 		// The request succeeded, but a span under it (a connect step) recorded an error.
-		return fmt.Errorf("spans of the request recorded errors: %s", strings.Join(failed, "; "))
+		return nil, fmt.Errorf("spans of the request recorded errors: %s", strings.Join(failed, "; "))
 	}
-	return nil
+	return lines, nil
 }
 
 func named(spans []sdktrace.ReadOnlySpan, name string) []sdktrace.ReadOnlySpan {
@@ -324,5 +319,5 @@ func attrMap(kv []attribute.KeyValue) map[string]string {
 
 func dur(s sdktrace.ReadOnlySpan) time.Duration { return s.EndTime().Sub(s.StartTime()) }
 
-// ms formats d in milliseconds with two decimals.
-func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+// msf is d in milliseconds, to the microsecond.
+func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -18,21 +17,22 @@ import (
 )
 
 // rounds is what -v adds: a new connector (cold decision cache) connects from workers goroutines at
-// once, then again (warm cache); it prints what was decided and the span tree of every connect,
-// statement and step, with every project attribute.
-func rounds(ctx context.Context, w io.Writer, dsn string, workers int, opts []sdktrace.TracerProviderOption) error {
+// once, then again (warm cache); it returns what was decided in each round and, with the last,
+// the span tree of every connect, statement and step, with every project attribute.
+func rounds(ctx context.Context, dsn string, workers int, opts []sdktrace.TracerProviderOption) ([]roundView, error) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(append(opts, sdktrace.WithSpanProcessor(rec))...)
 	tracer := tp.Tracer("quickstart")
 
 	connector, err := pgconnector.New(dsn, pgconnector.WithTracerProvider(tp))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	db := sql.OpenDB(connector)
 	defer db.Close()
 	db.SetMaxIdleConns(0) // every query opens a new connection, so that each round shows connects
 
+	var out []roundView
 	for _, round := range []string{"cold cache", "warm cache"} {
 		rctx, span := tracer.Start(ctx, "round: "+round)
 		var wg sync.WaitGroup
@@ -52,18 +52,17 @@ func rounds(ctx context.Context, w io.Writer, dsn string, workers int, opts []sd
 		span.End()
 		close(errs)
 		for err := range errs {
-			return err
+			return nil, err
 		}
-		fmt.Fprintf(w, "\n== %s: %d goroutines connected in %v\n", round, workers, time.Since(start).Round(time.Millisecond))
-		printDecisions(w, rec.Ended(), span.SpanContext().SpanID().String())
+		out = append(out, roundView{Name: round, Workers: workers, DurationMS: msf(time.Since(start)),
+			Decisions: decisions(rec.Ended(), span.SpanContext().SpanID().String())})
 	}
-
-	printTree(w, rec.Ended())
-	return nil
+	out[len(out)-1].tree = spanTree(rec.Ended())
+	return out, nil
 }
 
-// printDecisions summarises the connects of one round from their spans' attributes.
-func printDecisions(w io.Writer, spans []sdktrace.ReadOnlySpan, parent string) {
+// decisions summarises the connects of one round from their spans' attributes.
+func decisions(spans []sdktrace.ReadOnlySpan, parent string) []decisionCount {
 	counts := map[string]int{}
 	var keys []string
 	for _, s := range spans {
@@ -103,13 +102,17 @@ func printDecisions(w io.Writer, spans []sdktrace.ReadOnlySpan, parent string) {
 	sort.Slice(keys, func(i, j int) bool { // the probe first, then the connects that waited for it
 		return counts[keys[i]] < counts[keys[j]] || counts[keys[i]] == counts[keys[j]] && keys[i] < keys[j]
 	})
+	var out []decisionCount
 	for _, k := range keys {
-		fmt.Fprintf(w, "   %2d connect(s): %s\n", counts[k], k)
+		out = append(out, decisionCount{Count: counts[k], Decision: k})
 	}
+	return out
 }
 
-// printTree prints the recorded spans as a tree, each with its project and connection attributes.
-func printTree(w io.Writer, spans []sdktrace.ReadOnlySpan) {
+// spanTree draws the recorded spans as a tree, a line each, with its project and connection
+// attributes.
+func spanTree(spans []sdktrace.ReadOnlySpan) []string {
+	var lines []string
 	children := map[string][]sdktrace.ReadOnlySpan{}
 	var roots []sdktrace.ReadOnlySpan
 	ids := map[string]bool{}
@@ -129,11 +132,11 @@ func printTree(w io.Writer, spans []sdktrace.ReadOnlySpan) {
 	}
 	var walk func(s sdktrace.ReadOnlySpan, depth int)
 	walk = func(s sdktrace.ReadOnlySpan, depth int) {
-		fmt.Fprintf(w, "%s%s %v%s%s\n", strings.Repeat("  ", depth), s.Name(),
-			s.EndTime().Sub(s.StartTime()).Round(10*time.Microsecond), attrs(s.Attributes()), status(s))
+		lines = append(lines, fmt.Sprintf("%s%s %v%s%s", strings.Repeat("  ", depth), s.Name(),
+			s.EndTime().Sub(s.StartTime()).Round(10*time.Microsecond), attrs(s.Attributes()), status(s)))
 		for _, ev := range s.Events() {
 			if ev.Name == "decision" { // one per host tried, with its plan
-				fmt.Fprintf(w, "%s(event) decision%s\n", strings.Repeat("  ", depth+1), attrs(ev.Attributes))
+				lines = append(lines, fmt.Sprintf("%s(event) decision%s", strings.Repeat("  ", depth+1), attrs(ev.Attributes)))
 			}
 		}
 		kids := children[s.SpanContext().SpanID().String()]
@@ -143,10 +146,10 @@ func printTree(w io.Writer, spans []sdktrace.ReadOnlySpan) {
 		}
 	}
 	byStart(roots)
-	fmt.Fprintln(w, "\n== span tree")
 	for _, r := range roots {
 		walk(r, 0)
 	}
+	return lines
 }
 
 func attrs(kv []attribute.KeyValue) string {
