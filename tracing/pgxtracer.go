@@ -258,7 +258,7 @@ func (pc *pgxConn) batchStatement(queries []*pgx.QueuedQuery) *statement {
 		return pc.statement(queries[0].SQL, queries[0].Arguments, batchOptions)
 	}
 	s := pc.ic.s
-	texts := s.cfg.QueryText || s.cfg.SpanName != nil
+	texts := s.needText()
 	sameOp, sameText := true, true
 	var first *statement
 	var b strings.Builder
