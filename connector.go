@@ -244,7 +244,10 @@ func WithCancelAsError(on bool) Option {
 // from pgx's statement cache (the default mode) are sent as written. tracing.SQLCommentAll
 // comments them too and runs them with pgx.QueryExecModeDescribeExec, so that the cache does not
 // fill with texts used once: two round trips per such query instead of one, and a parse and
-// plan on the server each time (see the README's numbers). Default: tracing.SQLCommentOff.
+// plan on the server each time (measured on `select $1::int`: about twice the client's and three
+// times the server's CPU time of the cached query; commenting every text without the switch
+// costs as much, and keeps 512 prepared statements per connection on the server). Default:
+// tracing.SQLCommentOff.
 func WithSQLCommenter(mode tracing.SQLCommentMode) Option {
 	return func(o *options) { o.sqlComment = mode }
 }

@@ -78,6 +78,15 @@ func TestPingSpans(t *testing.T) {
 			if got, want := measuredOps(t, o, ""), map[string]float64{"PING": 2}; !mapsEqual(got, want) {
 				t.Errorf("measured %v, want %v", got, want)
 			}
+			// PgxConn still reaches pgx's connection under the traced ResetSession.
+			conn, err := o.db.Conn(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if err := pgconnector.PgxConn(conn, func(pc *pgx.Conn) error { return pc.Ping(context.Background()) }); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 }

@@ -105,7 +105,8 @@ type StatementConfig struct {
 	CancelNotError bool
 	// SQLComment appends a sqlcommenter comment carrying the trace context of the statement span
 	// to the text of the execs and queries run through database/sql (see [SQLCommentMode]). The
-	// zero value, SQLCommentOff, sends every text as written.
+	// zero value, SQLCommentOff, sends every text as written. A PgxTracer does not use it: pgx's
+	// tracer interfaces see the text but cannot change it.
 	SQLComment SQLCommentMode
 	// DefaultQueryExecMode is the connections' pgx.ConnConfig.DefaultQueryExecMode, for
 	// SQLComment; zero means pgx's default, QueryExecModeCacheStatement.
