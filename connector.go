@@ -180,7 +180,7 @@ func WithQueryText(on bool) Option {
 }
 
 // WithSpanNameFunc names statement spans: f receives the operation (db.operation.name: SELECT,
-// INSERT, ..., BEGIN, COMMIT, ROLLBACK, PREPARE, PING; "" when unknown) and the text as
+// INSERT, ..., BEGIN, COMMIT, ROLLBACK, PREPARE, PING, RESET_SESSION; "" when unknown) and the text as
 // db.query.text would record it (whatever WithQueryText says; "" for the calls without one).
 // An empty result keeps the default name: the operation, or "postgresql" when it is unknown.
 func WithSpanNameFunc(f func(ctx context.Context, operation, query string) string) Option {
@@ -240,7 +240,9 @@ func WithCancelAsError(on bool) Option {
 // (pg_stat_activity.query, the log, auto_explain) can be joined to its trace; only sampled spans,
 // never inside a literal or a comment (see tracing.SQLCommentMode for where and when).
 // tracing.SQLCommentUncached comments only the statements pgx sends as text at every call
-// (simple protocol, exec mode, execs without values), at no cost beyond the bytes; queries run
+// (simple protocol, exec mode, execs without values; the call's pgx.QueryExecMode, else the
+// connection string's default_query_exec_mode, not one WithBeforeConnect sets), at no cost
+// beyond the bytes; queries run
 // from pgx's statement cache (the default mode) are sent as written. tracing.SQLCommentAll
 // comments them too and runs them with pgx.QueryExecModeDescribeExec, so that the cache does not
 // fill with texts used once: two round trips per such query instead of one, and a parse and

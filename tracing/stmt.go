@@ -66,7 +66,7 @@ type StatementConfig struct {
 	QueryText bool
 	// SpanName, when set, names each statement span from its operation (db.operation.name, "" when
 	// unknown) and its text (as db.query.text records it, whatever QueryText says; "" for
-	// BEGIN, COMMIT, ROLLBACK and PING). An empty result keeps the default name.
+	// BEGIN, COMMIT, ROLLBACK, PING and RESET_SESSION). An empty result keeps the default name.
 	SpanName func(ctx context.Context, operation, query string) string
 
 	// The fields below choose which calls make a span and what it holds. None of them changes
@@ -116,8 +116,8 @@ type StatementConfig struct {
 // Statements traces the statement-level calls of database/sql connections: each exec, query,
 // prepare, prepared statement exec and query, begin, commit, rollback and ping is one
 // measurement of db.client.operation.duration and, unless the configuration says otherwise (see
-// below), one span of kind CLIENT, a child of the span in the caller's context. It is the [github.com/ngrok/sqlmw] interceptor of the connections
-// [Statements.WrapConn] returns.
+// below), one span of kind CLIENT, a child of the span in the caller's context. It is the
+// [github.com/ngrok/sqlmw] interceptor of the connections [Statements.WrapConn] returns.
 //
 // A span is named after its operation: the first keyword of the statement (SELECT, INSERT, ...)
 // in upper case, when the text is a single statement and the keyword starts one of PostgreSQL's
