@@ -283,11 +283,11 @@ func TestCancelAsError(t *testing.T) {
 			}{
 				{"canceled", func(ctx context.Context) (context.Context, context.CancelFunc) {
 					ctx, cancel := context.WithCancel(ctx)
-					time.AfterFunc(100*time.Millisecond, cancel)
+					time.AfterFunc(300*time.Millisecond, cancel)
 					return ctx, cancel
 				}, []string{tracing.ErrorTypeCanceled, "57014"}, map[bool]codes.Code{true: codes.Error, false: codes.Unset}[asError]},
 				{"deadline", func(ctx context.Context) (context.Context, context.CancelFunc) {
-					return context.WithTimeout(ctx, 100*time.Millisecond)
+					return context.WithTimeout(ctx, 300*time.Millisecond)
 				}, []string{tracing.ErrorTypeTimeout}, codes.Error},
 			} {
 				t.Run(tt.name, func(t *testing.T) {
@@ -380,7 +380,7 @@ func TestPgxTracerSpanOptions(t *testing.T) {
 			t.Fatal(err)
 		}
 		cctx, cancel := context.WithCancel(ctx)
-		time.AfterFunc(100*time.Millisecond, cancel)
+		time.AfterFunc(300*time.Millisecond, cancel)
 		if _, err := conn.Exec(cctx, "select pg_sleep(5)"); err == nil {
 			t.Fatal("no error")
 		}

@@ -206,7 +206,7 @@ func TestSQLCommenterInPgStatActivity(t *testing.T) {
 	got := o.under(t, func(ctx context.Context) {
 		done := make(chan error, 1)
 		go func() {
-			_, err := conn.ExecContext(ctx, "select pg_sleep(1) as "+marker)
+			_, err := conn.ExecContext(ctx, "select pg_sleep(2) as "+marker)
 			done <- err
 		}()
 		deadline := time.Now().Add(5 * time.Second)
@@ -233,7 +233,7 @@ func TestSQLCommenterInPgStatActivity(t *testing.T) {
 	}
 	select {
 	case q := <-seen:
-		if want := "select pg_sleep(1) as " + marker + " " + traceparent(got[0]); q != want {
+		if want := "select pg_sleep(2) as " + marker + " " + traceparent(got[0]); q != want {
 			t.Errorf("pg_stat_activity.query %q, want %q", q, want)
 		}
 		if !strings.Contains(q, got[0].SpanContext().TraceID().String()) {
