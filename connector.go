@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -73,6 +74,12 @@ type options struct {
 	queryText       bool
 	spanName        func(ctx context.Context, operation, query string) string
 	logger          *slog.Logger
+	pingSpans       bool
+	spanFilter      func(ctx context.Context, operation, query string) bool
+	noRootSpans     bool
+	spanAttributes  func(ctx context.Context, operation, query string) []attribute.KeyValue
+	cancelNotError  bool
+	sqlComment      tracing.SQLCommentMode
 
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	afterConnect  func(context.Context, *pgx.Conn) error
@@ -161,7 +168,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithStatementSpans sets whether the statements run on the connector's connections are traced:
 // one span of kind CLIENT per exec, query (until its rows are closed), prepare, prepared
-// statement exec or query, begin, commit, rollback and ping, and one measurement of
+// statement exec or query, begin, commit, rollback and (WithPingSpans) ping, and one measurement of
 // db.client.operation.duration each. With false the connector returns pgx's connections as they
 // are, with neither. It also turns on or off the pgxpool.acquire spans of the pools of
 // [Connector.PgxPoolConfig] and [Connector.OpenPool] (tracing.PoolTracer); their pool metrics
@@ -181,7 +188,7 @@ func WithQueryText(on bool) Option {
 }
 
 // WithSpanNameFunc names statement spans: f receives the operation (db.operation.name: SELECT,
-// INSERT, ..., BEGIN, COMMIT, ROLLBACK, PREPARE, PING; "" when unknown) and the text as
+// INSERT, ..., BEGIN, COMMIT, ROLLBACK, PREPARE, PING, RESET_SESSION; "" when unknown) and the text as
 // db.query.text would record it (whatever WithQueryText says; "" for the calls without one).
 // An empty result keeps the default name: the operation, or "postgresql" when it is unknown.
 func WithSpanNameFunc(f func(ctx context.Context, operation, query string) string) Option {
@@ -199,6 +206,73 @@ func WithSpanNameFunc(f func(ctx context.Context, operation, query string) strin
 // Default: nil, no logs.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.logger = l }
+}
+
+// The options below choose which statements make a span and what it holds. None of them changes
+// db.client.operation.duration: every call is measured as before. They do nothing with
+// WithStatementSpans(false). For pgx's own API, set the same fields of tracing.StatementConfig.
+
+// WithPingSpans sets whether the calls that only check a connection make spans: Ping (PING:
+// DB.PingContext, Conn.PingContext) and ResetSession (RESET_SESSION: database/sql's check of a
+// pooled connection before reuse, where pgx pings a connection idle for more than a second).
+// Default: false, no span (a ping whose context holds no span, as an ORM's ping at start-up or a
+// health check's, would otherwise be a trace of its own). IsValid is never traced (no I/O).
+// PING is measured either way; RESET_SESSION never is.
+func WithPingSpans(on bool) Option {
+	return func(o *options) { o.pingSpans = on }
+}
+
+// WithSpanFilter sets a function asked before each statement span: false makes no span for that
+// call. It receives the operation and text as WithSpanNameFunc does. The call is still measured
+// (db.client.operation.duration), as with otelsql's filter: the filter chooses spans, not
+// measurements. Default: none, every statement makes a span.
+func WithSpanFilter(f func(ctx context.Context, operation, query string) bool) Option {
+	return func(o *options) { o.spanFilter = f }
+}
+
+// WithRootSpans sets whether a statement whose context holds no span (neither a local one nor a
+// remote one from propagated headers) makes a span: it would be the root of a trace of its own.
+// Default: true. With false such a statement is only measured.
+func WithRootSpans(on bool) Option {
+	return func(o *options) { o.noRootSpans = !on }
+}
+
+// WithAttributesFunc sets a function whose attributes are added to each statement span at its
+// start (a sampler sees them), after the connector's own; it receives the operation and text as
+// WithSpanNameFunc does. The attributes are exported as they are: they must hold no secret (no
+// password, token or parameter value). They are not added to the measurement. Default: none.
+func WithAttributesFunc(f func(ctx context.Context, operation, query string) []attribute.KeyValue) Option {
+	return func(o *options) { o.spanAttributes = f }
+}
+
+// WithCancelAsError sets whether a statement canceled by its context is an error span (status
+// Error). With false, a call that failed with context.Canceled, or with the server's
+// query_canceled (SQLSTATE 57014) while its context was canceled, leaves the status Unset; its
+// error.type (canceled, 57014) and db.response.status_code are still recorded, and so is the
+// measurement. A call whose deadline passed (context.DeadlineExceeded, error.type timeout) stays
+// an error: a timeout is a failure, a cancel is the caller giving up. Default: true.
+func WithCancelAsError(on bool) Option {
+	return func(o *options) { o.cancelNotError = !on }
+}
+
+// WithSQLCommenter appends to the text of the execs and queries run through database/sql a
+// sqlcommenter comment carrying the trace context of their span,
+// /*traceparent='00-<trace id>-<span id>-01'*/, so that what the server shows of a statement
+// (pg_stat_activity.query, the log, auto_explain) can be joined to its trace; only sampled spans,
+// never inside a literal or a comment (see tracing.SQLCommentMode for where and when).
+// tracing.SQLCommentUncached comments only the statements pgx sends as text at every call
+// (simple protocol, exec mode, execs without values; the call's pgx.QueryExecMode, else the
+// connection string's default_query_exec_mode, not one WithBeforeConnect sets), at no cost
+// beyond the bytes; queries run
+// from pgx's statement cache (the default mode) are sent as written. tracing.SQLCommentAll
+// comments them too and runs them with pgx.QueryExecModeDescribeExec, so that the cache does not
+// fill with texts used once: two round trips per such query instead of one, and a parse and
+// plan on the server each time (measured on `select $1::int`: about twice the client's and three
+// times the server's CPU time of the cached query; commenting every text without the switch
+// costs as much, and keeps 512 prepared statements per connection on the server). Default:
+// tracing.SQLCommentOff.
+func WithSQLCommenter(mode tracing.SQLCommentMode) Option {
+	return func(o *options) { o.sqlComment = mode }
 }
 
 // WithCacheTTL sets how long a server's answer to SSLRequest (and, with Kerberos, to
@@ -296,6 +370,14 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 			Database:       s.Config.Database,
 			QueryText:      o.queryText,
 			SpanName:       o.spanName,
+			PingSpans:      o.pingSpans,
+			SpanFilter:     o.spanFilter,
+			OmitRootSpans:  o.noRootSpans,
+			Attributes:     o.spanAttributes,
+			CancelNotError: o.cancelNotError,
+			SQLComment:     o.sqlComment,
+
+			DefaultQueryExecMode: s.Config.DefaultQueryExecMode,
 		})
 	}
 	stdOpts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(c.configureAttempt)}

@@ -320,13 +320,13 @@ func TestStatementSpans(t *testing.T) {
 			want: []stmtSpan{{"BEGIN", with(base, "BEGIN", ""), ""}, {"ROLLBACK", with(base, "ROLLBACK", ""), ""}},
 		},
 		{
-			name: "ping",
+			name: "ping: no span by default (WithPingSpans)",
 			run: func(t *testing.T, ctx context.Context, db *sql.DB) {
 				if err := db.PingContext(ctx); err != nil {
 					t.Fatal(err)
 				}
 			},
-			want: []stmtSpan{{"PING", with(base, "PING", ""), ""}},
+			want: nil,
 		},
 		{
 			name: "server error",
@@ -456,14 +456,16 @@ func TestStatementSpanOptions(t *testing.T) {
 	}
 
 	t.Run("WithQueryText(false)", func(t *testing.T) {
-		o := newObserved(t, plain.DSN(), pgconnector.WithQueryText(false))
-		checkStmtSpans(t, query(t, o), []stmtSpan{{"SELECT", with(base, "SELECT", ""), ""}, {"PING", with(base, "PING", ""), ""}})
+		o := newObserved(t, plain.DSN(), pgconnector.WithQueryText(false), pgconnector.WithPingSpans(true))
+		// The ping reuses the query's connection: database/sql resets its session first.
+		checkStmtSpans(t, query(t, o), []stmtSpan{{"SELECT", with(base, "SELECT", ""), ""},
+			{"RESET_SESSION", with(base, "RESET_SESSION", ""), ""}, {"PING", with(base, "PING", ""), ""}})
 	})
 
 	t.Run("WithSpanNameFunc", func(t *testing.T) {
 		var mu sync.Mutex
 		var calls []string
-		o := newObserved(t, plain.DSN(), pgconnector.WithQueryText(false),
+		o := newObserved(t, plain.DSN(), pgconnector.WithQueryText(false), pgconnector.WithPingSpans(true),
 			pgconnector.WithSpanNameFunc(func(ctx context.Context, op, query string) string {
 				mu.Lock()
 				defer mu.Unlock()
@@ -476,8 +478,9 @@ func TestStatementSpanOptions(t *testing.T) {
 				}
 				return "custom " + op
 			}))
-		checkStmtSpans(t, query(t, o), []stmtSpan{{"custom SELECT", with(base, "SELECT", ""), ""}, {"PING", with(base, "PING", ""), ""}})
-		if want := []string{"SELECT|select $1::int + 1", "PING|"}; !slices.Equal(calls, want) {
+		checkStmtSpans(t, query(t, o), []stmtSpan{{"custom SELECT", with(base, "SELECT", ""), ""},
+			{"custom RESET_SESSION", with(base, "RESET_SESSION", ""), ""}, {"PING", with(base, "PING", ""), ""}})
+		if want := []string{"SELECT|select $1::int + 1", "RESET_SESSION|", "PING|"}; !slices.Equal(calls, want) {
 			t.Errorf("the name function was called with %q, want %q", calls, want)
 		}
 	})

@@ -70,6 +70,10 @@ const (
 // The parent of every span is the span in the caller's context. What pgxpool does on its own
 // (health checks, the ping of a connection idle for a while) is not traced.
 //
+// StatementConfig's SpanFilter, OmitRootSpans, Attributes and CancelNotError apply to the
+// statement spans as under database/sql (not to the connect span); PingSpans and SQLComment do
+// nothing here: pgx runs no ping through its tracer, and a tracer cannot change a text.
+//
 // server.address and server.port are the Host and Port of the connection's config: with pgx's
 // own fallback to the other hosts of a multi-host connection string, that is the first host,
 // not necessarily the one connected to (pgx does not say which).
@@ -258,7 +262,7 @@ func (pc *pgxConn) batchStatement(queries []*pgx.QueuedQuery) *statement {
 		return pc.statement(queries[0].SQL, queries[0].Arguments, batchOptions)
 	}
 	s := pc.ic.s
-	texts := s.cfg.QueryText || s.cfg.SpanName != nil
+	texts := s.needText()
 	sameOp, sameText := true, true
 	var first *statement
 	var b strings.Builder

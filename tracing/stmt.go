@@ -5,10 +5,12 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/ngrok/sqlmw"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -27,6 +29,9 @@ const (
 	OperationRollback = "ROLLBACK"
 	OperationPrepare  = "PREPARE"
 	OperationPing     = "PING"
+	// OperationResetSession is the operation of database/sql's check of a pooled connection
+	// (driver.SessionResetter), traced only with StatementConfig.PingSpans.
+	OperationResetSession = "RESET_SESSION"
 )
 
 // errorTypeOther is error.type for a failed statement whose error is neither a server error
@@ -61,15 +66,58 @@ type StatementConfig struct {
 	QueryText bool
 	// SpanName, when set, names each statement span from its operation (db.operation.name, "" when
 	// unknown) and its text (as db.query.text records it, whatever QueryText says; "" for
-	// BEGIN, COMMIT, ROLLBACK and PING). An empty result keeps the default name.
+	// BEGIN, COMMIT, ROLLBACK, PING and RESET_SESSION). An empty result keeps the default name.
 	SpanName func(ctx context.Context, operation, query string) string
+
+	// The fields below choose which calls make a span and what it holds. None of them changes
+	// db.client.operation.duration: every call is measured as before, with the same attributes.
+
+	// PingSpans makes spans of the calls that only check a connection: Ping (PING, as
+	// database/sql's DB.PingContext and Conn.PingContext run it) and ResetSession (RESET_SESSION,
+	// database/sql's check of a pooled connection before it is reused: pgx's stdlib pings the
+	// server there when the connection was idle for more than a second). The zero value makes
+	// none: a ping with no span in its context would otherwise be a trace of its own. IsValid
+	// is never traced: it does no I/O (pgx's connection has none, sqlmw answers true). PING is
+	// measured whatever PingSpans says; RESET_SESSION never is. pgx (PgxTracer) runs no ping
+	// through its tracer: nothing to trace there.
+	PingSpans bool
+	// SpanFilter, when set, is asked before each statement span: false makes no span for that
+	// call (its measurement is still taken, as otelsql's filter). operation and query are as
+	// SpanName receives them. For a pgx batch it is asked for the batch and, when the batch has
+	// a span, for each query's child span.
+	SpanFilter func(ctx context.Context, operation, query string) bool
+	// OmitRootSpans makes no span for a call whose context holds no span (local, or remote from
+	// a propagated trace context): such a span would be the root of a trace of its own. The zero
+	// value makes them.
+	OmitRootSpans bool
+	// Attributes, when set, gives attributes of the application to add to each statement span
+	// at its start (so that a sampler sees them), after the connector's own; operation and
+	// query are as SpanName receives them. They must hold no secret: they are exported as
+	// they are. They are not added to the measurement (its attributes are bounded).
+	Attributes func(ctx context.Context, operation, query string) []attribute.KeyValue
+	// CancelNotError leaves the status of a span whose call was canceled by its context Unset,
+	// not Error: the call failed with context.Canceled, or with the server's query_canceled
+	// (SQLSTATE 57014, the answer to the cancel request pgx sends when the context ends) while
+	// its context was canceled. error.type (canceled or 57014) and db.response.status_code are
+	// still recorded, and the measurement is unchanged. A call whose deadline passed
+	// (context.DeadlineExceeded) is still an error: a timeout is a failure, a cancel is the
+	// caller giving up. The zero value makes a cancel an error, as any other.
+	CancelNotError bool
+	// SQLComment appends a sqlcommenter comment carrying the trace context of the statement span
+	// to the text of the execs and queries run through database/sql (see [SQLCommentMode]). The
+	// zero value, SQLCommentOff, sends every text as written. A PgxTracer does not use it: pgx's
+	// tracer interfaces see the text but cannot change it.
+	SQLComment SQLCommentMode
+	// DefaultQueryExecMode is the connections' pgx.ConnConfig.DefaultQueryExecMode, for
+	// SQLComment; zero means pgx's default, QueryExecModeCacheStatement.
+	DefaultQueryExecMode pgx.QueryExecMode
 }
 
 // Statements traces the statement-level calls of database/sql connections: each exec, query,
-// prepare, prepared statement exec and query, begin, commit, rollback and ping is one span of
-// kind CLIENT, a child of the span in the caller's context, and one measurement of
-// db.client.operation.duration. It is the [github.com/ngrok/sqlmw] interceptor of the connections
-// [Statements.WrapConn] returns.
+// prepare, prepared statement exec and query, begin, commit, rollback and ping is one
+// measurement of db.client.operation.duration and, unless the configuration says otherwise (see
+// below), one span of kind CLIENT, a child of the span in the caller's context. It is the
+// [github.com/ngrok/sqlmw] interceptor of the connections [Statements.WrapConn] returns.
 //
 // A span is named after its operation: the first keyword of the statement (SELECT, INSERT, ...)
 // in upper case, when the text is a single statement and the keyword starts one of PostgreSQL's
@@ -91,8 +139,12 @@ type StatementConfig struct {
 // rows is part of the operation, and its errors are the operation's. database/sql closes the
 // rows after the last one, at Rows.Close, at Row.Scan, or when the query's context ends.
 //
-// Nothing else of a connection is traced: not ResetSession (database/sql's check of a pooled
-// connection), not IsValid, not Close, not the closing of a prepared statement.
+// A ping makes a span only with StatementConfig.PingSpans, which traces ResetSession
+// (database/sql's check of a pooled connection) too. Nothing else of a connection is traced: not
+// IsValid, not Close, not the closing of a prepared statement. StatementConfig also chooses
+// calls that make no span (SpanFilter, OmitRootSpans), adds attributes of the application
+// (Attributes), leaves cancellation out of the error status (CancelNotError) and comments the
+// text sent with the span's trace context (SQLComment).
 //
 // What a statement text gives (operation, recorded text, span start options) is worked out once
 // per text and server, for the first 256 texts; later ones are worked out at each call.
@@ -153,7 +205,41 @@ func (s *Statements) WrapConn(conn driver.Conn, host string, port uint16) driver
 		otel.Handle(err) // unreachable: openedConn never fails
 		return conn
 	}
+	if fc, ok := wc.(sqlmwConn); ok && s.cfg.PingSpans {
+		return resetTraced{fc, &interceptor{s: s, srv: srv}}
+	}
 	return wc
+}
+
+// sqlmwConn is what sqlmw's connection implements: every optional interface of
+// database/sql/driver.
+type sqlmwConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.Execer //nolint:staticcheck // sqlmw's connection has it: database/sql may use it
+	driver.ExecerContext
+	driver.Pinger
+	driver.Queryer //nolint:staticcheck // as Execer
+	driver.QueryerContext
+	driver.SessionResetter
+	driver.Validator
+	driver.NamedValueChecker
+}
+
+// resetTraced is sqlmw's connection with its ResetSession traced (sqlmw has no hook for it).
+type resetTraced struct {
+	sqlmwConn
+	ic *interceptor
+}
+
+// ResetSession is the connection's, in a RESET_SESSION span (not measured).
+func (r resetTraced) ResetSession(ctx context.Context) error {
+	ctx, c := r.ic.begin(ctx, r.ic.srv.calls[OperationResetSession])
+	c.start = time.Time{}
+	err := r.sqlmwConn.ResetSession(ctx)
+	r.ic.end(ctx, &c, err)
+	return err
 }
 
 // openedConn is the driver, and its driver.Connector, that hands out the connection already
@@ -213,6 +299,9 @@ type statement struct {
 	text string // as db.query.text records it (for the span name function too); "" when not needed
 	name string // the default span name
 	opts []trace.SpanStartOption
+	// check: a call that only checks the connection (PING, RESET_SESSION), traced only with
+	// StatementConfig.PingSpans.
+	check bool
 }
 
 func (s *Statements) server(host string, port uint16) *server {
@@ -226,7 +315,7 @@ func (s *Statements) server(host string, port uint16) *server {
 	}
 	srv.base = appendServer(srv.base, host, port)
 	srv.calls = map[string]*statement{}
-	for _, op := range []string{OperationBegin, OperationCommit, OperationRollback, OperationPing} {
+	for _, op := range []string{OperationBegin, OperationCommit, OperationRollback, OperationPing, OperationResetSession} {
 		srv.calls[op] = s.newStatement(srv, op, "")
 	}
 	ic := &interceptor{s: s, srv: srv}
@@ -284,7 +373,7 @@ func (s *Statements) statement(srv *server, ti *textInfo, text string, asWritten
 		return st
 	}
 	recorded := ""
-	if s.cfg.QueryText || s.cfg.SpanName != nil {
+	if s.needText() {
 		recorded = text
 		if !asWritten {
 			recorded = sanitizeQuery(text)
@@ -297,8 +386,14 @@ func (s *Statements) statement(srv *server, ti *textInfo, text string, asWritten
 	return st
 }
 
+// needText reports whether a statement's text is needed beyond db.query.text: for the functions
+// of the configuration that receive it.
+func (s *Statements) needText() bool {
+	return s.cfg.QueryText || s.cfg.SpanName != nil || s.cfg.SpanFilter != nil || s.cfg.Attributes != nil
+}
+
 func (s *Statements) newStatement(srv *server, op, text string) *statement {
-	st := &statement{op: op, text: text, name: op}
+	st := &statement{op: op, text: text, name: op, check: op == OperationPing || op == OperationResetSession}
 	if st.name == "" {
 		st.name = semconv.DBSystemNamePostgreSQL.Value.AsString()
 	}
@@ -337,17 +432,27 @@ func (ic *interceptor) begin(ctx context.Context, st *statement) (context.Contex
 	if ic.s.duration.Enabled(ctx) {
 		c.start = time.Now()
 	}
+	cfg := &ic.s.cfg
+	if unsetGlobal(ic.s.tp) || // no provider yet: the span would not record
+		(st.check && !cfg.PingSpans) ||
+		(cfg.OmitRootSpans && !trace.SpanContextFromContext(ctx).IsValid()) ||
+		(cfg.SpanFilter != nil && !cfg.SpanFilter(ctx, st.op, st.text)) {
+		c.span = noopSpan
+		return ctx, c
+	}
 	name := st.name
-	if f := ic.s.cfg.SpanName; f != nil {
+	if f := cfg.SpanName; f != nil {
 		if n := f(ctx, st.op, st.text); n != "" {
 			name = n
 		}
 	}
-	if unsetGlobal(ic.s.tp) {
-		c.span = noopSpan // no provider yet: the span would not record
-		return ctx, c
+	opts := st.opts
+	if f := cfg.Attributes; f != nil {
+		if kv := f(ctx, st.op, st.text); len(kv) > 0 {
+			opts = append(slices.Clip(opts), trace.WithAttributes(kv...))
+		}
 	}
-	ctx, c.span = ic.s.tracer.Start(ctx, name, st.opts...)
+	ctx, c.span = ic.s.tracer.Start(ctx, name, opts...)
 	return ctx, c
 }
 
@@ -372,13 +477,27 @@ func (ic *interceptor) end(ctx context.Context, c *call, err error) {
 			kv = append(kv, semconv.DBResponseStatusCode(code))
 		}
 		c.span.SetAttributes(kv...)
-		c.span.SetStatus(codes.Error, errType)
+		if !ic.s.cfg.CancelNotError || !canceled(ctx, err, code) {
+			c.span.SetStatus(codes.Error, errType)
+		}
 	}
 	c.span.End()
 	if !c.start.IsZero() {
 		ic.s.duration.RecordSet(ctx, time.Since(c.start).Seconds(), ic.measurementSet(c.op, code, errType))
 	}
 }
+
+// canceled reports whether err, the error of a call whose context is ctx (or one derived from
+// it), comes from the cancellation of that context: context.Canceled, or the server's
+// query_canceled (code, 57014) while ctx is canceled (pgx sends a cancel request when the
+// context of a running query ends).
+func canceled(ctx context.Context, err error, code string) bool {
+	return errors.Is(err, context.Canceled) ||
+		(code == sqlStateQueryCanceled && errors.Is(ctx.Err(), context.Canceled))
+}
+
+// sqlStateQueryCanceled is query_canceled (PostgreSQL's src/backend/utils/errcodes.txt).
+const sqlStateQueryCanceled = "57014"
 
 // measurementSet returns the attributes of a measurement: those of the connection, the operation
 // and, for a failure, error.type and db.response.status_code. A success's set is made once per
@@ -408,6 +527,7 @@ func (ic *interceptor) measurementSet(op, code, errType string) attribute.Set {
 
 func (ic *interceptor) ConnExecContext(ctx context.Context, conn driver.ExecerContext, query string, args []driver.NamedValue) (driver.Result, error) {
 	ctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, execOptions))
+	query, args = ic.sqlComment(&c, query, args, true)
 	res, err := conn.ExecContext(ctx, query, args)
 	ic.end(ctx, &c, err)
 	return res, err
@@ -422,6 +542,7 @@ func (ic *interceptor) StmtExecContext(ctx context.Context, stmt driver.StmtExec
 
 func (ic *interceptor) ConnQueryContext(ctx context.Context, conn driver.QueryerContext, query string, args []driver.NamedValue) (context.Context, driver.Rows, error) {
 	qctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, queryOptions))
+	query, args = ic.sqlComment(&c, query, args, false)
 	rows, err := conn.QueryContext(qctx, query, args)
 	return ic.rows(ctx, qctx, &c, rows, err)
 }

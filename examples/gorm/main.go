@@ -5,10 +5,10 @@
 // postgres.New(postgres.Config{Conn: db}) makes GORM use the given *sql.DB as it is: it opens no
 // pgx connection of its own, so DSN, DriverName, PreferSimpleProtocol and the time zone of the
 // DSN are not used (session settings belong in the connection string, or in
-// pgconnector.WithAfterConnect). gorm.Open pings the pool without a context: that PING, and the
-// connect it causes, are root spans of a trace of their own. Use db.WithContext(ctx) for
-// everything else: GORM passes ctx to database/sql, and the statements become children of ctx's
-// span.
+// pgconnector.WithAfterConnect). gorm.Open pings the pool without a context: the ping makes no
+// span (pgconnector.WithPingSpans), the connect it causes is the root span of a trace of its own.
+// Use db.WithContext(ctx) for everything else: GORM passes ctx to database/sql, and the
+// statements become children of ctx's span.
 //
 // In examples/ (the examples' module):
 //
