@@ -10,7 +10,7 @@
 #   - the gokrb5 packages compiled in (go list -deps) and which of them the linker kept;
 #   - the modules in each binary (go version -m) that the other has not;
 #   - that the OpenTelemetry SDK is not linked into the pgconnector program (the script fails if
-#     it is), and which go.sum lines a consumer's `go mod tidy` writes for it.
+#     it is), and the go.sum lines a consumer's `go mod tidy` writes for it.
 # It needs the Go module proxy (or a module cache holding the modules): GOFLAGS=-mod=mod and the
 # go command's own GOPROXY. The pgx side uses the pgx and OpenTelemetry versions of this go.mod
 # and otelsql $OTELSQL_VERSION (default v0.44.0). Nothing is written outside a temporary directory
@@ -252,7 +252,7 @@ if grep '^go.opentelemetry.io/otel/sdk' "$work/pgconnector.deps"; then
 	exit 1
 fi
 echo "OpenTelemetry SDK packages in the pgconnector hello-world (go list -deps): none"
-echo "go.sum of a consumer after go mod tidy: pgconnector $(wc -l <"$work/pgconnector/go.sum" | tr -d ' ') lines, pgx+otelsql $(wc -l <"$work/otelsql/go.sum" | tr -d ' ') lines; OpenTelemetry SDK lines (from the tests of the dependency, which tidy loads):"
+echo "go.sum of a consumer after go mod tidy: pgconnector $(wc -l <"$work/pgconnector/go.sum" | tr -d ' ') lines, pgx+otelsql $(wc -l <"$work/otelsql/go.sum" | tr -d ' ') lines; lines of the OpenTelemetry SDK and of google/uuid, which only the SDK requires (tidy loads the tests of dependencies, and both libraries' tests use the SDK):"
 for m in pgconnector otelsql; do
-	grep 'go.opentelemetry.io/otel/sdk' "$work/$m/go.sum" | sed "s/^/  $m: /" || true
+	grep 'go.opentelemetry.io/otel/sdk\|github.com/google/uuid ' "$work/$m/go.sum" | sed "s/^/  $m: /" || true
 done
