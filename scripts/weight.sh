@@ -9,6 +9,9 @@
 #     every package whose share differs by 2 KB or more, by package;
 #   - the gokrb5 packages compiled in (go list -deps) and which of them the linker kept;
 #   - the modules in each binary (go version -m) that the other has not;
+#   - the same pgconnector program built with -tags pgconnector_nogss (no Kerberos) beside them:
+#     its sizes, what the tag saves by group, and that no gokrb5 package nor internal/gss,
+#     ccache, krb5conf or keytabfile is among its packages (the script fails if one is);
 #   - that the OpenTelemetry SDK is not linked into the pgconnector program (the script fails if
 #     it is), and the go.sum lines a consumer's `go mod tidy` writes for it.
 # It needs the Go module proxy (or a module cache holding the modules): GOFLAGS=-mod=mod and the
@@ -195,12 +198,15 @@ group() {
 	}' | awk -F'\t' '{ s[$2] += $1 } END { for (g in s) printf "%d\t%s\n", s[g], g }' | sort -t"$(printf '\t')" -k2,2
 }
 
-for m in pgconnector otelsql; do
+# nogss is the pgconnector program built with -tags pgconnector_nogss (no Kerberos).
+for m in pgconnector nogss otelsql; do
 	(
-		cd "$work/$m"
-		go build -trimpath -o "$work/$m.full" .
-		go build -trimpath -ldflags='-s -w' -o "$work/$m.stripped" .
-		go list -deps . >"$work/$m.deps"
+		dir=$m tags=
+		[ "$m" = nogss ] && dir=pgconnector tags=pgconnector_nogss
+		cd "$work/$dir"
+		go build -tags "$tags" -trimpath -o "$work/$m.full" .
+		go build -tags "$tags" -trimpath -ldflags='-s -w' -o "$work/$m.stripped" .
+		go list -deps -tags "$tags" . >"$work/$m.deps"
 		pkgsizes "$work/$m.full" >"$work/$m.sizes"
 		group <"$work/$m.sizes" >"$work/$m.groups"
 		go version -m "$work/$m.full" | awk '$1 == "dep" { print $2 }' | sort -u >"$work/$m.mods"
@@ -210,15 +216,25 @@ done
 size() { wc -c <"$1" | tr -d ' '; }
 echo "$(go version); pgx $pgxv, OpenTelemetry $otelv, otelsql $otelsql; linux/$(go env GOARCH)"
 echo
-printf '%-34s %14s %18s %10s\n' "hello-world (bytes)" "go build" "-ldflags='-s -w'" "packages"
-for m in pgconnector otelsql; do
-	label=$m
-	[ "$m" = otelsql ] && label="pgx stdlib + XSAM/otelsql"
-	printf '%-34s %14s %18s %10s\n' "$label" "$(size "$work/$m.full")" "$(size "$work/$m.stripped")" "$(wc -l <"$work/$m.deps" | tr -d ' ')"
+printf '%-50s %14s %18s %10s\n' "hello-world (bytes)" "go build" "-ldflags='-s -w'" "packages"
+label() {
+	case $1 in
+	pgconnector) echo "pgconnector" ;;
+	nogss) echo "pgconnector -tags pgconnector_nogss" ;;
+	otelsql) echo "pgx stdlib + XSAM/otelsql" ;;
+	esac
+}
+for m in pgconnector nogss otelsql; do
+	printf '%-50s %14s %18s %10s\n' "$(label "$m")" "$(size "$work/$m.full")" "$(size "$work/$m.stripped")" "$(wc -l <"$work/$m.deps" | tr -d ' ')"
 done
-printf '%-34s %14s %18s\n' "difference" \
-	"$(($(size "$work/pgconnector.full") - $(size "$work/otelsql.full")))" \
-	"$(($(size "$work/pgconnector.stripped") - $(size "$work/otelsql.stripped")))"
+for m in pgconnector nogss; do
+	printf '%-50s %14s %18s\n' "difference, $(label "$m")" \
+		"$(($(size "$work/$m.full") - $(size "$work/otelsql.full")))" \
+		"$(($(size "$work/$m.stripped") - $(size "$work/otelsql.stripped")))"
+done
+printf '%-50s %14s %18s\n' "saved by -tags pgconnector_nogss" \
+	"$(($(size "$work/pgconnector.full") - $(size "$work/nogss.full")))" \
+	"$(($(size "$work/pgconnector.stripped") - $(size "$work/nogss.stripped")))"
 
 # side FILE_A FILE_B: "a<TAB>b<TAB>a-b<TAB>name" for the union of names.
 side() {
@@ -232,6 +248,9 @@ echo
 echo "Packages whose symbol bytes differ by 2 KB or more: pgconnector, pgx+otelsql, difference"
 side "$work/pgconnector.sizes" "$work/otelsql.sizes" |
 	awk -F'\t' '$3 >= 2048 || $3 <= -2048 { printf "%10d %10d %+10d  %s\n", $1, $2, $3, $4 }'
+echo
+echo "Symbol bytes by group: pgconnector, pgconnector -tags pgconnector_nogss, difference"
+side "$work/pgconnector.groups" "$work/nogss.groups" | awk -F'\t' '$3 != 0 { printf "%10d %10d %+10d  %s\n", $1, $2, $3, $4 }'
 
 echo
 echo "gokrb5 packages compiled into the pgconnector hello-world (go list -deps), and the linker's verdict:"
@@ -247,6 +266,11 @@ echo "Modules only in the pgx+otelsql binary:"
 comm -13 "$work/pgconnector.mods" "$work/otelsql.mods" | sed 's/^/  /'
 
 echo
+if grep -E '^github.com/jcmturner/|^github.com/pgconnector/pgconnector/internal/(gss|ccache|krb5conf|keytabfile)$' "$work/nogss.deps"; then
+	echo "FAIL: the packages above are among those of the hello-world built with -tags pgconnector_nogss" >&2
+	exit 1
+fi
+echo "gokrb5 and Kerberos packages (internal/gss, ccache, krb5conf, keytabfile) in the hello-world built with -tags pgconnector_nogss (go list -deps): none"
 if grep '^go.opentelemetry.io/otel/sdk' "$work/pgconnector.deps"; then
 	echo "FAIL: the OpenTelemetry SDK is among the packages of the pgconnector hello-world" >&2
 	exit 1
