@@ -22,6 +22,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -35,7 +36,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pgconnector/pgconnector/internal/gss"
 	"github.com/pgconnector/pgconnector/negotiation"
 	"github.com/pgconnector/pgconnector/tracing"
 )
@@ -50,7 +50,7 @@ type Connector struct {
 	settings   *Settings
 	negotiator *negotiation.Negotiator
 	stdlib     driver.Connector
-	gss        *gss.Client
+	closeGSS   func() error        // releases the Kerberos client (gss_on.go, gss_off.go)
 	statements *tracing.Statements // nil: WithStatementSpans(false)
 	metrics    *tracing.Metrics
 	tp         trace.TracerProvider // of the pgxpool acquire spans (PgxPoolConfig)
@@ -147,10 +147,21 @@ type Kerberos struct {
 }
 
 // WithKerberos sets where the Kerberos credentials for GSSAPI encryption and authentication are.
-// Default: the environment, as libpq.
+// Default: the environment, as libpq. In a build with the pgconnector_nogss tag, a Kerberos with
+// any field set makes New fail with an error wrapping [ErrNoGSS].
 func WithKerberos(k Kerberos) Option {
 	return func(o *options) { o.kerberos = k }
 }
+
+// ErrNoGSS is wrapped by the errors that come from a build with the pgconnector_nogss tag, which
+// leaves out Kerberos (gokrb5 and this module's GSSAPI code) as libpq built without GSSAPI
+// leaves it out (libpq-connect.html, gssencmode): gssencmode=require (a [*ParseError] of New and
+// ParseSettings, as libpq's "gssencmode value "require" invalid when GSSAPI support is not
+// compiled in"), WithKerberos with a field set (an error of New), and a server's request for
+// GSSAPI authentication (a connect error, as libpq's "GSSAPI authentication not supported";
+// fe-auth.c, pg_fe_sendauth). gssencmode=prefer, the default, then never tries GSSAPI
+// encryption. Without the tag nothing returns it.
+var ErrNoGSS = errors.New("GSSAPI support is not compiled in (built with the pgconnector_nogss tag)")
 
 // WithTracerProvider sets where spans go. Default: otel.GetTracerProvider() at the time of New.
 func WithTracerProvider(tp trace.TracerProvider) Option {
@@ -300,7 +311,8 @@ func WithLearnedDirectTLS(on bool) Option {
 // New parses dsn and returns a Connector. It opens no connection.
 //
 // Every error is a [*ParseError]: it names the bad key (and the allowed values) and never holds
-// the password or another secret. Keys and values are libpq's: [Keywords] lists each with what
+// the password or another secret; the one exception is WithKerberos in a build with the
+// pgconnector_nogss tag (see [ErrNoGSS]). Keys and values are libpq's: [Keywords] lists each with what
 // the connector does with it (pgx parses most; gssencmode, hostaddr, keepalives, requirepeer,
 // target_session_attrs, load_balance_hosts and the other keys pgx does not know are the
 // connector's). No libpq key is sent to the server as a run-time parameter unless libpq sends it
@@ -322,15 +334,14 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	krb := gss.NewClient(gss.ClientConfig{
-		Krb5Conf:     o.kerberos.Krb5Conf,
-		CCache:       o.kerberos.CCache,
-		ClientKeytab: o.kerberos.ClientKeytab,
-		Principal:    o.kerberos.Principal,
-		Service:      s.Config.KerberosSrvName,
-		SPN:          s.Config.KerberosSpn,
-		Delegate:     s.GSSDelegation,
-	})
+	krb, closeGSS, err := newGSS(s, o.kerberos)
+	if err != nil {
+		return nil, err
+	}
+	var noGSS error // why a server's request for GSSAPI authentication cannot be answered
+	if !gssBuilt {
+		noGSS = ErrNoGSS
+	}
 	dial := s.Config.DialFunc
 	if s.Keepalives != nil {
 		dial = s.Keepalives.dialer().DialContext
@@ -352,6 +363,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		LookupFunc: s.Config.LookupFunc,
 		DialFunc:   dial,
 		GSS:        krb,
+		NoGSS:      noGSS,
 
 		ConnectTimeout:     s.Config.ConnectTimeout,
 		TargetSessionAttrs: s.TargetSessionAttrs,
@@ -359,9 +371,10 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		RequirePeer:        s.RequirePeer,
 	})
 	if err != nil {
+		closeGSS()
 		return nil, err
 	}
-	c = &Connector{settings: s, negotiator: neg, gss: krb, metrics: metrics, beforeConnect: o.beforeConnect}
+	c = &Connector{settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect}
 	if o.statementSpans {
 		c.tp = o.tracerProvider
 		c.statements = tracing.NewStatements(tracing.StatementConfig{
@@ -483,7 +496,7 @@ func (c *Connector) Close() error {
 	for _, f := range onClose {
 		f()
 	}
-	return c.gss.Close()
+	return c.closeGSS()
 }
 
 // Settings returns what New parsed. The result must not be modified.

@@ -15,9 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// ParseError is every error of [New] and [ParseSettings]: a connection string, a PG* environment
-// variable or a service file entry that cannot be used. Its message names the key at fault and,
-// when the key takes one of a fixed set of values, those values.
+// ParseError is every error of [ParseSettings], and of [New] but for WithKerberos in a build with
+// the pgconnector_nogss tag: a connection string, a PG* environment variable or a service file
+// entry that cannot be used. Its message names the key at fault and, when the key takes one of a
+// fixed set of values, those values. gssencmode=require in a build with that tag unwraps to
+// [ErrNoGSS]; no other ParseError unwraps.
 //
 // It never holds a secret. A value is shown only when it cannot be one: 64 bytes at most, printable,
 // without "=", a quote, a backslash or white space (a key left empty before password=..., as in
@@ -33,9 +35,14 @@ type ParseError struct {
 	Env string
 
 	msg string
+	err error // ErrNoGSS, or nil
 }
 
 func (e *ParseError) Error() string { return "pgconnector: " + e.msg }
+
+// Unwrap returns [ErrNoGSS] for gssencmode=require in a build with the pgconnector_nogss tag,
+// else nil.
+func (e *ParseError) Unwrap() error { return e.err }
 
 // source is where a key's value came from, as far as known: the connection string, or the
 // environment variable named env; known says whether value is the value.

@@ -89,6 +89,14 @@ func ParseSettings(dsn string) (*Settings, error) {
 	if s.GSSEncMode, err = negotiation.ParseGSSEncMode(gssenc); err != nil {
 		return nil, invalid("gssencmode", src, "one of disable, prefer, require")
 	}
+	if s.GSSEncMode == negotiation.GSSEncModeRequire && !gssBuilt {
+		// libpq built without GSSAPI refuses it before connecting (fe-connect.c,
+		// pqConnectOptions2), whatever the host: "gssencmode value "require" invalid when
+		// GSSAPI support is not compiled in".
+		e := invalid("gssencmode", src, "disable or prefer: "+ErrNoGSS.Error())
+		e.err = ErrNoGSS
+		return nil, e
+	}
 	deleg, _, _ := kv.get("gssdelegation", "PGGSSDELEGATION")
 	s.GSSDelegation = negotiation.ParseGSSDelegation(deleg)
 	if err := s.libpqKeys(kv); err != nil {

@@ -492,7 +492,7 @@ func (x *authExchange) startGSS() error {
 	}
 	ga, ok := x.at.n.cfg.GSS.(GSSAuthenticator)
 	if !ok {
-		return &AuthError{Problem: "the server requested GSSAPI authentication, but this client has no Kerberos support"}
+		return &AuthError{Problem: "the server requested GSSAPI authentication, but this client has no Kerberos support", Err: x.at.n.cfg.NoGSS}
 	}
 	ex, err := ga.Authenticate(x.ctx, x.at.host.Host)
 	if err != nil {

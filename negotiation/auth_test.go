@@ -227,6 +227,26 @@ func TestAuthExchangeRequirements(t *testing.T) {
 	}
 }
 
+// Without a GSS client, a server's request for GSSAPI authentication (or SSPI, answered the same
+// way) fails with an AuthError that wraps Config.NoGSS, the reason there is none, and nothing is
+// sent.
+func TestGSSAuthWithoutKerberosWrapsNoGSS(t *testing.T) {
+	ok := backendMsg('R', authBody(0))
+	noGSS := errors.New("built without GSSAPI")
+	for _, code := range []uint32{authGSS, authSSPI} {
+		x, w := testExchange(t, cat(backendMsg('R', authBody(code)), ok), 0, authSettings{user: "u", channelBinding: "prefer"}, false)
+		x.at.n.cfg.NoGSS = noGSS
+		_, err := io.ReadAll(x)
+		var ae *AuthError
+		if !errors.As(err, &ae) || !errors.Is(err, noGSS) || !strings.Contains(err.Error(), "has no Kerberos support: built without GSSAPI") {
+			t.Fatalf("request %d: error %v, want an AuthError wrapping %v", code, err, noGSS)
+		}
+		if w.Len() > 0 {
+			t.Errorf("request %d: %d bytes were sent", code, w.Len())
+		}
+	}
+}
+
 // require_auth is parsed as libpq parses it (fe-connect.c, pqConnectOptions2).
 func TestParseRequireAuth(t *testing.T) {
 	for _, tt := range []struct {

@@ -67,6 +67,11 @@ type Config struct {
 	// GSS carries GSSAPI encryption out; nil means the client has no Kerberos support: it holds
 	// no credentials (gssencmode=prefer skips GSS, require fails before dialing).
 	GSS GSSClient
+	// NoGSS, with GSS nil, says why the client has no Kerberos support (a build without it): a
+	// server's request for GSSAPI authentication then fails with an [AuthError] wrapping it,
+	// as libpq built without GSSAPI fails it ("GSSAPI authentication not supported",
+	// fe-auth.c, pg_fe_sendauth). Nil: that AuthError has no cause.
+	NoGSS error
 	// TargetSessionAttrs is target_session_attrs: a server of another kind is left for the next
 	// host (see TargetSessionAttrs).
 	TargetSessionAttrs TargetSessionAttrs

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what it needs (PostgreSQL server binaries, Go modules), then
-# go vet and a go.mod check in every module, gofmt, a short run of each fuzz target (connection
-# strings, a server's negotiation bytes, GSS packets, secret literals in recorded statement
-# texts), the tests of every module with the race detector (TestSoak for 30 s), and a check that
-# the tests left nothing of the harness behind. The tests start their own throwaway PostgreSQL
+# go vet and a go.mod check in every module, go vet of the library with the build tag
+# pgconnector_nogss and a check that it then imports no Kerberos package, gofmt, a short run of
+# each fuzz target (connection strings, a server's negotiation bytes, GSS packets, secret literals
+# in recorded statement texts), the tests of every module with the race detector (TestSoak for
+# 30 s), the NoGSS tests with the tag (not given the arguments), and a check that the tests left
+# nothing of the harness behind. The tests start their own throwaway PostgreSQL
 # clusters, KDCs and Jaeger on loopback; nothing else is needed. Arguments go to every go test
 # -race run, for example -run 'Soak|Jaeger'.
 set -euo pipefail
@@ -26,6 +28,14 @@ echo "== go mod tidy"
 for m in "${modules[@]}"; do
   go -C "$m" mod tidy -diff || { echo "$m/go.mod is not tidy: run go mod tidy in $m"; exit 1; }
 done
+echo "== build tag pgconnector_nogss"
+# The library without Kerberos, as libpq built without GSSAPI: it must vet and build, and import
+# neither gokrb5 nor the Kerberos packages (its tests run with the others, below).
+go vet -tags pgconnector_nogss ./...
+go build -tags pgconnector_nogss ./...
+if go list -deps -tags pgconnector_nogss . | grep -E '^github.com/jcmturner/|/internal/(gss|ccache|krb5conf|keytabfile)$'; then
+  echo "the library built with -tags pgconnector_nogss imports the packages above"; exit 1
+fi
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; fi
@@ -66,6 +76,8 @@ for m in "${modules[@]}"; do
   echo "-- $m"
   go -C "$m" test -race -count=1 -timeout 60m "$@" ./... || status=$?
 done
+echo "-- . with -tags pgconnector_nogss"
+go test -race -count=1 -timeout 10m -tags pgconnector_nogss -run NoGSS . || status=$?
 
 echo "== nothing of the harness left behind"
 # A test binary that did not end normally is cleaned up after by its guardian process, a moment
