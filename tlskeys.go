@@ -228,6 +228,15 @@ func homeDir() string {
 //     cover every reason of the distribution point they match. A certificate without a CRL
 //     fails ("unable to get certificate CRL"). Delta CRLs: see crlStore.checkChain.
 func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
+	c, s := k.applyCheck(c, host)
+	if s == nil {
+		return c, nil
+	}
+	return c, s.beforeTLS
+}
+
+// applyCheck is apply, returning the server check it installed (nil without TLS).
+func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *serverCheck) {
 	if c == nil {
 		return nil, nil
 	}
@@ -246,7 +255,7 @@ func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
 	c.VerifyPeerCertificate = nil
 	c.ServerName = sniName(host, k.sni)
 	c.VerifyConnection = s.verifyConnection
-	return c, s.beforeTLS
+	return c, s
 }
 
 // serverCheck returns the check of host's TLS server (tlsroots.go).
