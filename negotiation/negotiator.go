@@ -855,13 +855,15 @@ type attempt struct {
 	sslAnswer atomic.Uint32 // Answer to SSLRequest on this attempt's socket
 
 	// Written during the connect only (one goroutine).
+
 	// beforeTLS replaces host.BeforeTLS when beforeTLSSet (SetBeforeTLS).
 	beforeTLS    func() error
 	beforeTLSSet bool
 	// dialNetwork and dialAddress are what the connect's dial was given; a CancelRequest of the
 	// session dials them again (read once done is set, which orders them before).
 	dialNetwork, dialAddress string
-	failStep                 step // where the attempt failed, when the negotiator saw it (fail)
+
+	failStep   step // where the attempt failed, when the negotiator saw it (fail)
 	failErr    error
 	authMethod string
 	// auth is what the attempt authenticates with (ConfigureAuth); connCtx is the context pgx
