@@ -361,9 +361,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 			SpanName:       o.spanName,
 		})
 	}
-	stdOpts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
-		return c.configureAttempt(ctx, cfg, false)
-	})}
+	stdOpts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(c.configureAttempt)}
 	if o.afterConnect != nil {
 		stdOpts = append(stdOpts, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
 			return hookError("WithAfterConnect", o.afterConnect(ctx, conn))
@@ -407,13 +405,12 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 }
 
 // configureAttempt configures one connection attempt of a negotiation, for database/sql (the
-// stdlib connector's BeforeConnect) and for pgx (negotiatePgx, with ownTLS: see attemptTLS)
-// alike: cfg must be a copy.
-func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig, ownTLS bool) error {
+// stdlib connector's BeforeConnect) and for pgx (negotiatePgx) alike: cfg must be a copy.
+func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if err := c.negotiator.Configure(ctx, &cfg.Config); err != nil {
 		return err
 	}
-	if err := c.attemptTLS(ctx, &cfg.Config, ownTLS); err != nil {
+	if err := c.attemptTLS(ctx, &cfg.Config); err != nil {
 		return err
 	}
 	// The password file's entry for this attempt's host, read now as libpq reads it at each

@@ -193,7 +193,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 			rec = replay.NewRecorder(r)
 			return build(rec, w)
 		}
-		if err := c.configureAttempt(ctx, cfg, true); err != nil {
+		if err := c.configureAttempt(ctx, cfg); err != nil {
 			return err
 		}
 		pg, err := pgconn.ConnectConfig(ctx, &cfg.Config)

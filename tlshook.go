@@ -22,32 +22,25 @@ import (
 type TLSConfigFunc func(ctx context.Context, host string, cfg *tls.Config) error
 
 // attemptTLS gives the attempt's configuration (cfg, after Negotiator.Configure gave it its
-// host's TLS configuration) a TLS configuration of its own when WithTLSConfigFunc is set, or
-// when own is true (pgx's connections, whose configuration is a copy that no longer finds the
-// client certificate of sslcert and sslkey by the host's configuration: see tlsClone).
-func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config, own bool) error {
-	if cfg.TLSConfig == nil || (c.tlsConfigFunc == nil && !(own && c.certLoaders)) {
-		return nil
-	}
-	base := cfg.TLSConfig
-	c.tlsClone(cfg)
-	if c.tlsConfigFunc == nil {
+// host's TLS configuration) a TLS configuration of its own when WithTLSConfigFunc is set or
+// when pgx loads a client certificate for it (sslcert and sslkey: see tlsClone), and runs
+// WithTLSConfigFunc on it.
+func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
+	if cfg.TLSConfig == nil || (c.tlsConfigFunc == nil && !c.certLoaders) {
 		return nil
 	}
 	host, port, _ := negotiation.AttemptHost(ctx)
-	var chk *serverCheck
-	mode := negotiation.SSLModeRequire
-	for i := range c.settings.Hosts {
-		if h := &c.settings.Hosts[i]; h.Host == host && h.Port == port && h.TLSConfig == base {
-			chk, mode = c.settings.tlsChecks[i], h.SSLMode
-			break
-		}
+	i := slices.IndexFunc(c.settings.Hosts, func(h negotiation.Host) bool { return h.Host == host && h.Port == port })
+	if i < 0 || c.settings.Hosts[i].TLSConfig == nil || c.settings.tlsChecks[i] == nil { // a Settings not made by ParseSettings
+		return &negotiation.AbortError{Err: errors.New("pgconnector: the host's TLS configuration was not built by the connector")}
 	}
-	if chk == nil { // a Settings not made by ParseSettings
-		return &negotiation.AbortError{Err: errors.New("WithTLSConfigFunc: the host's TLS configuration was not built by the connector")}
+	c.tlsClone(cfg, c.settings.Hosts[i].TLSConfig)
+	if c.tlsConfigFunc == nil {
+		return nil
 	}
+	chk, mode := c.settings.tlsChecks[i], c.settings.Hosts[i].SSLMode
 	tc := cfg.TLSConfig
-	var pool *x509.CertPool // the hook's RootCAs, set below before any handshake
+	var pool *x509.CertPool // the function's RootCAs, set below before any handshake
 	ours := func(cs tls.ConnectionState) error {
 		if pool != nil {
 			return chk.verifyChain(cs, pool)
@@ -64,7 +57,7 @@ func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config, own bool
 	}
 	pool = tc.RootCAs
 	if hook := tc.VerifyConnection; sameFunc(hook, ours) {
-		tc.VerifyConnection = ours // this attempt's (the hook may have put another attempt's)
+		tc.VerifyConnection = ours // this attempt's (the function may have put another attempt's)
 	} else {
 		tc.VerifyConnection = func(cs tls.ConnectionState) error {
 			if err := ours(cs); err != nil {
@@ -141,22 +134,25 @@ func sameFunc[F any](a, b F) bool {
 	return va.Pointer() == vb.Pointer()
 }
 
-// tlsClone replaces cfg.TLSConfig, one of the hosts' configurations, by a clone that pgx still
-// gives the client certificate of sslcert and sslkey. pgx finds that certificate by the
-// *tls.Config pointer it built (pgconn.Config.clientCertificateLoaders, which Copy carries over
-// to its clones of TLSConfig and Fallbacks only): the clone is made by pgconn.Config.Copy of the
-// parsed configuration, whose loaders hold the hosts' configurations, and cfg takes that copy's
-// pgx-private fields (the loaders, keyed by the clone), keeping its own exported ones.
-func (c *Connector) tlsClone(cfg *pgconn.Config) {
+// tlsClone replaces cfg.TLSConfig, the negotiator's configuration for a host (pgx's, parsed,
+// offering ALPN "postgresql": negotiation's withALPN clones it), by a clone that pgx still gives
+// the client certificate of sslcert and sslkey. pgx finds that certificate by the *tls.Config
+// pointer it built (pgconn.Config.clientCertificateLoaders, which Copy carries over to its
+// clones of TLSConfig and Fallbacks only), parsed: the host's configuration as ParseSettings
+// left it. The clone is made by pgconn.Config.Copy of the parsed configuration with parsed as
+// its TLSConfig, and cfg takes that copy's pgx-private fields (the loaders, keyed by the clone)
+// and keeps its own exported ones.
+func (c *Connector) tlsClone(cfg *pgconn.Config, parsed *tls.Config) {
 	if !c.certLoaders {
 		cfg.TLSConfig = cfg.TLSConfig.Clone()
 		return
 	}
 	src := c.settings.Config.Config // a shallow copy: its loaders are the parsed configuration's
-	src.TLSConfig = cfg.TLSConfig
+	src.TLSConfig = parsed
 	src.Fallbacks = nil
 	src.RuntimeParams = nil
 	cp := src.Copy()
+	cp.TLSConfig.NextProtos = slices.Clone(cfg.TLSConfig.NextProtos) // withALPN's
 	keep := *cfg
 	*cfg = *cp
 	dst, from := reflect.ValueOf(cfg).Elem(), reflect.ValueOf(&keep).Elem()

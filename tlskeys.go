@@ -206,7 +206,9 @@ func homeDir() string {
 // c is changed in place, not cloned: pgx finds the client certificate of sslcert and sslkey by
 // the *tls.Config pointer it built (pgconn.Config.clientCertificateLoaders), so a clone would
 // connect without it. Call apply once per configuration, before it is used, as ParseConfig
-// returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones).
+// returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones). The
+// clones a connect uses (the negotiator's, which offer ALPN "postgresql", and
+// WithTLSConfigFunc's) get the certificate through Connector.tlsClone (tlshook.go).
 //
 // When the chain is verified (the root certificate file exists) and sslrootcert is not
 // "system", the CRLs are checked at each handshake, after the chain, as OpenSSL does with
