@@ -107,7 +107,8 @@ type options struct {
 // keepalives_count, tcp_user_timeout) are set on what f returns when it is a *net.TCPConn (f
 // dialed a TCP socket itself: to the server or to a forwarder in front of it), after f
 // returns; on any other connection (an SSH channel, a net.Pipe) they are f's business. Without
-// any of the keys, nothing is set: f's own settings stay.
+// any of the keys, nothing is set: f's own settings stay. f may be called from several
+// goroutines at once.
 func WithDialFunc(f pgconn.DialFunc) Option {
 	return func(o *options) { o.dialFunc = f }
 }
@@ -144,7 +145,8 @@ func WithDialFunc(f pgconn.DialFunc) Option {
 // lowered MinVersion below the connector's (ssl_min_protocol_version, else TLS 1.2), raised
 // MaxVersion above ssl_max_protocol_version, or removed ALPN "postgresql" from NextProtos. An
 // error of f fails the connect the same way, wrapped in one that names WithTLSConfigFunc. It
-// runs before [WithBeforeConnect], which may not change TLS settings. Default (nil): the
+// runs before [WithBeforeConnect], which may not change TLS settings. f may be called from
+// several goroutines at once (concurrent connects, a background refresh). Default (nil): the
 // connector's configuration is used as built.
 func WithTLSConfigFunc(f TLSConfigFunc) Option {
 	return func(o *options) { o.tlsConfigFunc = f }

@@ -2,12 +2,14 @@ package pgconnector_test
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,8 +87,10 @@ func TestWithDialFuncOpensEveryConnection(t *testing.T) {
 	d := &dialCounter{target: net.JoinHostPort(pxHost, strconv.Itoa(pxPort))}
 	const ttl = 10 * time.Second
 	rec, tp := newRecorder()
+	var tlsCalls atomic.Int32 // WithTLSConfigFunc serves the refresh's TLS attempt too
 	c := newConnector(t, srv.DSN("port="+strconv.Itoa(nowhere), "sslmode=prefer"),
-		pgconnector.WithDialFunc(d.dial), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp))
+		pgconnector.WithDialFunc(d.dial), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp),
+		pgconnector.WithTLSConfigFunc(func(context.Context, string, *tls.Config) error { tlsCalls.Add(1); return nil }))
 	ctx := context.Background()
 
 	// database/sql: a connect (SSLRequest refused, plaintext on the same socket), then a
@@ -149,6 +153,7 @@ func TestWithDialFuncOpensEveryConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(learned.Add(pgconnector.CacheOf(c).RefreshAge()))
+	before := tlsCalls.Load()
 	dc, err := c.Connect(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +163,9 @@ func TestWithDialFuncOpensEveryConnection(t *testing.T) {
 		t.Fatalf("refresh outcome %q, want enabled", got)
 	}
 	waitDials(t, d, want, 7)
+	if n := tlsCalls.Load() - before; n != 1 {
+		t.Errorf("WithTLSConfigFunc called %d times for the plaintext connect and the refresh's TLS attempt, want 1", n)
+	}
 	if got := transport(t, db); got != "tls" {
 		t.Errorf("a connect after the refresh: %s, want tls", got)
 	}
