@@ -87,7 +87,7 @@ type options struct {
 // connections of database/sql ([Connector.Connect]) and of pgx ([Connector.ConnectPgx],
 // [Connector.OpenPool]), those of the background refreshes of remembered answers, and the
 // CancelRequests of their sessions (a query's context ended). Default (nil): the connector's
-// own dialer, a net.Dialer with the connection string's keepalive keys.
+// own dialer, a net.Dialer (pgx's default, or one with the connection string's keepalive keys).
 //
 // f gets network "tcp" and the address the connector chose for the attempt, "ip:port":
 // hostaddr when given, the host when it is an IP address, else each address of the host's DNS
