@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 )
@@ -20,6 +21,8 @@ func (p *Postgres) SetClientCA(caPEM []byte) error {
 		return errors.New("harness: SetClientCA: the server has no TLS (start it with Options.TLS or call SetSSL(true))")
 	}
 	path := filepath.Join(p.DataDir, "client_ca.crt")
+	old, oldErr := os.ReadFile(path)
+	oldSet, wasSet := p.set["ssl_ca_file"]
 	if err := p.env.acct.writeFile(path, caPEM, 0o644); err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
@@ -27,10 +30,27 @@ func (p *Postgres) SetClientCA(caPEM []byte) error {
 		p.set = map[string]string{}
 	}
 	p.set["ssl_ca_file"] = path
-	if err := p.writeConf(); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return p.reload(ctx)
+	err := p.writeConf()
+	if err == nil {
+		err = p.reload(ctx)
+	}
+	if err != nil {
+		// Put the previous file and setting back (best effort), as SetSSL does.
+		if oldErr == nil {
+			_ = p.env.acct.writeFile(path, old, 0o644)
+		} else {
+			_ = os.Remove(path)
+		}
+		if wasSet {
+			p.set["ssl_ca_file"] = oldSet
+		} else {
+			delete(p.set, "ssl_ca_file")
+		}
+		if p.writeConf() == nil {
+			_ = p.reload(ctx)
+		}
+	}
+	return err
 }
