@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -56,6 +57,11 @@ type Connector struct {
 	tp         trace.TracerProvider // of the pgxpool acquire spans (PgxPoolConfig)
 	// beforeConnect is WithBeforeConnect's, run by configureAttempt for database/sql and pgx.
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
+	// tlsConfigFunc is WithTLSConfigFunc's, run by attemptTLS.
+	tlsConfigFunc TLSConfigFunc
+	// certLoaders: pgx loads a client certificate (sslcert, sslkey) for the hosts' TLS
+	// configurations, which a clone must keep (tlsClone).
+	certLoaders bool
 
 	mu      sync.Mutex
 	onClose []func() // unregister the DBStats callbacks of OpenDB
@@ -84,14 +90,90 @@ type options struct {
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	afterConnect  func(context.Context, *pgx.Conn) error
 	resetSession  func(context.Context, *pgx.Conn) error
+	dialFunc      pgconn.DialFunc
+	tlsConfigFunc TLSConfigFunc
+}
+
+// WithDialFunc sets the function that opens every connection of the connector, for a tunnel
+// (SSH, a cloud provider's connector), a proxy or sockets of the application's own: the
+// connections of database/sql ([Connector.Connect]) and of pgx ([Connector.ConnectPgx],
+// [Connector.OpenPool]), those of the background refreshes of remembered answers, and the
+// CancelRequests of their sessions (a query's context ended). Default (nil): the connector's
+// own dialer, a net.Dialer (pgx's default, or one with the connection string's keepalive keys).
+//
+// f gets network "tcp" and the address the connector chose for the attempt, "ip:port":
+// hostaddr when given, the host when it is an IP address, else each address of the host's DNS
+// lookup (done by the connector, net.DefaultResolver; for a name that resolves only at the far
+// end of a tunnel, write the name as host, for TLS and Kerberos, and the far end's address as
+// hostaddr, or map addresses in f). For a Unix-domain socket it gets network "unix" and the
+// socket's path, dir/.s.PGSQL.port, as pgx gives it; requirepeer then needs f to return a
+// *net.UnixConn. A CancelRequest dials the network and address its session's connect dialed.
+// Everything else runs over the connection f returns exactly as over a TCP socket: the
+// GSSENCRequest, SSLRequest or direct TLS the connector decides on (and the cache of the
+// server's answers, kept per host as written), TLS, authentication; connect_timeout and the
+// context bound f too, and an error of f fails that address's attempt (the connect goes on
+// with the next address or host, as after a refused TCP connection) and is wrapped in the
+// connect's error.
+//
+// The connection string's keepalive keys (keepalives, keepalives_idle, keepalives_interval,
+// keepalives_count, tcp_user_timeout) are set on what f returns when it is a *net.TCPConn (f
+// dialed a TCP socket itself: to the server or to a forwarder in front of it), after f
+// returns; on any other connection (an SSH channel, a net.Pipe) they are f's business. Without
+// any of the keys, nothing is set: f's own settings stay. f may be called from several
+// goroutines at once.
+func WithDialFunc(f pgconn.DialFunc) Option {
+	return func(o *options) { o.dialFunc = f }
+}
+
+// WithTLSConfigFunc sets a function called for each connection attempt that uses TLS (after
+// the connector chose the host, address and method, before the socket is opened; background
+// refreshes included), with a clone of the TLS configuration the connector built for that host
+// from sslmode, sslrootcert, sslcert, sslkey, sslcrl, sslcrldir, sslsni,
+// ssl_min_protocol_version and ssl_max_protocol_version; host is the host as written in the
+// connection string. f may change the clone for this attempt (a CancelRequest of the session
+// uses the session's):
+//   - Certificates or GetClientCertificate: the client certificate, in place of sslcert and
+//     sslkey (which pgx loads when both are left empty): a certificate rotated without
+//     reconnecting the pool, or one held in memory;
+//   - RootCAs: the trust anchors, in place of sslrootcert's file (or the system's roots); the
+//     connector checks the server's certificate against them as libpq checks it against the
+//     file (tlsroots.go): the chain under every sslmode, the host name under verify-full, the
+//     CRLs of sslcrl and sslcrldir;
+//   - VerifyConnection: to add a check of the server (a pinned key, say), wrap the function it
+//     holds or set one of your own: the connector's check runs first in either case, and an
+//     error of yours refuses the server as a failed certificate check does; setting it nil is
+//     refused;
+//   - VerifyPeerCertificate (a further check; crypto/tls gives it no verified chains, as the
+//     connector verifies them itself), ServerName under sslmode other than verify-full (it is
+//     then only the SNI), MinVersion upwards, MaxVersion downwards, CipherSuites,
+//     CurvePreferences, ClientSessionCache, KeyLogWriter and the other fields crypto/tls
+//     reads for a client.
+//
+// After f returns, libpq's rules are enforced again: the connect fails (no other host, method
+// or plaintext tried) with an error that names WithTLSConfigFunc, the host and what was
+// refused when f removed VerifyConnection, turned InsecureSkipVerify off (the connector
+// verifies the certificate itself; crypto/tls's verification is not used), changed ServerName
+// away from the host under verify-full (the name the certificate is checked against),
+// lowered MinVersion below the connector's (ssl_min_protocol_version, else TLS 1.2), raised
+// MaxVersion above ssl_max_protocol_version, or removed ALPN "postgresql" from NextProtos. An
+// error of f fails the connect the same way, wrapped in one that names WithTLSConfigFunc. It
+// runs before [WithBeforeConnect], which may not change TLS settings. f may be called from
+// several goroutines at once (concurrent connects, a background refresh). Default (nil): the
+// connector's configuration is used as built.
+func WithTLSConfigFunc(f TLSConfigFunc) Option {
+	return func(o *options) { o.tlsConfigFunc = f }
 }
 
 // WithBeforeConnect sets a function called for each connection attempt, after the connector
 // chose its host, address and method, before pgx opens the socket: it may change cfg (a
-// password or token valid for this connection, run-time parameters); it must not change the
-// host, port, TLS configuration or dial functions, which are the connector's. Its time is inside
-// the connect span. An error fails the connect, no other host or method tried, with an error
-// that names WithBeforeConnect. As pgx's stdlib.OptionBeforeConnect.
+// password or token valid for this connection, run-time parameters). The host, port,
+// Fallbacks, DialFunc, LookupFunc and TLSConfig (and the fields of the TLS configuration that
+// carry libpq's rules: InsecureSkipVerify, VerifyConnection, RootCAs, ServerName, MinVersion,
+// MaxVersion, NextProtos) are the connector's: a change to any of them fails the connect with
+// an error that names WithBeforeConnect and the field; use [WithDialFunc] and
+// [WithTLSConfigFunc] instead. Its time is inside the connect span. An error fails the
+// connect, no other host or method tried, with an error that names WithBeforeConnect. As pgx's
+// stdlib.OptionBeforeConnect.
 func WithBeforeConnect(f func(ctx context.Context, cfg *pgx.ConnConfig) error) Option {
 	return func(o *options) { o.beforeConnect = f }
 }
@@ -343,7 +425,10 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		noGSS = ErrNoGSS
 	}
 	dial := s.Config.DialFunc
-	if s.Keepalives != nil {
+	switch {
+	case o.dialFunc != nil:
+		dial = dialWith(o.dialFunc, s.Keepalives)
+	case s.Keepalives != nil:
 		dial = s.Keepalives.dialer().DialContext
 	}
 	metrics := tracing.NewMetrics(o.meterProvider, tracing.Pool{Host: s.Hosts[0].Host, Port: s.Hosts[0].Port, Database: s.Config.Database})
@@ -374,7 +459,8 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		closeGSS()
 		return nil, err
 	}
-	c = &Connector{settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect}
+	c = &Connector{settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect,
+		tlsConfigFunc: o.tlsConfigFunc, certLoaders: hasCertLoaders(&s.Config.Config)}
 	if o.statementSpans {
 		c.tp = o.tracerProvider
 		c.statements = tracing.NewStatements(tracing.StatementConfig{
@@ -442,6 +528,9 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 	if err := c.negotiator.Configure(ctx, &cfg.Config); err != nil {
 		return err
 	}
+	if err := c.attemptTLS(ctx, &cfg.Config); err != nil {
+		return err
+	}
 	// The password file's entry for this attempt's host, read now as libpq reads it at each
 	// connect (passfile.go): only when no password was given, in the connection string,
 	// PGPASSWORD or the pgx configuration (PgxConfig); WithBeforeConnect, below, may still set one.
@@ -455,8 +544,12 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 		cfg.Password = pw
 	}
 	if c.beforeConnect != nil {
+		fields := connectorFieldsOf(cfg)
 		if err := hookError("WithBeforeConnect", c.beforeConnect(ctx, cfg)); err != nil {
 			return err
+		}
+		if what := fields.changedBy(cfg); what != "" {
+			return hookError("WithBeforeConnect", errors.New("it changed "+what+", which the connector sets for each attempt"))
 		}
 	}
 	// Last: the authentication exchange is the negotiator's, with what the hooks left.

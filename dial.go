@@ -1,6 +1,8 @@
 package pgconnector
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -96,4 +98,62 @@ func (ka *Keepalives) dialer() *net.Dialer {
 		d.Control = userTimeout(int(ka.UserTimeout / time.Millisecond))
 	}
 	return d
+}
+
+// dialWith returns the application's dial function (WithDialFunc) with the connection string's
+// keepalive keys applied to what it returns when that is a *net.TCPConn (a socket to the
+// server or to a forwarder in front of it): SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL,
+// TCP_KEEPCNT and TCP_USER_TIMEOUT, as the connector's own dialer sets them. Any other
+// connection (an SSH channel, a tunnel of the application's) is returned as it is: its
+// liveness is the dial function's business. ka nil: f itself.
+func dialWith(f func(ctx context.Context, network, address string) (net.Conn, error), ka *Keepalives) func(ctx context.Context, network, address string) (net.Conn, error) {
+	if ka == nil {
+		return f
+	}
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := f(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			if err := ka.apply(tc); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("setting the keepalive keys on the connection WithDialFunc returned: %w", err)
+			}
+		}
+		return c, nil
+	}
+}
+
+// apply sets the options on an open TCP socket, as dialer sets them on the sockets it opens.
+func (ka *Keepalives) apply(c *net.TCPConn) error {
+	if ka.Off {
+		if err := c.SetKeepAlive(false); err != nil {
+			return err
+		}
+	} else {
+		kc := net.KeepAliveConfig{Enable: true, Idle: -1, Interval: -1, Count: -1}
+		if ka.Idle > 0 {
+			kc.Idle = ka.Idle
+		}
+		if ka.Interval > 0 {
+			kc.Interval = ka.Interval
+		}
+		if ka.Count > 0 {
+			kc.Count = ka.Count
+		}
+		if err := c.SetKeepAliveConfig(kc); err != nil {
+			return err
+		}
+	}
+	if ka.UserTimeout > 0 {
+		if set := userTimeout(int(ka.UserTimeout / time.Millisecond)); set != nil {
+			raw, err := c.SyscallConn()
+			if err != nil {
+				return err
+			}
+			return set("tcp", "", raw)
+		}
+	}
+	return nil
 }

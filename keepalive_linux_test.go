@@ -68,3 +68,62 @@ func TestKeepaliveSocketOptions(t *testing.T) {
 		dc.Close()
 	}
 }
+
+// With WithDialFunc, the keepalive keys are set on the *net.TCPConn the function returns
+// (here one dialed with keep-alive off), and left alone when none is given.
+func TestKeepalivesOnWithDialFunc(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{})
+	noKeepalive := func(ctx context.Context, network, address string) (net.Conn, error) {
+		return (&net.Dialer{KeepAlive: -1}).DialContext(ctx, network, address)
+	}
+	for _, tc := range []struct {
+		extra                         string
+		keepalive                     bool
+		idle, interval, count, userTO int
+	}{
+		{"keepalives_idle=41 keepalives_interval=9 keepalives_count=4 tcp_user_timeout=1234", true, 41, 9, 4, 1234},
+		{"", false, -1, -1, -1, 0},
+	} {
+		c := newConnector(t, srv.DSN("sslmode=disable "+tc.extra), pgconnector.WithDialFunc(noKeepalive))
+		dc, err := c.Connect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tcp, ok := pgconnector.PgxConnOf(dc).PgConn().Conn().(*net.TCPConn)
+		if !ok {
+			t.Fatalf("%q: the connection is a %T", tc.extra, pgconnector.PgxConnOf(dc).PgConn().Conn())
+		}
+		raw, err := tcp.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(level, opt int) int {
+			var v int
+			var gerr error
+			if err := raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), level, opt) }); err != nil || gerr != nil {
+				t.Fatalf("getsockopt: %v %v", err, gerr)
+			}
+			return v
+		}
+		if ka := get(unix.SOL_SOCKET, unix.SO_KEEPALIVE) != 0; ka != tc.keepalive {
+			t.Errorf("%q: SO_KEEPALIVE %v, want %v", tc.extra, ka, tc.keepalive)
+		}
+		for _, o := range []struct {
+			name      string
+			opt, want int
+		}{
+			{"TCP_KEEPIDLE", unix.TCP_KEEPIDLE, tc.idle},
+			{"TCP_KEEPINTVL", unix.TCP_KEEPINTVL, tc.interval},
+			{"TCP_KEEPCNT", unix.TCP_KEEPCNT, tc.count},
+			{"TCP_USER_TIMEOUT", unix.TCP_USER_TIMEOUT, tc.userTO},
+		} {
+			if o.want < 0 {
+				continue
+			}
+			if got := get(unix.IPPROTO_TCP, o.opt); got != o.want {
+				t.Errorf("%q: %s = %d, want %d", tc.extra, o.name, got, o.want)
+			}
+		}
+		dc.Close()
+	}
+}

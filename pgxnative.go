@@ -41,7 +41,7 @@ import (
 // connector's.
 //
 // Its host, port, TLS, Kerberos, dial and lookup settings are not used: the connector's, from its
-// connection string, are. The others are the connection's: user, password and database (the
+// connection string, are ([WithDialFunc] and [WithTLSConfigFunc] change dial and TLS for both). The others are the connection's: user, password and database (the
 // negotiation authenticates with them; a Password left empty is each host's password-file entry,
 // looked up at each attempt as for database/sql), run-time parameters, min/max_protocol_version,
 // require_auth, channel_binding and sslcertmode (checked during the negotiation), and pgx's hooks:

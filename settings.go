@@ -42,6 +42,10 @@ type Settings struct {
 	// keepalives_count and tcp_user_timeout; nil when none is given (pgx's dialer is kept).
 	Keepalives *Keepalives
 
+	// tlsChecks are the server checks of Hosts' TLS configurations (tlsroots.go), one per host,
+	// nil for a host without TLS: WithTLSConfigFunc's configurations are checked by them.
+	tlsChecks []*serverCheck
+
 	// passfile is the password file to look each host up in at connect time (passfile.go), or ""
 	// when the connection string or PGPASSWORD gives the password, which every host gets.
 	passfile string
@@ -210,9 +214,13 @@ func (s *Settings) tlsKeys(kv *keyValues, o *origin, extra [][2]string, cfg *pgx
 	}
 	k.sslmode = mode
 	// The configurations of s.Hosts are those of cfg and its fallbacks (hostsOf), one per host.
+	s.tlsChecks = make([]*serverCheck, len(s.Hosts))
 	for i := range s.Hosts {
 		h := &s.Hosts[i]
-		h.TLSConfig, h.BeforeTLS = k.apply(h.TLSConfig, h.Host)
+		h.TLSConfig, s.tlsChecks[i] = k.applyCheck(h.TLSConfig, h.Host)
+		if s.tlsChecks[i] != nil {
+			h.BeforeTLS = s.tlsChecks[i].beforeTLS
+		}
 	}
 	rootcert, _, _ := get("sslrootcert", "PGSSLROOTCERT")
 	return checkWeakSSLMode(mode, given && mode != "", cfg.SSLNegotiation, rootcert)

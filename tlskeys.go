@@ -206,7 +206,9 @@ func homeDir() string {
 // c is changed in place, not cloned: pgx finds the client certificate of sslcert and sslkey by
 // the *tls.Config pointer it built (pgconn.Config.clientCertificateLoaders), so a clone would
 // connect without it. Call apply once per configuration, before it is used, as ParseConfig
-// returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones).
+// returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones). The
+// clones a connect uses (the negotiator's, which offer ALPN "postgresql", and
+// WithTLSConfigFunc's) get the certificate through Connector.tlsClone (tlshook.go).
 //
 // When the chain is verified (the root certificate file exists) and sslrootcert is not
 // "system", the CRLs are checked at each handshake, after the chain, as OpenSSL does with
@@ -228,6 +230,15 @@ func homeDir() string {
 //     cover every reason of the distribution point they match. A certificate without a CRL
 //     fails ("unable to get certificate CRL"). Delta CRLs: see crlStore.checkChain.
 func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
+	c, s := k.applyCheck(c, host)
+	if s == nil {
+		return c, nil
+	}
+	return c, s.beforeTLS
+}
+
+// applyCheck is apply, returning the server check it installed (nil without TLS).
+func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *serverCheck) {
 	if c == nil {
 		return nil, nil
 	}
@@ -246,7 +257,7 @@ func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
 	c.VerifyPeerCertificate = nil
 	c.ServerName = sniName(host, k.sni)
 	c.VerifyConnection = s.verifyConnection
-	return c, s.beforeTLS
+	return c, s
 }
 
 // serverCheck returns the check of host's TLS server (tlsroots.go).

@@ -123,6 +123,12 @@ func (s *serverCheck) verifyConnection(cs tls.ConnectionState) error {
 	if err != nil || roots == nil {
 		return err
 	}
+	return s.verifyChain(cs, roots)
+}
+
+// verifyChain is verifyConnection with the trust anchors given (not nil): the chain, the host
+// name under verify-full, then the CRLs.
+func (s *serverCheck) verifyChain(cs tls.ConnectionState, roots *x509.CertPool) error {
 	if len(cs.PeerCertificates) == 0 {
 		return refused(errors.New("certificate verify failed: the server sent no certificate"))
 	}

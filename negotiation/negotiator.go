@@ -63,6 +63,11 @@ type Config struct {
 	// LookupFunc resolves a host name to IP addresses; nil means net.DefaultResolver.LookupHost.
 	LookupFunc pgconn.LookupFunc
 	// DialFunc opens a socket; nil means a net.Dialer with a 5-minute keep-alive, as pgx's default.
+	// It is given network "tcp" and the address an attempt chose ("ip:port": hostaddr, the host
+	// when it is an IP address, else each address of the host's lookup) or network "unix" and
+	// the socket's path (dir/.s.PGSQL.port), and every negotiation step runs over what it
+	// returns. A CancelRequest of a session dials the network and address the session's dial
+	// was given, through DialFunc too.
 	DialFunc pgconn.DialFunc
 	// GSS carries GSSAPI encryption out; nil means the client has no Kerberos support: it holds
 	// no credentials (gssencmode=prefer skips GSS, require fails before dialing).
@@ -773,6 +778,20 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	return nil
 }
 
+// SetBeforeTLS replaces, for the attempt ctx carries, the check [Host.BeforeTLS] would run before
+// the TLS handshake: check (nil: none) runs instead. Call it after [Negotiator.Configure], when
+// the caller gave the attempt a TLS configuration of its own whose trust anchors are not those
+// Host.BeforeTLS looks for (a root certificate pool given in memory). It fails when ctx carries
+// no attempt of this negotiator.
+func (n *Negotiator) SetBeforeTLS(ctx context.Context, check func() error) error {
+	at, _ := ctx.Value(attemptKey{}).(*attempt)
+	if at == nil || at.n != n {
+		return errors.New("pgconnector: connection attempt did not come through the negotiator")
+	}
+	at.beforeTLS, at.beforeTLSSet = check, true
+	return nil
+}
+
 // afterReady reads, once the server sent ReadyForQuery, whether the connection shows that the
 // host takes direct TLS: a server that selected ALPN postgresql over SSLRequest and reports
 // server_version 17 or later (direct TLS came with PostgreSQL 17, release-17.html; a pooler
@@ -841,6 +860,14 @@ type attempt struct {
 	sslAnswer atomic.Uint32 // Answer to SSLRequest on this attempt's socket
 
 	// Written during the connect only (one goroutine).
+
+	// beforeTLS replaces host.BeforeTLS when beforeTLSSet (SetBeforeTLS).
+	beforeTLS    func() error
+	beforeTLSSet bool
+	// dialNetwork and dialAddress are what the connect's dial was given; a CancelRequest of the
+	// session dials them again (read once done is set, which orders them before).
+	dialNetwork, dialAddress string
+
 	failStep   step // where the attempt failed, when the negotiator saw it (fail)
 	failErr    error
 	authMethod string
@@ -925,6 +952,17 @@ func afterNetConnectAttempt(ctx context.Context, _ *pgconn.Config, conn net.Conn
 }
 
 func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	if at.done.Load() {
+		// A CancelRequest: pgx dials the session's RemoteAddr, which is the server's only when
+		// the dial function connects to it directly (not through a tunnel or a proxy). The
+		// cancel goes where the session's dial went, as libpq sends it to the connection's
+		// address (fe-cancel.c, PQcancelCreate), through the same dial function.
+		if at.dialAddress != "" {
+			network, address = at.dialNetwork, at.dialAddress
+		}
+	} else {
+		at.dialNetwork, at.dialAddress = network, address
+	}
 	tr := &at.n.trace
 	info := DialInfo{Host: at.host.Host, Address: address, Method: at.method}
 	var conn net.Conn
@@ -1003,7 +1041,11 @@ func (at *attempt) afterNetConnect(ctx context.Context, conn net.Conn) (net.Conn
 			hctx = tr.TLSHandshakeStart(ctx, TLSHandshakeStartInfo{ServerName: at.host.Host, Direct: at.method == MethodDirectSSL, Learned: at.learnedDirect})
 		}
 		var err error
-		if check := at.host.BeforeTLS; check != nil {
+		check := at.host.BeforeTLS
+		if at.beforeTLSSet {
+			check = at.beforeTLS
+		}
+		if check != nil {
 			if err = check(); err != nil {
 				err = refusedTLS(err)
 			}
