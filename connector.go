@@ -173,7 +173,7 @@ func WithTLSConfigFunc(f TLSConfigFunc) Option {
 // an error that names WithBeforeConnect and the field; use [WithDialFunc] and
 // [WithTLSConfigFunc] instead. Its time is inside the connect span. An error fails the
 // connect, no other host or method tried, with an error that names WithBeforeConnect. As pgx's
-// stdlib.OptionBeforeConnect.
+// stdlib.OptionBeforeConnect. Default: none.
 func WithBeforeConnect(f func(ctx context.Context, cfg *pgx.ConnConfig) error) Option {
 	return func(o *options) { o.beforeConnect = f }
 }
@@ -182,7 +182,7 @@ func WithBeforeConnect(f func(ctx context.Context, cfg *pgx.ConnConfig) error) O
 // target_session_attrs checked), before database/sql gets it: to register types (a codec for
 // this connection's type map), or set the session up. Its time is inside the connect span. An
 // error closes the connection and fails the connect, no other host tried, with an error that
-// names WithAfterConnect. As pgx's stdlib.OptionAfterConnect.
+// names WithAfterConnect. As pgx's stdlib.OptionAfterConnect. Default: none.
 func WithAfterConnect(f func(ctx context.Context, conn *pgx.Conn) error) Option {
 	return func(o *options) { o.afterConnect = f }
 }
@@ -190,6 +190,7 @@ func WithAfterConnect(f func(ctx context.Context, conn *pgx.Conn) error) Option 
 // WithResetSession sets a function called when database/sql takes a pooled connection for reuse
 // (driver.SessionResetter), after pgx's own check. An error discards the connection: return
 // driver.ErrBadConn to have database/sql open another. As pgx's stdlib.OptionResetSession.
+// Default: none (pgx's check alone).
 func WithResetSession(f func(ctx context.Context, conn *pgx.Conn) error) Option {
 	return func(o *options) { o.resetSession = f }
 }
@@ -284,6 +285,7 @@ func WithQueryText(on bool) Option {
 // INSERT, ..., BEGIN, COMMIT, ROLLBACK, PREPARE, PING, RESET_SESSION; "" when unknown) and the text as
 // db.query.text would record it (whatever WithQueryText says; "" for the calls without one).
 // An empty result keeps the default name: the operation, or "postgresql" when it is unknown.
+// Default: none, the default name.
 func WithSpanNameFunc(f func(ctx context.Context, operation, query string) string) Option {
 	return func(o *options) { o.spanName = f }
 }
@@ -385,7 +387,7 @@ func WithCacheTTL(d time.Duration) Option {
 // remembered as not taking direct TLS for the cache TTL; plaintext still comes only after the
 // server's 'N' to SSLRequest. Off, every TLS connection starts with SSLRequest unless
 // sslnegotiation=direct is written, as in libpq. It changes nothing when remembering is off
-// (WithCacheTTL of zero).
+// (WithCacheTTL of zero). Default: true.
 func WithLearnedDirectTLS(on bool) Option {
 	return func(o *options) { o.noLearnedDirect = !on }
 }
