@@ -60,13 +60,14 @@ import (
 // WithRootSpans, WithAttributesFunc, WithCancelAsError, the providers; WithPingSpans and
 // WithSQLCommenter do nothing there), with each connection's own database as db.namespace: the
 // statements, batches, COPYs and prepares run on the connection are spans and
-// db.client.operation.duration measurements, as tracing.PgxTracer describes. With
-// WithStatementSpans(false) Tracer is nil. One Tracer for all the connector's pgx connections:
-// to add a tracer of your own, compose them,
+// db.client.operation.duration measurements, as tracing.PgxTracer describes. One Tracer for all
+// the connector's pgx connections: to add a tracer of your own, compose them,
 //
 //	cfg.Tracer = multitracer.New(cfg.Tracer, yours) // github.com/jackc/pgx/v5/multitracer
 //
-// or replace it (a Tracer of yours alone: no statement spans of the connector's).
+// or replace it (a Tracer of yours alone: no statement spans of the connector's). With
+// WithStatementSpans(false) Tracer is nil: set yours alone (a multitracer holding nil panics at
+// the first statement).
 //
 // Of the connector's options, WithBeforeConnect runs for each attempt as for database/sql (after
 // the hooks of the configuration); WithAfterConnect and WithResetSession are database/sql's only
