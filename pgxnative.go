@@ -36,9 +36,9 @@ import (
 // PgxConfig returns the connector's connection settings for pgx: a copy of what New parsed
 // (Settings().Config), without target_session_attrs' ValidateConnect (the connector checks
 // target_session_attrs during the negotiation), with the connector's statement tracer as its
-// Tracer (below). Change what you need (Tracer, OnNotice,
-// BuildContextWatcherHandler, RuntimeParams, the statement cache...) and pass it to
-// [Connector.ConnectPgx]: only the connector can open its connections. pgx.ConnectConfig with it
+// Tracer (below). Change what you need (Tracer, OnNotice, BuildContextWatcherHandler,
+// RuntimeParams, the statement cache...) and pass it to [Connector.ConnectPgx]: only the
+// connector can open its connections. pgx.ConnectConfig with it
 // fails with an error saying so, and so does a pool of it whose BeforeConnect is not the
 // connector's.
 //
