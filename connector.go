@@ -53,6 +53,7 @@ type Connector struct {
 	stdlib     driver.Connector
 	closeGSS   func() error        // releases the Kerberos client (gss_on.go, gss_off.go)
 	statements *tracing.Statements // nil: WithStatementSpans(false)
+	pgxTracer  *tracing.PgxTracer  // of PgxConfig and PgxPoolConfig; nil: WithStatementSpans(false)
 	metrics    *tracing.Metrics
 	tp         trace.TracerProvider // of the pgxpool acquire spans (PgxPoolConfig)
 	// beforeConnect is WithBeforeConnect's, run by configureAttempt for database/sql and pgx.
@@ -264,9 +265,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // one span of kind CLIENT per exec, query (until its rows are closed), prepare, prepared
 // statement exec or query, begin, commit, rollback and (WithPingSpans) ping, and one measurement of
 // db.client.operation.duration each. With false the connector returns pgx's connections as they
-// are, with neither. It also turns on or off the pgxpool.acquire spans of the pools of
-// [Connector.PgxPoolConfig] and [Connector.OpenPool] (tracing.PoolTracer); their pool metrics
-// stay. Default: true.
+// are, with neither. It also turns on or off, for pgx's own API, the statement spans and
+// measurements of the Tracer of [Connector.PgxConfig] (and so of [Connector.ConnectPgx]) and
+// [Connector.PgxPoolConfig] (a tracing.PgxTracer), and the pgxpool.acquire spans of the pools of
+// PgxPoolConfig and [Connector.OpenPool] (tracing.PoolTracer); their pool metrics stay.
+// Default: true.
 func WithStatementSpans(on bool) Option {
 	return func(o *options) { o.statementSpans = on }
 }
@@ -305,7 +308,10 @@ func WithLogger(l *slog.Logger) Option {
 
 // The options below choose which statements make a span and what it holds. None of them changes
 // db.client.operation.duration: every call is measured as before. They do nothing with
-// WithStatementSpans(false). For pgx's own API, set the same fields of tracing.StatementConfig.
+// WithStatementSpans(false). They shape the statement spans of pgx's own API too (the Tracer of
+// [Connector.PgxConfig] and [Connector.PgxPoolConfig]), except WithPingSpans: pgx runs no ping
+// through its tracer. A tracing.NewPgxTracer of your own takes the same fields of
+// tracing.StatementConfig.
 
 // WithPingSpans sets whether the calls that only check a connection make spans: Ping (PING:
 // DB.PingContext, Conn.PingContext) and ResetSession (RESET_SESSION: database/sql's check of a
@@ -465,21 +471,12 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		tlsConfigFunc: o.tlsConfigFunc, certLoaders: hasCertLoaders(&s.Config.Config)}
 	if o.statementSpans {
 		c.tp = o.tracerProvider
-		c.statements = tracing.NewStatements(tracing.StatementConfig{
-			TracerProvider: o.tracerProvider,
-			MeterProvider:  o.meterProvider,
-			Database:       s.Config.Database,
-			QueryText:      o.queryText,
-			SpanName:       o.spanName,
-			PingSpans:      o.pingSpans,
-			SpanFilter:     o.spanFilter,
-			OmitRootSpans:  o.noRootSpans,
-			Attributes:     o.spanAttributes,
-			CancelNotError: o.cancelNotError,
-			SQLComment:     o.sqlComment,
-
-			DefaultQueryExecMode: s.Config.DefaultQueryExecMode,
-		})
+		c.statements = tracing.NewStatements(o.statementConfig(s.Config))
+		// The pgx configurations' statement spans: each connection's own database is its
+		// db.namespace (PgxConfig's Database may be changed).
+		pcfg := o.statementConfig(s.Config)
+		pcfg.Database = ""
+		c.pgxTracer = tracing.NewPgxTracer(pcfg)
 	}
 	stdOpts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(c.configureAttempt)}
 	if o.afterConnect != nil {
@@ -492,6 +489,27 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	}
 	c.stdlib = stdlib.GetConnector(*s.Config, stdOpts...)
 	return c, nil
+}
+
+// statementConfig is the configuration of the statement spans and measurements the options
+// ask for, on connections of cfg: that of the database/sql interceptor (tracing.NewStatements)
+// and of the pgx configurations' tracer (tracing.NewPgxTracer), so that both are shaped alike.
+func (o *options) statementConfig(cfg *pgx.ConnConfig) tracing.StatementConfig {
+	return tracing.StatementConfig{
+		TracerProvider: o.tracerProvider,
+		MeterProvider:  o.meterProvider,
+		Database:       cfg.Database,
+		QueryText:      o.queryText,
+		SpanName:       o.spanName,
+		PingSpans:      o.pingSpans,
+		SpanFilter:     o.spanFilter,
+		OmitRootSpans:  o.noRootSpans,
+		Attributes:     o.spanAttributes,
+		CancelNotError: o.cancelNotError,
+		SQLComment:     o.sqlComment,
+
+		DefaultQueryExecMode: cfg.DefaultQueryExecMode,
+	}
 }
 
 // Connect opens one connection: it decides, per host, which of GSSAPI encryption, TLS and

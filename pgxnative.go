@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,9 +35,10 @@ import (
 
 // PgxConfig returns the connector's connection settings for pgx: a copy of what New parsed
 // (Settings().Config), without target_session_attrs' ValidateConnect (the connector checks
-// target_session_attrs during the negotiation). Change what you need (Tracer, OnNotice,
-// BuildContextWatcherHandler, RuntimeParams, the statement cache...) and pass it to
-// [Connector.ConnectPgx]: only the connector can open its connections. pgx.ConnectConfig with it
+// target_session_attrs during the negotiation), with the connector's statement tracer as its
+// Tracer (below). Change what you need (Tracer, OnNotice, BuildContextWatcherHandler,
+// RuntimeParams, the statement cache...) and pass it to [Connector.ConnectPgx]: only the
+// connector can open its connections. pgx.ConnectConfig with it
 // fails with an error saying so, and so does a pool of it whose BeforeConnect is not the
 // connector's.
 //
@@ -53,16 +55,33 @@ import (
 // address, as libpq), bounds the whole negotiation: pgxpool's default of 2 minutes does when the
 // string sets no connect_timeout.
 //
+// Its Tracer is a tracing.PgxTracer whose tracing.StatementConfig is the one the connector's
+// options give its database/sql interceptor (WithQueryText, WithSpanNameFunc, WithSpanFilter,
+// WithRootSpans, WithAttributesFunc, WithCancelAsError, the providers; WithPingSpans and
+// WithSQLCommenter do nothing there), with each connection's own database as db.namespace: the
+// statements, batches, COPYs and prepares run on the connection are spans and
+// db.client.operation.duration measurements, as tracing.PgxTracer describes. One Tracer for all
+// the connector's pgx connections: to add a tracer of your own, compose them,
+//
+//	cfg.Tracer = multitracer.New(cfg.Tracer, yours) // github.com/jackc/pgx/v5/multitracer
+//
+// or replace it (a Tracer of yours alone: no statement spans of the connector's). With
+// WithStatementSpans(false) Tracer is nil: set yours alone (a multitracer holding nil panics at
+// the first statement).
+//
 // Of the connector's options, WithBeforeConnect runs for each attempt as for database/sql (after
 // the hooks of the configuration); WithAfterConnect and WithResetSession are database/sql's only
-// (pgxpool's AfterConnect and PrepareConn are their counterparts), and so is WithStatementSpans:
-// for statement spans set Tracer (tracing.NewPgxTracer). Its connect hooks (pgx.ConnectTracer)
-// are not called: pgx's own connect is only the handover of the session the connector
-// established, and the connector's connect span covers the connect.
+// (pgxpool's AfterConnect and PrepareConn are their counterparts). The connect hooks
+// (pgx.ConnectTracer) of the Tracer, the connector's or yours, are not called: pgx's own connect
+// is only the handover of the session the connector established, and the connector's connect
+// span covers the connect.
 func (c *Connector) PgxConfig() *pgx.ConnConfig {
 	cc := c.settings.Config.Copy()
 	cc.ValidateConnect = nil
 	cc.DialFunc = notThroughConnector
+	if c.pgxTracer != nil {
+		cc.Tracer = c.pgxTracer
+	}
 	return cc
 }
 
@@ -73,7 +92,8 @@ func (c *Connector) PgxConfig() *pgx.ConnConfig {
 //
 // An error of the negotiation is returned as it is: a *negotiation.ConnectError naming the host
 // and the step that failed (or a context error), as Connect returns it. The connection's
-// statements are not traced by the connector: set cfg.Tracer (tracing.NewPgxTracer) for that.
+// statements are spans of the configuration's Tracer: with cfg nil, or a PgxConfig whose Tracer
+// was kept, the connector's (see PgxConfig; none with WithStatementSpans(false)).
 func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	if cfg == nil {
 		cfg = c.PgxConfig()
@@ -114,23 +134,31 @@ func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.C
 // connect) as it is: a *negotiation.ConnectError naming the host and step, not wrapped by pgx.
 // The pool needs the connector to open connections: close the pool before the connector.
 //
-// Its ConnConfig.Tracer is a new tracing.PoolTracer: a pgxpool.acquire span per Acquire under a
-// recording span of the caller (the connect span of a connection the Acquire opens is its
-// child; WithStatementSpans(false) turns them off), and the pool measurements
-// db.client.connection.wait_time, .use_time and .timeouts. To add a tracer of your own
-// (tracing.NewPgxTracer for statement spans), compose the two:
+// Its ConnConfig.Tracer is a new tracing.PoolTracer, composed (github.com/jackc/pgx/v5/multitracer)
+// with PgxConfig's statement tracer: a pgxpool.acquire span per Acquire under a recording span
+// of the caller (the connect span of a connection the Acquire opens is its child), the pool
+// measurements db.client.connection.wait_time, .use_time and .timeouts, and the statement spans
+// and measurements that PgxConfig describes, shaped by the same options. WithStatementSpans(false)
+// turns the acquire and statement spans off (the Tracer is then the PoolTracer alone); the pool
+// measurements stay. To add a tracer of your own, compose it with them:
 //
-//	cfg.ConnConfig.Tracer = multitracer.New(cfg.ConnConfig.Tracer, tracing.NewPgxTracer(...))
+//	cfg.ConnConfig.Tracer = multitracer.New(cfg.ConnConfig.Tracer, yours)
 //
-// (github.com/jackc/pgx/v5/multitracer passes pgxpool's acquire and release hooks on); a Tracer
-// replaced outright loses them.
+// (multitracer passes pgxpool's acquire and release hooks on); a Tracer replaced outright loses
+// the acquire spans, the pool measurements and the statement spans.
 func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
+	pc, _, err := c.pgxPoolConfig()
+	return pc, err
+}
+
+// pgxPoolConfig is PgxPoolConfig, with the PoolTracer its Tracer holds.
+func (c *Connector) pgxPoolConfig() (*pgxpool.Config, *tracing.PoolTracer, error) {
 	if c.settings.pgxConnString == nil {
-		return nil, errors.New("pgconnector: the Connector was not made by New")
+		return nil, nil, errors.New("pgconnector: the Connector was not made by New")
 	}
 	pc, err := pgxpool.ParseConfig(c.settings.pgxConnString())
 	if err != nil {
-		return nil, poolParseError(err)
+		return nil, nil, poolParseError(err)
 	}
 	cc := c.PgxConfig()
 	// pgxpool's keys, which pgx left in RuntimeParams: not for the server.
@@ -139,10 +167,14 @@ func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
 			delete(cc.RuntimeParams, k)
 		}
 	}
-	cc.Tracer = c.newPoolTracer()
+	pt := c.newPoolTracer()
+	cc.Tracer = pt
+	if c.pgxTracer != nil {
+		cc.Tracer = multitracer.New(pt, c.pgxTracer)
+	}
 	pc.ConnConfig = cc
 	pc.BeforeConnect = c.poolBeforeConnect
-	return pc, nil
+	return pc, pt, nil
 }
 
 // newPoolTracer is the tracing.PoolTracer of one pool: its acquire spans (unless
@@ -161,15 +193,16 @@ func (c *Connector) newPoolTracer() *tracing.PoolTracer {
 // asked to (Acquire and the calls that acquire, pool_min_conns). Close the pool before the
 // connector.
 //
-// Besides the acquire spans and measurements of PgxPoolConfig's tracer, the pool's metrics are
-// reported to the meter provider, read from pool.Stat() at each collection, under the names
+// Besides the acquire and statement spans and the measurements of PgxPoolConfig's tracer, the
+// pool's metrics are reported to the meter provider, read from pool.Stat() at each collection,
+// under the names
 // [Connector.OpenDB] uses: db.client.connection.count (idle, used), .max (MaxConns), .idle.min
 // (MinIdleConns), .pending_requests (the Acquires under way), pgconnector.connection.waits and
 // pgconnector.connection.wait_time (the Acquires that waited for a connection, and their total
 // wait), with db.client.connection.pool.name as OpenDB's (tracing.Metrics has the table of what
 // each pool reports). pgxpool.Pool has no close hook: they stop with [Connector.Close].
 func (c *Connector) OpenPool(ctx context.Context) (*pgxpool.Pool, error) {
-	cfg, err := c.PgxPoolConfig()
+	cfg, pt, err := c.pgxPoolConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +210,6 @@ func (c *Connector) OpenPool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	pt, _ := cfg.ConnConfig.Tracer.(*tracing.PoolTracer)
 	unregister := c.metrics.ObservePgxPool(p, pt)
 	c.mu.Lock()
 	c.onClose = append(c.onClose, unregister)
@@ -283,7 +315,8 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 	cc.RequireAuth = ""
 	cc.AfterNetConnect = nil
 	// The connector's connect span covers the connect; pgx's own connect is the handover of
-	// the session and is not traced again (a second postgresql.connect from NewPgxTracer).
+	// the session and is not traced again (a second postgresql.connect from a PgxTracer, the
+	// connector's or one the caller set, or from another ConnectTracer).
 	cc.Tracer = withoutConnectTrace(cc.Tracer)
 	return d, nil
 }

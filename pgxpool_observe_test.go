@@ -141,12 +141,15 @@ func TestPgxPoolAcquireSpans(t *testing.T) {
 		t.Errorf("span %s without a caller's span", sp.Name())
 	}
 
-	// Composed with a statement tracer through multitracer, as PgxPoolConfig says: both.
+	// Composed with a tracer of the caller's through multitracer, as PgxPoolConfig says: the
+	// acquire span, the connector's statement span (one), and the caller's tracer sees the
+	// statement.
 	cfg, err := c.PgxPoolConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.Tracer = multitracer.New(cfg.ConnConfig.Tracer, tracing.NewPgxTracer(tracing.StatementConfig{TracerProvider: tp}))
+	tr := &tracer{}
+	cfg.ConnConfig.Tracer = multitracer.New(cfg.ConnConfig.Tracer, tr)
 	mp, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +169,9 @@ func TestPgxPoolAcquireSpans(t *testing.T) {
 	}
 	if selects != 1 {
 		t.Errorf("multitracer: %d SELECT spans under the caller's, want 1", selects)
+	}
+	if n, q := tr.seen(); n != 0 || q != "select 1" {
+		t.Errorf("multitracer: the caller's tracer saw %d connects and %q, want 0 and the query", n, q)
 	}
 
 	// WithStatementSpans(false): the connect is the caller's child.

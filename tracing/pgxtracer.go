@@ -62,10 +62,12 @@ const (
 //     records it. It is not measured. When the connect runs inside a connect of a pgconnector
 //     Connector (its context belongs to the connector's recording postgresql.connect span), no
 //     span is started: the connector's span, with its steps, is that connect. (A Connector's
-//     connections have this tracer only when pgconnector.WithBeforeConnect sets it; with the
-//     connector's own statement spans on, statements run through database/sql would then be
-//     traced twice.) The connections of a Connector's pgxpool or ConnectPgx never call these
-//     hooks: pgx's connect there only takes over the session the connector established.
+//     database/sql connections have this tracer only when pgconnector.WithBeforeConnect sets
+//     it; with the connector's own statement spans on, statements run through database/sql
+//     would then be traced twice. Its pgx configurations, Connector.PgxConfig and
+//     Connector.PgxPoolConfig, have one by default, made from the connector's options.) The
+//     connections of a Connector's pgxpool or ConnectPgx never call these hooks: pgx's connect
+//     there only takes over the session the connector established.
 //
 // The parent of every span is the span in the caller's context. What pgxpool does on its own
 // (health checks, the ping of a connection idle for a while) is not traced.

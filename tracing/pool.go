@@ -36,7 +36,8 @@ type PoolTracerConfig struct {
 // the pool's ConnConfig (pgxpool.NewWithConfig takes its pgxpool.AcquireTracer and
 // pgxpool.ReleaseTracer sides from there), once per pool. It traces no statement: its
 // pgx.QueryTracer methods do nothing. To have statement spans too, compose it with
-// [NewPgxTracer] through github.com/jackc/pgx/v5/multitracer, which passes the pool hooks on.
+// [NewPgxTracer] through github.com/jackc/pgx/v5/multitracer, which passes the pool hooks on
+// (the configuration of a pgconnector Connector's PgxPoolConfig has both, composed so).
 //
 //   - Acquire: one span [SpanAcquire] of kind INTERNAL (the client spans are the connect and the
 //     statements under it), with db.system.name and db.namespace, and server.address and

@@ -1,7 +1,9 @@
-// Command pgxpool runs a pgxpool.Pool whose connections the connector opens (the same
-// negotiation, cache, GSS transport and connect spans as database/sql), with the statement spans
-// of tracing.NewPgxTracer: an insert, a query, a batch, a COPY and a transaction, each a span
-// under the caller's span, then prints the span tree.
+// Command pgxpool runs a pgxpool.Pool of Connector.OpenPool, whose connections the connector
+// opens (the same negotiation, cache, GSS transport and connect spans as database/sql), with the
+// statement spans the connector's options shape (as for database/sql) and the pool's acquire
+// spans: an insert, a query, a batch, a COPY and a transaction, each a span under the caller's
+// span, the connects under the acquire spans of the calls that opened them, then prints the
+// span tree.
 //
 // In examples/ (the examples' module):
 //
@@ -19,7 +21,6 @@ import (
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/examples/internal/demo"
-	"github.com/pgconnector/pgconnector/tracing"
 )
 
 func main() { demo.Main("pgxpool", run) }
@@ -41,19 +42,14 @@ func run(ctx context.Context, dsn string, tp trace.TracerProvider) error {
 	return nil
 }
 
-// open returns a connector and a pool of its connections, traced by tp.
+// open returns a connector and a pool of its connections, traced by tp: the pool's tracer, from
+// the connector, makes the statement and acquire spans.
 func open(ctx context.Context, dsn string, tp trace.TracerProvider) (*pgconnector.Connector, *pgxpool.Pool, error) {
 	c, err := pgconnector.New(dsn, pgconnector.WithTracerProvider(tp))
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, err := c.PgxPoolConfig()
-	if err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	cfg.ConnConfig.Tracer = tracing.NewPgxTracer(tracing.StatementConfig{TracerProvider: tp, QueryText: true})
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := c.OpenPool(ctx)
 	if err != nil {
 		c.Close()
 		return nil, nil, err

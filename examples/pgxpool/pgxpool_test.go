@@ -10,15 +10,16 @@ import (
 
 	"github.com/pgconnector/pgconnector/examples/internal/spancheck"
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/tracing"
 )
 
 // The harness removes what it made (clusters, the initdb template) once the tests ran.
 func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
 
 // TestStatementSpans runs the example's statements under a span of the test and checks the
-// spans: each a child of the test's span, with pgx's text ($n placeholders), no value recorded,
-// and the connector's connect span (one per connection, not one more for pgx's own connect) in
-// the same trace.
+// spans: each a child of the test's span, with pgx's text ($n placeholders), no value recorded;
+// a pgxpool.acquire span per pool call under the test's span, and the connector's connect spans
+// (one per connection, not one more for pgx's own connect) under the acquire spans.
 func TestStatementSpans(t *testing.T) {
 	pg := harness.StartT(t, harness.Options{})
 	tp, exp := spancheck.New(t)
@@ -46,6 +47,7 @@ func TestStatementSpans(t *testing.T) {
 	var client, inBatch tracetest.SpanStubs
 	for _, s := range spans {
 		switch {
+		case s.Name == tracing.SpanAcquire:
 		case s.Name == "BATCH INSERT":
 			batch = s
 			client = append(client, s)
@@ -75,7 +77,10 @@ func TestStatementSpans(t *testing.T) {
 	)
 	t.Logf("statement spans:\n%s", spancheck.List(stmts))
 	spancheck.NoValues(t, spans, "alice", "bob", "carol", "dave", "erin")
-	spancheck.ConnectUnder(t, spans, parent.SpanContext())
+	// work's pool calls: CREATE, INSERT, the batch, the COPY, BeginFunc's Begin, the DROP.
+	if acquires := spancheck.ConnectUnderAcquire(t, spans, parent.SpanContext()); len(acquires) != 6 {
+		t.Errorf("%d %s spans under the caller's, want 6 (one per pool call)", len(acquires), tracing.SpanAcquire)
+	}
 	connects := spancheck.Named(spans, "postgresql.connect")
 	startups := spancheck.Named(spans, "postgresql.startup")
 	if len(connects) == 0 || len(connects) != len(startups) {

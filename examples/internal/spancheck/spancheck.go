@@ -34,11 +34,11 @@ type Stmt struct {
 }
 
 // Statements returns the statement spans among spans (the connector's spans other than a connect
-// and its steps), by start time.
+// and its steps, and a pgxpool's acquire spans), by start time.
 func Statements(spans tracetest.SpanStubs) []tracetest.SpanStub {
 	var out []tracetest.SpanStub
 	for _, s := range spans {
-		if s.InstrumentationScope.Name == tracing.ScopeName && !strings.HasPrefix(s.Name, "postgresql.") {
+		if s.InstrumentationScope.Name == tracing.ScopeName && !strings.HasPrefix(s.Name, "postgresql.") && s.Name != tracing.SpanAcquire {
 			out = append(out, s)
 		}
 	}
@@ -157,4 +157,48 @@ func ConnectUnder(t testing.TB, spans tracetest.SpanStubs, parent trace.SpanCont
 		return
 	}
 	t.Errorf("no postgresql.connect span under the caller's span %s (%d connect spans)", parent.SpanID(), len(Named(spans, "postgresql.connect")))
+}
+
+// ConnectUnderAcquire checks the spans of a pgxpool of the connector: a pgxpool.acquire span
+// (kind INTERNAL, db.system.name postgresql) for the pool calls under parent, every
+// postgresql.connect span a child of one of them, and at least one connect with its
+// postgresql.startup step: a connection the pool opened for a call of the caller's was opened
+// under that call's Acquire. It returns the acquire spans under parent.
+func ConnectUnderAcquire(t testing.TB, spans tracetest.SpanStubs, parent trace.SpanContext) []tracetest.SpanStub {
+	t.Helper()
+	acquires := map[trace.SpanID]bool{}
+	var out []tracetest.SpanStub
+	for _, s := range Named(spans, tracing.SpanAcquire) {
+		if s.Parent.SpanID() != parent.SpanID() || s.SpanContext.TraceID() != parent.TraceID() {
+			t.Errorf("%s span under %s, not the caller's span %s", s.Name, s.Parent.SpanID(), parent.SpanID())
+			continue
+		}
+		if s.SpanKind != trace.SpanKindInternal || Attr(s, "db.system.name") != "postgresql" {
+			t.Errorf("%s span: kind %v, db.system.name %q; want INTERNAL, postgresql", s.Name, s.SpanKind, Attr(s, "db.system.name"))
+		}
+		acquires[s.SpanContext.SpanID()] = true
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		t.Errorf("no %s span under the caller's span %s", tracing.SpanAcquire, parent.SpanID())
+		return nil
+	}
+	connects := Named(spans, "postgresql.connect")
+	started := 0
+	for _, c := range connects {
+		if !acquires[c.Parent.SpanID()] {
+			t.Errorf("postgresql.connect under %s, not under an acquire span of the caller's", c.Parent.SpanID())
+			continue
+		}
+		for _, st := range Named(spans, "postgresql.startup") {
+			if st.Parent.SpanID() == c.SpanContext.SpanID() {
+				started++
+				break
+			}
+		}
+	}
+	if started == 0 {
+		t.Errorf("no postgresql.connect with a postgresql.startup step under an acquire span (%d connect spans)", len(connects))
+	}
+	return out
 }
