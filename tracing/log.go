@@ -297,27 +297,24 @@ func (g *logger) tcpConnectDone(ctx context.Context, err error) {
 }
 
 func (g *logger) sslRequestDone(ctx context.Context, info negotiation.RequestDoneInfo) {
-	level, msg := stepLevel(info.Err, SpanSSLRequest)
-	if !g.on(ctx, level) {
-		return
-	}
-	var r logAttrs
-	r.init().add(SSLAnswerKey.String(sslAnswer(info.Answer)), CacheHitKey.Bool(info.CacheHit))
-	if info.Err != nil {
-		r.err(info.Err, "", errorTypeRequestDefault)
-	}
-	g.log(ctx, level, msg, &r)
+	g.requestDone(ctx, info, SpanSSLRequest, SSLAnswerKey.String(sslAnswer(info.Answer)), errorTypeRequestDefault)
 }
 
 func (g *logger) gssEncRequestDone(ctx context.Context, info negotiation.RequestDoneInfo) {
-	level, msg := stepLevel(info.Err, SpanGSSEncRequest)
+	g.requestDone(ctx, info, SpanGSSEncRequest, GSSAnswerKey.String(gssAnswer(info.Answer)), ErrorTypeGSS)
+}
+
+// requestDone logs the end of an SSLRequest or GSSENCRequest step: the answer, whether it was
+// remembered, and the error with errType as its default error.type.
+func (g *logger) requestDone(ctx context.Context, info negotiation.RequestDoneInfo, step string, answer attribute.KeyValue, errType string) {
+	level, msg := stepLevel(info.Err, step)
 	if !g.on(ctx, level) {
 		return
 	}
 	var r logAttrs
-	r.init().add(GSSAnswerKey.String(gssAnswer(info.Answer)), CacheHitKey.Bool(info.CacheHit))
+	r.init().add(answer, CacheHitKey.Bool(info.CacheHit))
 	if info.Err != nil {
-		r.err(info.Err, "", ErrorTypeGSS)
+		r.err(info.Err, "", errType)
 	}
 	g.log(ctx, level, msg, &r)
 }
