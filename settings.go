@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -206,11 +207,18 @@ func (s *Settings) tlsKeys(kv *keyValues, o *origin, extra [][2]string, cfg *pgx
 	if err != nil {
 		return err
 	}
-	mode, _, given := get("sslmode", "PGSSLMODE")
+	mode, src, given := get("sslmode", "PGSSLMODE")
 	for _, kv := range extra {
 		if kv[0] == "sslmode" {
 			mode, given = kv[1], true
 		}
+	}
+	// pgx checks sslmode only for the hosts it builds a TLS configuration for: a connection
+	// string of Unix sockets alone (no host at all included) would take any value, where libpq
+	// refuses it whatever the hosts (fe-connect.c, pqConnectOptions2: "invalid sslmode value").
+	// An empty value is left to pgx (to which PGSSLMODE="" is unset).
+	if mode != "" && !slices.Contains(sslModes, mode) {
+		return invalid("sslmode", src, oneOf(sslModes))
 	}
 	k.sslmode = mode
 	// The configurations of s.Hosts are those of cfg and its fallbacks (hostsOf), one per host.

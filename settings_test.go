@@ -145,6 +145,9 @@ func TestParseErrors(t *testing.T) {
 		{"sslmode unknown", "host=a sslmode=sometimes password=" + secret, nil, "sslmode", []string{"disable, allow, prefer, require, verify-ca, verify-full"}},
 		{"sslmode empty before the password", "host=a sslmode= password=" + secret, nil, "sslmode", nil},
 		{"PGSSLMODE", "host=a", map[string]string{"PGSSLMODE": "on"}, "sslmode", []string{"verify-full"}},
+		// pgx checks sslmode only for TCP hosts; libpq whatever the host.
+		{"sslmode, a Unix socket", "host=/tmp sslmode=on", nil, "sslmode", []string{`"on"`, "verify-full"}},
+		{"sslmode, no host", "sslmode=on", nil, "sslmode", []string{`"on"`, "verify-full"}},
 		{"target_session_attrs", "host=a target_session_attrs=writable", nil, "target_session_attrs", []string{`"writable"`, "prefer-standby"}},
 		{"target_session_attrs empty before the password", "host=a target_session_attrs= password=" + secret, nil, "target_session_attrs", []string{"value not shown"}},
 		{"channel_binding", "host=a channel_binding= password=" + secret, nil, "channel_binding", []string{"disable, prefer, require"}},
