@@ -152,8 +152,9 @@ func WithDialFunc(f pgconn.DialFunc) Option {
 //
 // After f returns, libpq's rules are enforced again: the connect fails (no other host, method
 // or plaintext tried) with an error that names WithTLSConfigFunc, the host and what was
-// refused when f removed VerifyConnection, turned InsecureSkipVerify off (the connector
-// verifies the certificate itself; crypto/tls's verification is not used), changed ServerName
+// refused when f removed VerifyConnection, turned InsecureSkipVerify off (the clone comes with
+// it on because the connector verifies the certificate itself in VerifyConnection, as pgx
+// does; leave it on, also when copying a template over the clone), changed ServerName
 // away from the host under verify-full (the name the certificate is checked against),
 // lowered MinVersion below the connector's (ssl_min_protocol_version, else TLS 1.2), raised
 // MaxVersion above ssl_max_protocol_version, or removed ALPN "postgresql" from NextProtos. An
@@ -319,6 +320,8 @@ func WithLogger(l *slog.Logger) Option {
 // Default: false, no span (a ping whose context holds no span, as an ORM's ping at start-up or a
 // health check's, would otherwise be a trace of its own). IsValid is never traced (no I/O).
 // PING is measured either way; RESET_SESSION never is.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// pgx runs no ping through its tracer: it concerns database/sql alone.
 func WithPingSpans(on bool) Option {
 	return func(o *options) { o.pingSpans = on }
 }
@@ -327,13 +330,22 @@ func WithPingSpans(on bool) Option {
 // call. It receives the operation and text as WithSpanNameFunc does. The call is still measured
 // (db.client.operation.duration), as with otelsql's filter: the filter chooses spans, not
 // measurements. Default: none, every statement makes a span.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// It applies to database/sql and to pgx's API through [Connector.PgxConfig] and
+// [Connector.PgxPoolConfig].
 func WithSpanFilter(f func(ctx context.Context, operation, query string) bool) Option {
 	return func(o *options) { o.spanFilter = f }
 }
 
 // WithRootSpans sets whether a statement whose context holds no span (neither a local one nor a
 // remote one from propagated headers) makes a span: it would be the root of a trace of its own.
-// Default: true. With false such a statement is only measured.
+// Default: true. With false such a statement is only measured. It concerns statement spans only:
+// a connect whose context holds no span (a pool's, an ORM's start-up) is still the root
+// postgresql.connect of its own trace, and a background refresh is always a root
+// postgresql.refresh.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// It applies to database/sql and to pgx's API through [Connector.PgxConfig] and
+// [Connector.PgxPoolConfig].
 func WithRootSpans(on bool) Option {
 	return func(o *options) { o.noRootSpans = !on }
 }
@@ -342,6 +354,9 @@ func WithRootSpans(on bool) Option {
 // start (a sampler sees them), after the connector's own; it receives the operation and text as
 // WithSpanNameFunc does. The attributes are exported as they are: they must hold no secret (no
 // password, token or parameter value). They are not added to the measurement. Default: none.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// It applies to database/sql and to pgx's API through [Connector.PgxConfig] and
+// [Connector.PgxPoolConfig].
 func WithAttributesFunc(f func(ctx context.Context, operation, query string) []attribute.KeyValue) Option {
 	return func(o *options) { o.spanAttributes = f }
 }
@@ -352,6 +367,9 @@ func WithAttributesFunc(f func(ctx context.Context, operation, query string) []a
 // error.type (canceled, 57014) and db.response.status_code are still recorded, and so is the
 // measurement. A call whose deadline passed (context.DeadlineExceeded, error.type timeout) stays
 // an error: a timeout is a failure, a cancel is the caller giving up. Default: true.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// It applies to database/sql and to pgx's API through [Connector.PgxConfig] and
+// [Connector.PgxPoolConfig].
 func WithCancelAsError(on bool) Option {
 	return func(o *options) { o.cancelNotError = !on }
 }

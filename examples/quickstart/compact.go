@@ -194,7 +194,7 @@ func (t *tally) row() driverRow {
 // connectOf is a connect span's view: its duration, transport, cache hit and steps.
 func connectOf(spans []sdktrace.ReadOnlySpan, c sdktrace.ReadOnlySpan) connectView {
 	a := attrMap(c.Attributes())
-	v := connectView{DurationMS: msf(dur(c)), Transport: a[string(tracing.TransportKey)], CacheHit: a[string(tracing.CacheHitKey)]}
+	v := connectView{DurationMS: msf(dur(c)), Transport: a[string(tracing.TransportKey)], CacheHit: a[string(tracing.CacheHitKey)] == "true"}
 	for _, st := range childrenIn(spans, c) {
 		v.Steps = append(v.Steps, stepView{Name: strings.TrimPrefix(st.Name(), "postgresql."),
 			StartMS: msf(st.StartTime().Sub(c.StartTime())), DurationMS: msf(dur(st)), Note: strings.TrimSpace(stepNote(st))})

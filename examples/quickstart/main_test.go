@@ -155,11 +155,11 @@ func TestQuickstartJSON(t *testing.T) {
 	for _, st := range rep.Warm.Steps {
 		warm = append(warm, st.Name)
 	}
-	if got := strings.Join(cold, ","); !strings.HasSuffix(got, "tcp_connect,ssl_request,fallback,startup") || rep.Cold.CacheHit != "false" {
-		t.Errorf("cold: %s, cache hit %s", got, rep.Cold.CacheHit)
+	if got := strings.Join(cold, ","); !strings.HasSuffix(got, "tcp_connect,ssl_request,fallback,startup") || rep.Cold.CacheHit {
+		t.Errorf("cold: %s, cache hit %t", got, rep.Cold.CacheHit)
 	}
-	if got := strings.Join(warm, ","); !strings.HasSuffix(got, "tcp_connect,startup") || rep.Warm.CacheHit != "true" || rep.WarmConnects != n-1 {
-		t.Errorf("warm: %s, cache hit %s, of %d", got, rep.Warm.CacheHit, rep.WarmConnects)
+	if got := strings.Join(warm, ","); !strings.HasSuffix(got, "tcp_connect,startup") || !rep.Warm.CacheHit || rep.WarmConnects != n-1 {
+		t.Errorf("warm: %s, cache hit %t, of %d", got, rep.Warm.CacheHit, rep.WarmConnects)
 	}
 	if rep.TooNoisy != (len(rep.Noise) > 0) {
 		t.Errorf("too_noisy %v, noise %q", rep.TooNoisy, rep.Noise)

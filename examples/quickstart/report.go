@@ -45,7 +45,7 @@ type driverRow struct {
 type connectView struct {
 	DurationMS float64    `json:"duration_ms"`
 	Transport  string     `json:"transport"`
-	CacheHit   string     `json:"cache_hit"`
+	CacheHit   bool       `json:"cache_hit"`
 	Steps      []stepView `json:"steps"`
 }
 
@@ -205,7 +205,7 @@ func printWaterfall(w io.Writer, rep *report) {
 		label string
 		v     connectView
 	}{{"cold", rep.Cold}, {"warm", rep.Warm}} {
-		fmt.Fprintf(w, "%s %8s  transport=%s cache.hit=%s\n", c.label, ms(c.v.DurationMS), c.v.Transport, c.v.CacheHit)
+		fmt.Fprintf(w, "%s %8s  transport=%s cache.hit=%t\n", c.label, ms(c.v.DurationMS), c.v.Transport, c.v.CacheHit)
 		for _, st := range c.v.Steps {
 			from, n := 0, 1
 			if scale > 0 {
