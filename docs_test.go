@@ -1,6 +1,7 @@
 package pgconnector_test
 
 import (
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -149,4 +150,85 @@ func TestDocsAnchors(t *testing.T) {
 	if got["not-a-heading"] {
 		t.Error("a line of a code block was taken for a heading")
 	}
+}
+
+// The Go blocks of the docs pages that use this module alone compile as written: each becomes
+// the body of a function of its own, in a module that requires this one from the working tree,
+// with the names the text leaves to the reader (dsn, ctx, c, db, the application's own helpers)
+// declared beside it. A line that is a bare call of an option gets "_ = " before it, and a
+// variable the block declares and does not use gets a "_ = v" after it. The integrations page's
+// blocks need the libraries of examples/, where each runs in a test of its own.
+func TestDocsGoBlocksCompile(t *testing.T) {
+	goBlock := regexp.MustCompile("(?ms)^```go\n(.*?)^```")
+	declared := regexp.MustCompile(`(?m)^([A-Za-z_][A-Za-z0-9_]*(?:, *[A-Za-z_][A-Za-z0-9_]*)*) :=`)
+	imports := map[string]string{
+		"pgconnector": "github.com/pgconnector/pgconnector", "tracing": "github.com/pgconnector/pgconnector/tracing",
+		"pgx": "github.com/jackc/pgx/v5", "pgtype": "github.com/jackc/pgx/v5/pgtype",
+		"pgxpool": "github.com/jackc/pgx/v5/pgxpool", "multitracer": "github.com/jackc/pgx/v5/multitracer",
+		"attribute": "go.opentelemetry.io/otel/attribute", "context": "context", "time": "time", "net": "net",
+		"tls": "crypto/tls", "slog": "log/slog", "os": "os",
+	}
+	files := map[string]string{"names.go": `package docs
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"database/sql"
+	"net"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgconnector/pgconnector"
+)
+
+var (
+	dsn           = "host=db.example user=app dbname=app"
+	ctx           = context.Background()
+	c             *pgconnector.Connector
+	db            *sql.DB
+	iamToken      func(context.Context) (string, error)
+	sshClient     interface{ DialContext(context.Context, string, string) (net.Conn, error) }
+	caPool        *x509.CertPool
+	certs         interface{ Current() *tls.Certificate }
+	yours         pgx.QueryTracer
+	registerTypes func(context.Context, *pgx.Conn) error
+	rows          [][]any
+	tenant        func(context.Context) string
+)
+`}
+	n := 0
+	for _, page := range []string{"docs/hooks-and-pgx.md", "docs/observability.md", "docs/kerberos.md"} {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := goBlock.FindAllStringSubmatch(string(b), -1)
+		if len(blocks) == 0 {
+			t.Errorf("%s: no Go block", page)
+		}
+		for i, m := range blocks {
+			n++
+			body := regexp.MustCompile(`(?m)^pgconnector\.`).ReplaceAllString(m[1], "_ = pgconnector.")
+			var uses []string
+			for _, d := range declared.FindAllStringSubmatch(body, -1) {
+				for _, v := range strings.Split(d[1], ",") {
+					if v = strings.TrimSpace(v); v != "_" {
+						uses = append(uses, "_ = "+v)
+					}
+				}
+			}
+			var imp []string
+			code := regexp.MustCompile(`(?m)//.*$`).ReplaceAllString(body, "") // no string of the blocks holds "//"
+			for name, path := range imports {
+				if regexp.MustCompile(`\b` + name + `\.`).MatchString(code) {
+					imp = append(imp, strconv.Quote(path))
+				}
+			}
+			files[fmt.Sprintf("block%d.go", n)] = fmt.Sprintf("// %s, Go block %d\n\npackage docs\n\nimport (\n%s\n)\n\nfunc block%d() error {\n%s\n%s\nreturn nil\n}\n",
+				page, i+1, strings.Join(imp, "\n"), n, body, strings.Join(uses, "\n"))
+		}
+	}
+	run := readmeModule(t, files)
+	run("vet", ".")
 }
