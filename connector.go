@@ -14,8 +14,8 @@
 //
 // Connection strings are libpq's (URL or keyword/value, PG* environment variables, service files),
 // parsed by pgx and completed by the connector: [Keywords] says what it does with each libpq
-// keyword, and several hosts are tried by libpq's rules. See the README for what the connector
-// does differently from pgx and libpq.
+// keyword, and several hosts are tried by libpq's rules. See docs/connection-strings.md in the
+// repository for what the connector does differently from pgx and libpq.
 package pgconnector
 
 import (

@@ -142,10 +142,11 @@ func TestKeywordErrors(t *testing.T) {
 	}
 }
 
-// TestREADMEKeywordTable checks the README's keyword table against Keywords: one row per keyword
-// with its status and version.
-func TestREADMEKeywordTable(t *testing.T) {
-	b, err := os.ReadFile("README.md")
+// TestDocsKeywordTable checks the keyword table of docs/connection-strings.md against Keywords:
+// one row per keyword with its status and version.
+func TestDocsKeywordTable(t *testing.T) {
+	const page = "docs/connection-strings.md"
+	b, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,14 +165,14 @@ func TestREADMEKeywordTable(t *testing.T) {
 		}
 		switch {
 		case !ok:
-			t.Errorf("README: no row for %s", k.Name)
+			t.Errorf("%s: no row for %s", page, k.Name)
 		case r[0] != since || r[1] != k.Status.String():
-			t.Errorf("README: %s is %s, since %s; Keywords says %s, since %s", k.Name, r[1], r[0], k.Status, since)
+			t.Errorf("%s: %s is %s, since %s; Keywords says %s, since %s", page, k.Name, r[1], r[0], k.Status, since)
 		}
 	}
 	for n := range rows {
 		if !slices.Contains(names, n) {
-			t.Errorf("README: row %s is not a libpq keyword", n)
+			t.Errorf("%s: row %s is not a libpq keyword", page, n)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package pgconnector_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,11 +77,15 @@ func TestREADMEUseCompiles(t *testing.T) {
 	if want := "\n```sh\ngo get " + string(module[1]) + "\n```\n"; !strings.HasPrefix(use, want) {
 		t.Errorf("README: ## Use does not start with %q", want)
 	}
-	m := regexp.MustCompile("(?s)\n```go\n(package .*?)\n```\n").FindStringSubmatch(use)
-	if m == nil {
-		t.Fatal("README: no Go package block under ## Use")
+	blocks := regexp.MustCompile("(?s)\n```go\n(package .*?)\n```\n").FindAllStringSubmatch(use, -1)
+	if len(blocks) < 2 {
+		t.Fatalf("README: %d Go package blocks under ## Use, want the first use and the deployment options", len(blocks))
 	}
-	run := readmeModule(t, map[string]string{"use.go": m[1] + "\n"})
+	files := map[string]string{}
+	for i, m := range blocks {
+		files[fmt.Sprintf("use%d.go", i)] = m[1] + "\n"
+	}
+	run := readmeModule(t, files)
 	run("vet", ".")
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
-// The refresh span's own keys are documented (README, Spans) with the others.
+// The refresh span's own keys are documented (docs/observability.md, Spans) with the others.
 func init() {
 	for _, k := range []attribute.Key{RefreshMethodKey, RefreshAgeKey, RefreshOutcomeKey} {
 		documented[k] = true

@@ -1188,3 +1188,17 @@ func BenchmarkHooksNoop(b *testing.B) {
 		}
 	}
 }
+
+// TestDocsSpanAttributes: every attribute key the package may set on a connect or refresh span or
+// its events is named in docs/observability.md, the page that says what each one holds.
+func TestDocsSpanAttributes(t *testing.T) {
+	b, err := os.ReadFile("../docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range documented {
+		if !strings.Contains(string(b), "`"+string(k)+"`") {
+			t.Errorf("docs/observability.md does not name the attribute %s", k)
+		}
+	}
+}

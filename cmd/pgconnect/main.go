@@ -8,8 +8,8 @@
 // duration as a text waterfall, the result (host, transport, server version, authentication
 // method), and what libpq and pgx would have spent on the same server: sockets, backends and
 // round trips, estimated from the server's answers with their rules (see EstimateLibpq and
-// EstimatePgx). The steps come from the connector's spans (README, Spans). -json prints the same
-// as one JSON document. The password is never printed.
+// EstimatePgx). The steps come from the connector's spans (docs/observability.md, Spans). -json
+// prints the same as one JSON document. The password is never printed.
 //
 // Exit status: 0 when every connect succeeded (and for -h or help, which print the usage on
 // stdout); 1 when a connect failed, and the output names the step that failed by its span name
