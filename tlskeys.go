@@ -242,13 +242,13 @@ func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *serverChe
 		c.MaxVersion = k.maxVersion
 	}
 	if k.keyLogFile != "" {
-		c.KeyLogWriter = keyLogFile(k.keyLogFile)
+		c.KeyLogWriter = tlspolicy.KeyLogFile(k.keyLogFile)
 	}
 	s := k.serverCheck(host)
 	c.InsecureSkipVerify = true
 	c.RootCAs = nil
 	c.VerifyPeerCertificate = nil
-	c.ServerName = sniName(host, k.sni)
+	c.ServerName = tlspolicy.SNIName(host, k.sni)
 	c.VerifyConnection = s.verifyConnection
 	return c, s
 }
@@ -295,26 +295,6 @@ func checkWeakSSLMode(sslmode string, sslmodeGiven bool, sslnegotiation, sslroot
 			`weak sslmode %s may not be used with sslrootcert=system (use "verify-full")`, shown(sslmode))}
 	}
 	return nil
-}
-
-// keyLogFile is sslkeylogfile: each line crypto/tls writes (NSS key log format) is appended to
-// the file, opened for that line (O_APPEND|O_CREATE|O_WRONLY, mode 0600 when created) as libpq 18
-// does (fe-secure-openssl.c, SSL_CTX_keylog_cb), symbolic links followed. Unlike libpq, the file
-// is opened with O_NONBLOCK and written only when it is a regular file: a FIFO (which would hold
-// the handshake until a reader came, or block the write), a device or a socket is not written to.
-// Errors are not returned: the handshake goes on without the line.
-type keyLogFile string
-
-func (f keyLogFile) Write(p []byte) (int, error) {
-	fd, err := os.OpenFile(string(f), os.O_APPEND|os.O_CREATE|os.O_WRONLY|openNonBlocking, 0o600)
-	if err != nil {
-		return len(p), nil // ENXIO for a FIFO without a reader
-	}
-	defer fd.Close()
-	if st, err := fd.Stat(); err == nil && st.Mode().IsRegular() {
-		_, _ = fd.Write(p)
-	}
-	return len(p), nil
 }
 
 // crlCheck checks the server's chain against CRLs (see tlsKeys.apply), with the CRL files read

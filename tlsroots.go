@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -279,15 +278,6 @@ func fileError(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// sniName is the SNI to send for host: libpq's rule (initialize_SSL): only with sslsni=1, and
-// not for an IP address (a host of digits and dots only, or with a colon).
-func sniName(host string, sni bool) string {
-	if !sni || host == "" || strings.Trim(host, "0123456789.") == "" || strings.Contains(host, ":") {
-		return ""
-	}
-	return host
 }
 
 // defaultRootFile is libpq's default sslrootcert: ~/.postgresql/root.crt

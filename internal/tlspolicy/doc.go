@@ -1,8 +1,11 @@
-// Package tlspolicy holds the rules by which the connector checks a PostgreSQL server's TLS
-// certificate where libpq's behaviour differs from crypto/tls's: for now the certificate
-// revocation lists of sslcrl and sslcrldir (libpq-connect.html, "Parameter Key Words";
-// fe-secure-openssl.c, initialize_SSL, which loads them into OpenSSL's X509_STORE with
-// X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL).
+// Package tlspolicy holds the rules by which the connector sets up TLS to a PostgreSQL server
+// where libpq's behaviour differs from crypto/tls's (libpq-connect.html, "Parameter Key Words";
+// fe-secure-openssl.c):
+//   - the certificate revocation lists of sslcrl and sslcrldir (CRLStore), which libpq loads
+//     into OpenSSL's X509_STORE with X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL
+//     (initialize_SSL);
+//   - the key log file of sslkeylogfile (KeyLogFile; libpq 18, SSL_CTX_keylog_cb);
+//   - the SNI of sslsni (SNIName; initialize_SSL).
 //
 // A CRLStore checks every certificate of a verified chain, the root included, as OpenSSL 3's
 // x509_vfy.c does (check_revocation, get_crl_sk, get_crl_score, crl_crldp_check, check_crl,

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package tlspolicy
+
+const openNonBlocking = 0
