@@ -10,7 +10,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
@@ -59,14 +58,6 @@ type tlsKeys struct {
 	keyLogFile string // sslkeylogfile
 }
 
-// tlsVersions are the values of ssl_min_protocol_version and ssl_max_protocol_version, in order.
-var tlsVersions = []string{"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}
-
-var tlsVersionIDs = []uint16{tls.VersionTLS10, tls.VersionTLS11, tls.VersionTLS12, tls.VersionTLS13}
-
-// defaultMinTLSVersion is libpq's default ssl_min_protocol_version (since PostgreSQL 13).
-const defaultMinTLSVersion = "TLSv1.2"
-
 // parseTLSKeys reads ssl_min_protocol_version (env PGSSLMINPROTOCOLVERSION),
 // ssl_max_protocol_version (PGSSLMAXPROTOCOLVERSION), sslcrl (PGSSLCRL), sslcrldir (PGSSLCRLDIR)
 // and sslkeylogfile (libpq 18, no env), and for the server check sslrootcert (PGSSLROOTCERT),
@@ -78,7 +69,7 @@ const defaultMinTLSVersion = "TLSv1.2"
 func parseTLSKeys(get func(key, env string) (value string, src source, ok bool)) (tlsKeys, error) {
 	var k tlsKeys
 	type version struct {
-		name  string // as tlsVersions spells it; "" for no bound
+		name  string // as tlspolicy.ProtocolVersions spells it; "" for no bound
 		id    uint16
 		given bool
 		env   string // the environment variable it came from, or ""
@@ -88,12 +79,10 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 		if !ok || v == "" {
 			return version{given: ok, env: src.env}, nil
 		}
-		for i, name := range tlsVersions {
-			if strings.EqualFold(v, name) {
-				return version{name: name, id: tlsVersionIDs[i], given: true, env: src.env}, nil
-			}
+		if name, id, ok := tlspolicy.ParseProtocolVersion(v); ok {
+			return version{name: name, id: id, given: true, env: src.env}, nil
 		}
-		return version{}, invalid(key, src, oneOf(tlsVersions)+" (in any letter case), or empty for no bound")
+		return version{}, invalid(key, src, oneOf(tlspolicy.ProtocolVersions())+" (in any letter case), or empty for no bound")
 	}
 	minV, err := parse("ssl_min_protocol_version", "PGSSLMINPROTOCOLVERSION")
 	if err != nil {
@@ -107,7 +96,7 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 	// libpq's check (sslVerifyProtocolRange), with its default minimum when none is given.
 	minShown, key, env := minV.name, "ssl_min_protocol_version", minV.env
 	if !minV.given {
-		minV.name, minShown = defaultMinTLSVersion, defaultMinTLSVersion+" (the default)"
+		minV.name, minShown = tlspolicy.DefaultMinProtocolVersion, tlspolicy.DefaultMinProtocolVersion+" (the default)"
 		key, env = "ssl_max_protocol_version", maxV.env
 	}
 	from := func(v version) string {
@@ -116,7 +105,7 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 		}
 		return ""
 	}
-	if minV.name != "" && maxV.name != "" && slices.Index(tlsVersions, minV.name) > slices.Index(tlsVersions, maxV.name) {
+	if !tlspolicy.ProtocolRangeValid(minV.name, maxV.name) {
 		return tlsKeys{}, &ParseError{Key: key, Env: env, msg: fmt.Sprintf(
 			"invalid SSL protocol version range: ssl_min_protocol_version %s%s is above ssl_max_protocol_version %s%s",
 			minShown, from(minV), maxV.name, from(maxV))}

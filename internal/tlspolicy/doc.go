@@ -5,7 +5,10 @@
 //     into OpenSSL's X509_STORE with X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL
 //     (initialize_SSL);
 //   - the key log file of sslkeylogfile (KeyLogFile; libpq 18, SSL_CTX_keylog_cb);
-//   - the SNI of sslsni (SNIName; initialize_SSL).
+//   - the SNI of sslsni (SNIName; initialize_SSL);
+//   - the values and the range of ssl_min_protocol_version and ssl_max_protocol_version
+//     (ParseProtocolVersion, ProtocolRangeValid; fe-connect.c, sslVerifyProtocolVersion and
+//     sslVerifyProtocolRange).
 //
 // A CRLStore checks every certificate of a verified chain, the root included, as OpenSSL 3's
 // x509_vfy.c does (check_revocation, get_crl_sk, get_crl_score, crl_crldp_check, check_crl,
