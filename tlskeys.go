@@ -38,7 +38,7 @@ import (
 //     distribution point of neither name nor cRLIssuer fails the CRL check; OpenSSL refuses such
 //     a certificate with or without CRLs.
 //   - CRLs are used, as by libpq, wherever the chain is verified: under every sslmode when the
-//     root certificate file exists (tlsroots.go); never with sslrootcert=system.
+//     root certificate file exists (internal/tlspolicy); never with sslrootcert=system.
 //   - sslkeylogfile: a line that cannot be written is dropped; libpq adds a message to the
 //     connection's error text (only seen if the connection fails) and goes on too.
 type tlsKeys struct {
@@ -50,7 +50,7 @@ type tlsKeys struct {
 	crlDirGiven bool     // sslcrldir is not empty (then checks are on even when crlDirs is empty)
 	systemRoots bool     // sslrootcert=system: libpq loads no CRL
 
-	// The server check (tlsroots.go).
+	// The server check (internal/tlspolicy).
 	rootFile string // sslrootcert (not "system"), else ~/.postgresql/root.crt; "" without a home
 	sslmode  string // as given; "" for the default, prefer
 	sni      bool   // sslsni=1 (the default)
@@ -181,7 +181,7 @@ func homeDir() string {
 // run before each handshake (negotiation.Host.BeforeTLS); nil (no TLS) gives nil, nil.
 //
 // The server's certificate is then checked by the connector, as libpq checks it (see
-// tlsroots.go), whatever pgx set: crypto/tls's own verification is off (InsecureSkipVerify,
+// internal/tlspolicy), whatever pgx set: crypto/tls's own verification is off (InsecureSkipVerify,
 // no RootCAs, no VerifyPeerCertificate), ServerName is only the SNI, and VerifyConnection
 // verifies the chain against the root certificate file read for this connection.
 //
@@ -216,11 +216,11 @@ func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
 	if s == nil {
 		return c, nil
 	}
-	return c, s.beforeTLS
+	return c, s.BeforeTLS
 }
 
 // applyCheck is apply, returning the server check it installed (nil without TLS).
-func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *serverCheck) {
+func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *tlspolicy.ServerCheck) {
 	if c == nil {
 		return nil, nil
 	}
@@ -238,24 +238,24 @@ func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *serverChe
 	c.RootCAs = nil
 	c.VerifyPeerCertificate = nil
 	c.ServerName = tlspolicy.SNIName(host, k.sni)
-	c.VerifyConnection = s.verifyConnection
+	c.VerifyConnection = s.VerifyConnection
 	return c, s
 }
 
-// serverCheck returns the check of host's TLS server (tlsroots.go).
-func (k tlsKeys) serverCheck(host string) *serverCheck {
-	s := &serverCheck{rootFile: k.rootFile, system: k.systemRoots, cache: &rootCache{}}
+// serverCheck returns the check of host's TLS server (tlspolicy.ServerCheck).
+func (k tlsKeys) serverCheck(host string) *tlspolicy.ServerCheck {
+	s := &tlspolicy.ServerCheck{RootFile: k.rootFile, System: k.systemRoots, Cache: &tlspolicy.RootCache{}}
 	switch k.sslmode {
 	case "verify-full":
-		s.verify, s.host = true, host
+		s.Verify, s.Host = true, host
 	case "verify-ca":
-		s.verify = true
+		s.Verify = true
 	}
 	if k.systemRoots { // libpq 16 forces verify-full (checkWeakSSLMode refuses less)
-		s.verify, s.host = true, host
+		s.Verify, s.Host = true, host
 	}
 	if !k.systemRoots && (k.crlFile != "" || k.crlDirGiven) {
-		s.crl = &crlCheck{file: k.crlFile, dirs: k.crlDirs, dirGiven: k.crlDirGiven}
+		s.CRL = &crlCheck{file: k.crlFile, dirs: k.crlDirs, dirGiven: k.crlDirGiven}
 	}
 	return s
 }
@@ -287,15 +287,15 @@ func checkWeakSSLMode(sslmode string, sslmodeGiven bool, sslnegotiation, sslroot
 }
 
 // crlCheck checks the server's chain against CRLs (see tlsKeys.apply), with the CRL files read
-// through readLocalFile; the CRL rules are internal/tlspolicy's.
+// through tlspolicy.ReadLocalFile; the CRL rules are internal/tlspolicy's.
 type crlCheck struct {
 	file     string
 	dirs     []string
 	dirGiven bool
 }
 
-// check checks the verified chains of the server's certificate against the CRLs.
-func (k *crlCheck) check(chains [][]*x509.Certificate, now time.Time) error {
+// Check (tlspolicy.CRLChecker) checks the verified chains of the server's certificate against the CRLs.
+func (k *crlCheck) Check(chains [][]*x509.Certificate, now time.Time) error {
 	store, err := k.load()
 	if err != nil || store == nil {
 		return err
@@ -309,7 +309,7 @@ func (k *crlCheck) load() (*tlspolicy.CRLStore, error) {
 	var data []byte
 	if k.file != "" {
 		var err error
-		data, err = readLocalFile(k.file, tlspolicy.MaxCRLFile)
+		data, err = tlspolicy.ReadLocalFile(k.file, tlspolicy.MaxCRLFile)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
@@ -319,7 +319,7 @@ func (k *crlCheck) load() (*tlspolicy.CRLStore, error) {
 	} else if !k.dirGiven {
 		return nil, nil
 	}
-	s, objects, err := tlspolicy.NewCRLStore(data, k.dirs, readLocalFile)
+	s, objects, err := tlspolicy.NewCRLStore(data, k.dirs, tlspolicy.ReadLocalFile)
 	if err != nil {
 		return nil, fmt.Errorf("pgconnector: sslcrl %s: %w", shownPath(k.file), err)
 	}

@@ -243,20 +243,20 @@ func TestTLSKeysApply(t *testing.T) {
 	defaultRoot := filepath.Join(home, ".postgresql", "root.crt")
 	for _, tt := range []struct {
 		dsn      string
-		want     serverCheck // crl: whether one is set
+		want     tlspolicy.ServerCheck // CRL: whether one is set
 		sni      string
 		crlCheck bool
 	}{
-		{"host=a sslmode=require", serverCheck{rootFile: defaultRoot}, "a", true},
-		{"host=a sslmode=prefer sslrootcert=" + ca, serverCheck{rootFile: ca}, "a", true},
-		{"host=a sslmode=require sslrootcert=" + ca, serverCheck{rootFile: ca}, "a", true},
-		{"host=a sslmode=verify-ca sslrootcert=" + ca, serverCheck{rootFile: ca, verify: true}, "a", true},
-		{"host=a sslmode=verify-full sslrootcert=" + ca, serverCheck{rootFile: ca, verify: true, host: "a"}, "a", true},
-		{"host=a sslmode=verify-full", serverCheck{rootFile: defaultRoot, verify: true, host: "a"}, "a", true},
-		{"host=a sslmode=verify-full sslsni=0", serverCheck{rootFile: defaultRoot, verify: true, host: "a"}, "", true},
-		{"host=127.0.0.1 sslmode=verify-full", serverCheck{rootFile: defaultRoot, verify: true, host: "127.0.0.1"}, "", true},
-		{"host=::1 sslmode=require", serverCheck{rootFile: defaultRoot}, "", true},
-		{"host=a sslmode=verify-full sslrootcert=system", serverCheck{system: true, verify: true, host: "a"}, "a", false},
+		{"host=a sslmode=require", tlspolicy.ServerCheck{RootFile: defaultRoot}, "a", true},
+		{"host=a sslmode=prefer sslrootcert=" + ca, tlspolicy.ServerCheck{RootFile: ca}, "a", true},
+		{"host=a sslmode=require sslrootcert=" + ca, tlspolicy.ServerCheck{RootFile: ca}, "a", true},
+		{"host=a sslmode=verify-ca sslrootcert=" + ca, tlspolicy.ServerCheck{RootFile: ca, Verify: true}, "a", true},
+		{"host=a sslmode=verify-full sslrootcert=" + ca, tlspolicy.ServerCheck{RootFile: ca, Verify: true, Host: "a"}, "a", true},
+		{"host=a sslmode=verify-full", tlspolicy.ServerCheck{RootFile: defaultRoot, Verify: true, Host: "a"}, "a", true},
+		{"host=a sslmode=verify-full sslsni=0", tlspolicy.ServerCheck{RootFile: defaultRoot, Verify: true, Host: "a"}, "", true},
+		{"host=127.0.0.1 sslmode=verify-full", tlspolicy.ServerCheck{RootFile: defaultRoot, Verify: true, Host: "127.0.0.1"}, "", true},
+		{"host=::1 sslmode=require", tlspolicy.ServerCheck{RootFile: defaultRoot}, "", true},
+		{"host=a sslmode=verify-full sslrootcert=system", tlspolicy.ServerCheck{System: true, Verify: true, Host: "a"}, "a", false},
 	} {
 		k, err := parseTLSKeys(getFrom(tt.dsn))
 		if err != nil {
@@ -288,13 +288,13 @@ func TestTLSKeysApply(t *testing.T) {
 			t.Errorf("%s: SNI %q, want %q", tt.dsn, c.ServerName, tt.sni)
 		}
 		s := k.serverCheck(cfg.Host)
-		if (s.crl != nil) != tt.crlCheck {
-			t.Errorf("%s: CRL check %v, want %v", tt.dsn, s.crl != nil, tt.crlCheck)
+		if (s.CRL != nil) != tt.crlCheck {
+			t.Errorf("%s: CRL check %v, want %v", tt.dsn, s.CRL != nil, tt.crlCheck)
 		}
-		if s.cache == nil {
+		if s.Cache == nil {
 			t.Errorf("%s: no cache of the root file", tt.dsn)
 		}
-		s.crl, s.cache = nil, nil
+		s.CRL, s.Cache = nil, nil
 		if *s != tt.want {
 			t.Errorf("%s: check %+v, want %+v", tt.dsn, *s, tt.want)
 		}
@@ -564,7 +564,7 @@ func ourVerify(t *testing.T, p *testPKI, crls [][]byte, crldir string) string {
 		chk.dirs, chk.dirGiven = []string{crldir}, true
 	}
 	cs := tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{p.leaf.cert, p.inter.cert, p.root.cert}}}
-	err := chk.check(cs.VerifiedChains, time.Now())
+	err := chk.Check(cs.VerifiedChains, time.Now())
 	if err == nil {
 		return ""
 	}
@@ -919,7 +919,7 @@ func TestCRLFile(t *testing.T) {
 		{"a directory", dir, "cannot read sslcrl"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := (&crlCheck{file: tt.file}).check(cs.VerifiedChains, time.Now())
+			err := (&crlCheck{file: tt.file}).Check(cs.VerifiedChains, time.Now())
 			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
 				t.Errorf("err = %v, want %q", err, tt.want)
 			}

@@ -1,6 +1,8 @@
 // Package tlspolicy holds the rules by which the connector sets up TLS to a PostgreSQL server
 // where libpq's behaviour differs from crypto/tls's (libpq-connect.html, "Parameter Key Words";
 // fe-secure-openssl.c):
+//   - the check of the server's certificate against the root certificate file (sslrootcert) or
+//     the system's roots, under sslmode (ServerCheck; see server.go for the rules);
 //   - the certificate revocation lists of sslcrl and sslcrldir (CRLStore), which libpq loads
 //     into OpenSSL's X509_STORE with X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL
 //     (initialize_SSL);

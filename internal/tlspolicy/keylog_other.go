@@ -1,5 +1,0 @@
-//go:build !unix
-
-package tlspolicy
-
-const openNonBlocking = 0
