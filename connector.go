@@ -138,7 +138,7 @@ func WithDialFunc(f pgconn.DialFunc) Option {
 //     reconnecting the pool, or one held in memory;
 //   - RootCAs: the trust anchors, in place of sslrootcert's file (or the system's roots); the
 //     connector checks the server's certificate against them as libpq checks it against the
-//     file (tlsroots.go): the chain under every sslmode, the host name under verify-full, the
+//     file (internal/tlspolicy): the chain under every sslmode, the host name under verify-full, the
 //     CRLs of sslcrl and sslcrldir;
 //   - VerifyConnection: to add a check of the server (a pinned key, say), wrap the function it
 //     holds or set one of your own: the connector's check runs first in either case, and an

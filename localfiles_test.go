@@ -160,7 +160,7 @@ func TestLocalFilesNotRegular(t *testing.T) {
 			key: "servicefile", want: fifoType},
 		{name: "~/.postgresql/postgresql.key", dsn: func(string) string { return "" }, home: ".postgresql/postgresql.key",
 			key: "sslkey", want: fifoType},
-		// Not read by pgx (the connector reads root files itself, at each connection: tlsroots.go).
+		// Not read by pgx (the connector reads root files itself, at each connection: internal/tlspolicy).
 		{name: "~/.postgresql/root.crt", home: ".postgresql/root.crt", connects: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgconnector/pgconnector/internal/tlspolicy"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
@@ -43,9 +44,9 @@ type Settings struct {
 	// keepalives_count and tcp_user_timeout; nil when none is given (pgx's dialer is kept).
 	Keepalives *Keepalives
 
-	// tlsChecks are the server checks of Hosts' TLS configurations (tlsroots.go), one per host,
+	// tlsChecks are the server checks of Hosts' TLS configurations (internal/tlspolicy), one per host,
 	// nil for a host without TLS: WithTLSConfigFunc's configurations are checked by them.
-	tlsChecks []*serverCheck
+	tlsChecks []*tlspolicy.ServerCheck
 
 	// passfile is the password file to look each host up in at connect time (passfile.go), or ""
 	// when the connection string or PGPASSWORD gives the password, which every host gets.
@@ -222,12 +223,12 @@ func (s *Settings) tlsKeys(kv *keyValues, o *origin, extra [][2]string, cfg *pgx
 	}
 	k.sslmode = mode
 	// The configurations of s.Hosts are those of cfg and its fallbacks (hostsOf), one per host.
-	s.tlsChecks = make([]*serverCheck, len(s.Hosts))
+	s.tlsChecks = make([]*tlspolicy.ServerCheck, len(s.Hosts))
 	for i := range s.Hosts {
 		h := &s.Hosts[i]
 		h.TLSConfig, s.tlsChecks[i] = k.applyCheck(h.TLSConfig, h.Host)
 		if s.tlsChecks[i] != nil {
-			h.BeforeTLS = s.tlsChecks[i].beforeTLS
+			h.BeforeTLS = s.tlsChecks[i].BeforeTLS
 		}
 	}
 	rootcert, _, _ := get("sslrootcert", "PGSSLROOTCERT")
@@ -289,7 +290,7 @@ func (s *Settings) hostaddrs(kv *keyValues) error {
 //   - no client certificate when the sslcert file does not exist or only sslkey is given: libpq
 //     then sends none and does not read sslkey (fe-secure-openssl.c, initialize_SSL), where pgx
 //     fails on the missing file;
-//   - no sslrootcert for pgx (unless "system"): the connector reads the file (tlsroots.go);
+//   - no sslrootcert for pgx (unless "system"): the connector reads the file (internal/tlspolicy);
 //   - hostaddr's addresses as the hosts when no host is given (libpq's PQhost);
 //   - sslmode for requiressl (fe-connect.c, conninfo_storeval: "1..." is require, anything else
 //     prefer; a later sslmode in the string wins). PGREQUIRESSL counts only when sslmode has no
@@ -317,7 +318,7 @@ func (o *origin) libpqRewrites() ([][2]string, error) {
 			extra = append(extra, [2]string{"sslcert", ""}, [2]string{"sslkey", ""})
 		}
 	}
-	// The root certificate file is the connector's, read at each connection (tlsroots.go): pgx
+	// The root certificate file is the connector's, read at each connection (internal/tlspolicy): pgx
 	// would read it once, here, and fail on a file that does not exist, where libpq goes on
 	// without verifying under sslmode prefer, allow and require. pgx also reads its default,
 	// ~/.postgresql/root.crt, when it exists (a FIFO there would hold New forever).

@@ -43,16 +43,16 @@ func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
 	var pool *x509.CertPool // the function's RootCAs, set below before any handshake
 	ours := func(cs tls.ConnectionState) error {
 		if pool != nil {
-			return chk.verifyChain(cs, pool)
+			return chk.VerifyChain(cs, pool)
 		}
-		return chk.verifyConnection(cs)
+		return chk.VerifyConnection(cs)
 	}
 	tc.VerifyConnection = ours
 	before := tlsRules{serverName: tc.ServerName, minVersion: tc.MinVersion, maxVersion: tc.MaxVersion}
 	if err := c.tlsConfigFunc(ctx, host, tc); err != nil {
 		return hookError("WithTLSConfigFunc", err)
 	}
-	if what := before.weakenedBy(tc, host, chk.host != ""); what != "" {
+	if what := before.weakenedBy(tc, host, chk.Host != ""); what != "" {
 		return &negotiation.AbortError{Err: fmt.Errorf("WithTLSConfigFunc: refused for host %q (sslmode=%s): %s", host, mode, what)}
 	}
 	pool = tc.RootCAs

@@ -1,27 +1,19 @@
 package pgconnector
 
 import (
-	"bytes"
-	"crypto/sha1"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/asn1"
-	"encoding/binary"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
 	"os"
 	"os/user"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/pgconnector/pgconnector/internal/tlspolicy"
 )
 
 // tlsKeys are the libpq TLS keys pgx does not apply (it passes them to the server as run-time
@@ -46,7 +38,7 @@ import (
 //     distribution point of neither name nor cRLIssuer fails the CRL check; OpenSSL refuses such
 //     a certificate with or without CRLs.
 //   - CRLs are used, as by libpq, wherever the chain is verified: under every sslmode when the
-//     root certificate file exists (tlsroots.go); never with sslrootcert=system.
+//     root certificate file exists (internal/tlspolicy); never with sslrootcert=system.
 //   - sslkeylogfile: a line that cannot be written is dropped; libpq adds a message to the
 //     connection's error text (only seen if the connection fails) and goes on too.
 type tlsKeys struct {
@@ -58,21 +50,13 @@ type tlsKeys struct {
 	crlDirGiven bool     // sslcrldir is not empty (then checks are on even when crlDirs is empty)
 	systemRoots bool     // sslrootcert=system: libpq loads no CRL
 
-	// The server check (tlsroots.go).
+	// The server check (internal/tlspolicy).
 	rootFile string // sslrootcert (not "system"), else ~/.postgresql/root.crt; "" without a home
 	sslmode  string // as given; "" for the default, prefer
 	sni      bool   // sslsni=1 (the default)
 
 	keyLogFile string // sslkeylogfile
 }
-
-// tlsVersions are the values of ssl_min_protocol_version and ssl_max_protocol_version, in order.
-var tlsVersions = []string{"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}
-
-var tlsVersionIDs = []uint16{tls.VersionTLS10, tls.VersionTLS11, tls.VersionTLS12, tls.VersionTLS13}
-
-// defaultMinTLSVersion is libpq's default ssl_min_protocol_version (since PostgreSQL 13).
-const defaultMinTLSVersion = "TLSv1.2"
 
 // parseTLSKeys reads ssl_min_protocol_version (env PGSSLMINPROTOCOLVERSION),
 // ssl_max_protocol_version (PGSSLMAXPROTOCOLVERSION), sslcrl (PGSSLCRL), sslcrldir (PGSSLCRLDIR)
@@ -85,7 +69,7 @@ const defaultMinTLSVersion = "TLSv1.2"
 func parseTLSKeys(get func(key, env string) (value string, src source, ok bool)) (tlsKeys, error) {
 	var k tlsKeys
 	type version struct {
-		name  string // as tlsVersions spells it; "" for no bound
+		name  string // as tlspolicy.ProtocolVersions spells it; "" for no bound
 		id    uint16
 		given bool
 		env   string // the environment variable it came from, or ""
@@ -95,12 +79,10 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 		if !ok || v == "" {
 			return version{given: ok, env: src.env}, nil
 		}
-		for i, name := range tlsVersions {
-			if strings.EqualFold(v, name) {
-				return version{name: name, id: tlsVersionIDs[i], given: true, env: src.env}, nil
-			}
+		if name, id, ok := tlspolicy.ParseProtocolVersion(v); ok {
+			return version{name: name, id: id, given: true, env: src.env}, nil
 		}
-		return version{}, invalid(key, src, oneOf(tlsVersions)+" (in any letter case), or empty for no bound")
+		return version{}, invalid(key, src, oneOf(tlspolicy.ProtocolVersions())+" (in any letter case), or empty for no bound")
 	}
 	minV, err := parse("ssl_min_protocol_version", "PGSSLMINPROTOCOLVERSION")
 	if err != nil {
@@ -114,7 +96,7 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 	// libpq's check (sslVerifyProtocolRange), with its default minimum when none is given.
 	minShown, key, env := minV.name, "ssl_min_protocol_version", minV.env
 	if !minV.given {
-		minV.name, minShown = defaultMinTLSVersion, defaultMinTLSVersion+" (the default)"
+		minV.name, minShown = tlspolicy.DefaultMinProtocolVersion, tlspolicy.DefaultMinProtocolVersion+" (the default)"
 		key, env = "ssl_max_protocol_version", maxV.env
 	}
 	from := func(v version) string {
@@ -123,7 +105,7 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 		}
 		return ""
 	}
-	if minV.name != "" && maxV.name != "" && slices.Index(tlsVersions, minV.name) > slices.Index(tlsVersions, maxV.name) {
+	if !tlspolicy.ProtocolRangeValid(minV.name, maxV.name) {
 		return tlsKeys{}, &ParseError{Key: key, Env: env, msg: fmt.Sprintf(
 			"invalid SSL protocol version range: ssl_min_protocol_version %s%s is above ssl_max_protocol_version %s%s",
 			minShown, from(minV), maxV.name, from(maxV))}
@@ -199,7 +181,7 @@ func homeDir() string {
 // run before each handshake (negotiation.Host.BeforeTLS); nil (no TLS) gives nil, nil.
 //
 // The server's certificate is then checked by the connector, as libpq checks it (see
-// tlsroots.go), whatever pgx set: crypto/tls's own verification is off (InsecureSkipVerify,
+// internal/tlspolicy), whatever pgx set: crypto/tls's own verification is off (InsecureSkipVerify,
 // no RootCAs, no VerifyPeerCertificate), ServerName is only the SNI, and VerifyConnection
 // verifies the chain against the root certificate file read for this connection.
 //
@@ -228,17 +210,17 @@ func homeDir() string {
 //     issuer's key, the issuer's key usage (if any) must allow CRL signing, it must be in time
 //     (an expired CRL fails), and must not list the certificate. CRLs are chosen until they
 //     cover every reason of the distribution point they match. A certificate without a CRL
-//     fails ("unable to get certificate CRL"). Delta CRLs: see crlStore.checkChain.
+//     fails ("unable to get certificate CRL"). Delta CRLs: see internal/tlspolicy.
 func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
 	c, s := k.applyCheck(c, host)
 	if s == nil {
 		return c, nil
 	}
-	return c, s.beforeTLS
+	return c, s.BeforeTLS
 }
 
 // applyCheck is apply, returning the server check it installed (nil without TLS).
-func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *serverCheck) {
+func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *tlspolicy.ServerCheck) {
 	if c == nil {
 		return nil, nil
 	}
@@ -249,31 +231,31 @@ func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *serverChe
 		c.MaxVersion = k.maxVersion
 	}
 	if k.keyLogFile != "" {
-		c.KeyLogWriter = keyLogFile(k.keyLogFile)
+		c.KeyLogWriter = tlspolicy.KeyLogFile(k.keyLogFile)
 	}
 	s := k.serverCheck(host)
 	c.InsecureSkipVerify = true
 	c.RootCAs = nil
 	c.VerifyPeerCertificate = nil
-	c.ServerName = sniName(host, k.sni)
-	c.VerifyConnection = s.verifyConnection
+	c.ServerName = tlspolicy.SNIName(host, k.sni)
+	c.VerifyConnection = s.VerifyConnection
 	return c, s
 }
 
-// serverCheck returns the check of host's TLS server (tlsroots.go).
-func (k tlsKeys) serverCheck(host string) *serverCheck {
-	s := &serverCheck{rootFile: k.rootFile, system: k.systemRoots, cache: &rootCache{}}
+// serverCheck returns the check of host's TLS server (tlspolicy.ServerCheck).
+func (k tlsKeys) serverCheck(host string) *tlspolicy.ServerCheck {
+	s := &tlspolicy.ServerCheck{RootFile: k.rootFile, System: k.systemRoots, Cache: &tlspolicy.RootCache{}}
 	switch k.sslmode {
 	case "verify-full":
-		s.verify, s.host = true, host
+		s.Verify, s.Host = true, host
 	case "verify-ca":
-		s.verify = true
+		s.Verify = true
 	}
 	if k.systemRoots { // libpq 16 forces verify-full (checkWeakSSLMode refuses less)
-		s.verify, s.host = true, host
+		s.Verify, s.Host = true, host
 	}
 	if !k.systemRoots && (k.crlFile != "" || k.crlDirGiven) {
-		s.crl = &crlCheck{file: k.crlFile, dirs: k.crlDirs, dirGiven: k.crlDirGiven}
+		s.CRL = &crlCheck{file: k.crlFile, dirs: k.crlDirs, dirGiven: k.crlDirGiven}
 	}
 	return s
 }
@@ -304,89 +286,44 @@ func checkWeakSSLMode(sslmode string, sslmodeGiven bool, sslnegotiation, sslroot
 	return nil
 }
 
-// keyLogFile is sslkeylogfile: each line crypto/tls writes (NSS key log format) is appended to
-// the file, opened for that line (O_APPEND|O_CREATE|O_WRONLY, mode 0600 when created) as libpq 18
-// does (fe-secure-openssl.c, SSL_CTX_keylog_cb), symbolic links followed. Unlike libpq, the file
-// is opened with O_NONBLOCK and written only when it is a regular file: a FIFO (which would hold
-// the handshake until a reader came, or block the write), a device or a socket is not written to.
-// Errors are not returned: the handshake goes on without the line.
-type keyLogFile string
-
-func (f keyLogFile) Write(p []byte) (int, error) {
-	fd, err := os.OpenFile(string(f), os.O_APPEND|os.O_CREATE|os.O_WRONLY|openNonBlocking, 0o600)
-	if err != nil {
-		return len(p), nil // ENXIO for a FIFO without a reader
-	}
-	defer fd.Close()
-	if st, err := fd.Stat(); err == nil && st.Mode().IsRegular() {
-		_, _ = fd.Write(p)
-	}
-	return len(p), nil
-}
-
-// maxCRLFile bounds a CRL file (sslcrl, or one of sslcrldir), checked before it is read: only a
-// regular file is read (a FIFO or a device is refused, not opened for a wait).
-const maxCRLFile = 64 << 20
-
-// crlCheck checks the server's chain against CRLs (see tlsKeys.apply).
+// crlCheck checks the server's chain against CRLs (see tlsKeys.apply), with the CRL files read
+// through tlspolicy.ReadLocalFile; the CRL rules are internal/tlspolicy's.
 type crlCheck struct {
 	file     string
 	dirs     []string
 	dirGiven bool
 }
 
-// check checks the verified chains of the server's certificate against the CRLs.
-func (k *crlCheck) check(chains [][]*x509.Certificate, now time.Time) error {
+// Check (tlspolicy.CRLChecker) checks the verified chains of the server's certificate against the CRLs.
+func (k *crlCheck) Check(chains [][]*x509.Certificate, now time.Time) error {
 	store, err := k.load()
 	if err != nil || store == nil {
 		return err
 	}
-	if len(chains) == 0 {
-		return errors.New("pgconnector: server certificate verify failed: no verified chain to check against the CRLs")
-	}
-	// Go may find several chains (cross-signed CAs); OpenSSL builds one. One that passes is enough.
-	var first error
-	for _, chain := range chains {
-		err := store.checkChain(chain, now)
-		if err == nil {
-			return nil
-		}
-		if first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// crlStore is what OpenSSL's X509_STORE holds for libpq: the CRLs of the file, and the
-// directories where more are looked up by issuer.
-type crlStore struct {
-	file     []*crl
-	dirs     []string
-	sawDelta bool // lookup returned a delta CRL
+	return store.Check(chains, now)
 }
 
 // load reads the CRL file. It returns nil when libpq would check no CRL: no file and no
 // directory, or a file that does not exist or holds neither CRL nor certificate.
-func (k *crlCheck) load() (*crlStore, error) {
-	s := &crlStore{dirs: k.dirs}
+func (k *crlCheck) load() (*tlspolicy.CRLStore, error) {
+	var data []byte
 	if k.file != "" {
-		data, err := readLocalFile(k.file, maxCRLFile)
+		var err error
+		data, err = tlspolicy.ReadLocalFile(k.file, tlspolicy.MaxCRLFile)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("pgconnector: cannot read sslcrl%s", fileProblem(err))
 		}
-		crls, objects, err := parseCRLFile(data)
-		if err != nil {
-			return nil, fmt.Errorf("pgconnector: sslcrl %s: %w", shownPath(k.file), err)
-		}
-		if objects == 0 {
-			return nil, nil
-		}
-		s.file = crls
 	} else if !k.dirGiven {
+		return nil, nil
+	}
+	s, objects, err := tlspolicy.NewCRLStore(data, k.dirs, tlspolicy.ReadLocalFile)
+	if err != nil {
+		return nil, fmt.Errorf("pgconnector: sslcrl %s: %w", shownPath(k.file), err)
+	}
+	if k.file != "" && objects == 0 {
 		return nil, nil
 	}
 	return s, nil
@@ -397,739 +334,4 @@ func shownPath(p string) string {
 		return s
 	}
 	return "(path not shown)"
-}
-
-// parseCRLFile reads the CRLs of an sslcrl file, PEM ("X509 CRL" blocks) or one DER CRL, and
-// counts them with the PEM certificates of the file, which OpenSSL loads too.
-func parseCRLFile(data []byte) (crls []*crl, objects int, err error) {
-	rest, sawPEM := data, false
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		sawPEM = true
-		switch b.Type {
-		case "X509 CRL":
-			c, err := parseCRL(b.Bytes)
-			if err != nil {
-				return nil, 0, err
-			}
-			crls = append(crls, c)
-			objects++
-		case "CERTIFICATE", "X509 CERTIFICATE", "TRUSTED CERTIFICATE":
-			objects++
-		}
-	}
-	if !sawPEM && len(bytes.TrimSpace(data)) > 0 {
-		c, err := parseCRL(data)
-		if err != nil {
-			return nil, 0, errors.New("holds neither a PEM nor a DER certificate revocation list")
-		}
-		return []*crl{c}, 1, nil
-	}
-	return crls, objects, nil
-}
-
-// lookup returns the CRLs issued by the name (canonical form): those of the file, then those of
-// the directories (X509_STORE_CTX_get1_crls always looks in the directories too).
-func (s *crlStore) lookup(issuer []byte) []*crl {
-	var out []*crl
-	for _, c := range s.file {
-		if bytes.Equal(c.issuer, issuer) {
-			out = append(out, c)
-		}
-	}
-	hash := nameHash(issuer)
-	for _, dir := range s.dirs {
-		// by_dir.c: <hash>.r0, .r1, ... up to the first that is missing or does not load.
-		for n := 0; ; n++ {
-			data, err := readLocalFile(filepath.Join(dir, hash+".r"+strconv.Itoa(n)), maxCRLFile)
-			if err != nil {
-				break
-			}
-			crls, _, err := parseCRLFile(data)
-			if err != nil || len(crls) == 0 {
-				break
-			}
-			for _, c := range crls {
-				if bytes.Equal(c.issuer, issuer) {
-					out = append(out, c)
-				}
-			}
-		}
-	}
-	for _, c := range out {
-		s.sawDelta = s.sawDelta || c.delta
-	}
-	return out
-}
-
-// crl is a parsed CRL with what OpenSSL's CRL scoring looks at.
-type crl struct {
-	rl     *x509.RevocationList
-	issuer []byte // canonical issuer name
-	// critical: an extension OpenSSL does not handle is critical (EXFLAG_CRITICAL).
-	critical bool
-	// delta: the CRL has a deltaCRLIndicator (RFC 5280, 5.2.4). OpenSSL 3.0 scores it as a
-	// complete CRL (see crlStore.checkChain).
-	delta bool
-	// unusable: an indirect CRL, a CRL for some reasons only, or an invalid
-	// issuingDistributionPoint or authorityKeyIdentifier: OpenSSL never uses it with libpq's
-	// flags.
-	unusable bool
-	idp      *issuingDP
-	akid     *authorityKeyID // nil when the CRL has none
-}
-
-// authorityKeyID is a CRL's authorityKeyIdentifier (RFC 5280, 4.2.1.1, 5.2.1) as X509_check_akid
-// compares it with the issuer's certificate; crypto/x509 keeps only the key identifier.
-type authorityKeyID struct {
-	keyID  []byte   // nil when absent
-	issuer []byte   // canonical form of the first directoryName of authorityCertIssuer; nil when none
-	serial *big.Int // authorityCertSerialNumber; nil when absent
-}
-
-// matches is X509_check_akid: each part present must match the issuer's certificate (subject
-// key identifier, when it has one; serial number; issuer name).
-func (a *authorityKeyID) matches(issuer *x509.Certificate) bool {
-	if a == nil {
-		return true
-	}
-	if a.keyID != nil && len(issuer.SubjectKeyId) > 0 && !bytes.Equal(a.keyID, issuer.SubjectKeyId) {
-		return false
-	}
-	if a.serial != nil && a.serial.Cmp(issuer.SerialNumber) != 0 {
-		return false
-	}
-	if a.issuer != nil {
-		if name, err := canonicalName(issuer.RawIssuer); err != nil || !bytes.Equal(name, a.issuer) {
-			return false
-		}
-	}
-	return true
-}
-
-// parseAKID reads an authorityKeyIdentifier; ok is false when it does not parse.
-func parseAKID(der []byte) (a *authorityKeyID, ok bool) {
-	var seq asn1.RawValue
-	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
-		return nil, false
-	}
-	a = &authorityKeyID{}
-	for b := seq.Bytes; len(b) > 0; {
-		var f asn1.RawValue
-		var err error
-		if b, err = asn1.Unmarshal(b, &f); err != nil || f.Class != asn1.ClassContextSpecific {
-			return nil, false
-		}
-		switch f.Tag {
-		case 0: // keyIdentifier
-			a.keyID = slices.Clip(f.Bytes)
-		case 1: // authorityCertIssuer GeneralNames
-			gns, err := parseGeneralNames(f.Bytes)
-			if err != nil {
-				return nil, false
-			}
-			if k := slices.IndexFunc(gns, func(g generalName) bool { return g.dir }); k >= 0 {
-				if a.issuer = gns[k].canon; a.issuer == nil {
-					return nil, false
-				}
-			}
-		case 2: // authorityCertSerialNumber INTEGER, two's complement
-			if len(f.Bytes) == 0 {
-				return nil, false
-			}
-			a.serial = new(big.Int).SetBytes(f.Bytes)
-			if f.Bytes[0]&0x80 != 0 {
-				a.serial.Sub(a.serial, new(big.Int).Lsh(big.NewInt(1), uint(8*len(f.Bytes))))
-			}
-		}
-	}
-	return a, true
-}
-
-// issuingDP is what OpenSSL takes from a CRL's issuingDistributionPoint (RFC 5280, 5.2.5).
-type issuingDP struct {
-	dp                         *dpName // nil when the IDP names no distribution point
-	onlyUser, onlyCA, onlyAttr bool
-}
-
-// dpName is a DistributionPointName (RFC 5280, 4.2.1.13): a fullName, or a name relative to
-// the CRL issuer, which OpenSSL completes (DIST_POINT_set_dpname) into the canonical form of
-// the issuer's name followed by the RDN.
-type dpName struct {
-	full     []generalName
-	relative []byte // nameRelativeToCRLIssuer: the canonical form of the completed name
-}
-
-// generalName is a GeneralName as GENERAL_NAME_cmp compares it: a directoryName by its canonical
-// form (X509_NAME_cmp), any other by its DER encoding.
-type generalName struct {
-	der   []byte
-	dir   bool   // a directoryName
-	name  []byte // directoryName: the DER Name
-	canon []byte // directoryName: its canonical form; nil when it does not parse (equal to nothing)
-}
-
-func (a generalName) equal(b generalName) bool {
-	if a.dir || b.dir {
-		return a.dir && b.dir && a.canon != nil && b.canon != nil && bytes.Equal(a.canon, b.canon)
-	}
-	return bytes.Equal(a.der, b.der)
-}
-
-// distPoint is a certificate's DistributionPoint (RFC 5280, 4.2.1.13) as OpenSSL's setup_dp
-// reads it.
-type distPoint struct {
-	name       *dpName       // nil when absent
-	reasons    uint16        // OpenSSL's dp_reasons: allReasons when absent
-	crlIssuer  []generalName // nil when absent
-	issuerName []byte        // DER Name a relative name is relative to: cRLIssuer's first directoryName, else the certificate's issuer
-}
-
-var (
-	oidAKID       = asn1.ObjectIdentifier{2, 5, 29, 35}
-	oidIDP        = asn1.ObjectIdentifier{2, 5, 29, 28}
-	oidDeltaCRL   = asn1.ObjectIdentifier{2, 5, 29, 27}
-	oidCertIssuer = asn1.ObjectIdentifier{2, 5, 29, 29}
-	oidCRLDP      = asn1.ObjectIdentifier{2, 5, 29, 31}
-)
-
-// allReasons is OpenSSL's CRLDP_ALL_REASONS: the ReasonFlags bits keyCompromise to
-// privilegeWithdrawn (first byte) and aACompromise (second byte), read as dp_reasons reads them.
-const allReasons = 0x807f
-
-// reasonRemoveFromCRL is the CRL reason removeFromCRL: the entry does not revoke (cert_crl).
-const reasonRemoveFromCRL = 8
-
-func parseCRL(der []byte) (*crl, error) {
-	rl, err := x509.ParseRevocationList(der)
-	if err != nil {
-		return nil, fmt.Errorf("a certificate revocation list does not parse: %w", err)
-	}
-	issuer, err := canonicalName(rl.RawIssuer)
-	if err != nil {
-		return nil, fmt.Errorf("a certificate revocation list does not parse: issuer: %w", err)
-	}
-	c := &crl{rl: rl, issuer: issuer}
-	for _, e := range rl.Extensions {
-		switch {
-		case e.Id.Equal(oidDeltaCRL):
-			c.delta = true
-		case e.Id.Equal(oidAKID):
-			akid, ok := parseAKID(e.Value)
-			if !ok {
-				c.unusable = true
-			}
-			c.akid = akid
-		case e.Id.Equal(oidIDP):
-			idp, ok := parseIDP(e.Value, rl.RawIssuer)
-			if !ok {
-				c.unusable = true
-			}
-			c.idp = idp
-		case e.Critical && !e.Id.Equal(oidAKID):
-			c.critical = true
-		}
-	}
-	for _, entry := range rl.RevokedCertificateEntries {
-		for _, e := range entry.Extensions {
-			if e.Critical && !e.Id.Equal(oidCertIssuer) {
-				c.critical = true
-			}
-		}
-	}
-	return c, nil
-}
-
-// parseIDP reads an issuingDistributionPoint (RFC 5280, 5.2.5) of a CRL issued by issuer (DER
-// Name); ok is false when OpenSSL does not use the CRL with libpq's flags (indirect, some
-// reasons only, invalid).
-func parseIDP(der, issuer []byte) (*issuingDP, bool) {
-	var seq asn1.RawValue
-	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
-		return nil, false
-	}
-	idp := &issuingDP{}
-	only := 0
-	for b := seq.Bytes; len(b) > 0; {
-		var f asn1.RawValue
-		var err error
-		if b, err = asn1.Unmarshal(b, &f); err != nil || f.Class != asn1.ClassContextSpecific {
-			return nil, false
-		}
-		flag := len(f.Bytes) == 1 && f.Bytes[0] != 0
-		switch f.Tag {
-		case 0: // distributionPoint
-			if idp.dp, err = parseDPName(f.Bytes, issuer); err != nil {
-				return nil, false
-			}
-		case 1:
-			idp.onlyUser = flag
-		case 2:
-			idp.onlyCA = flag
-		case 3: // onlySomeReasons
-			return idp, false
-		case 4: // indirectCRL
-			if flag {
-				return idp, false
-			}
-		case 5:
-			idp.onlyAttr = flag
-		}
-		if flag && (f.Tag == 1 || f.Tag == 2 || f.Tag == 5) {
-			only++
-		}
-	}
-	return idp, only <= 1
-}
-
-// parseDPName reads a DistributionPointName (the content of its explicit [0] tag); a relative
-// name is taken relative to issuer (DER Name).
-func parseDPName(der, issuer []byte) (*dpName, error) {
-	var choice asn1.RawValue
-	if rest, err := asn1.Unmarshal(der, &choice); err != nil || len(rest) > 0 || choice.Class != asn1.ClassContextSpecific {
-		return nil, errors.New("malformed distribution point name")
-	}
-	switch choice.Tag {
-	case 0: // fullName GeneralNames
-		full, err := parseGeneralNames(choice.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		return &dpName{full: full}, nil
-	case 1: // nameRelativeToCRLIssuer RelativeDistinguishedName
-		set, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSet, IsCompound: true, Bytes: choice.Bytes})
-		if err != nil {
-			return nil, err
-		}
-		var name asn1.RawValue
-		if rest, err := asn1.Unmarshal(issuer, &name); err != nil || len(rest) > 0 || name.Tag != asn1.TagSequence {
-			return nil, errors.New("malformed name")
-		}
-		full, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true,
-			Bytes: append(slices.Clip(name.Bytes), set...)})
-		if err != nil {
-			return nil, err
-		}
-		canon, err := canonicalName(full)
-		if err != nil {
-			return nil, err
-		}
-		return &dpName{relative: canon}, nil
-	}
-	return nil, errors.New("malformed distribution point name")
-}
-
-// parseGeneralNames reads the content of a GeneralNames (RFC 5280, 4.2.1.6).
-func parseGeneralNames(der []byte) ([]generalName, error) {
-	var out []generalName
-	for len(der) > 0 {
-		var gn asn1.RawValue
-		var err error
-		if der, err = asn1.Unmarshal(der, &gn); err != nil || gn.Class != asn1.ClassContextSpecific {
-			return nil, errors.New("malformed general name")
-		}
-		g := generalName{der: gn.FullBytes}
-		if gn.Tag == 4 { // directoryName: an explicit Name
-			g.dir, g.name = true, gn.Bytes
-			g.canon, _ = canonicalName(gn.Bytes)
-		}
-		out = append(out, g)
-	}
-	return out, nil
-}
-
-// certDistPoints reads the cRLDistributionPoints of cert (RFC 5280, 4.2.1.13) as OpenSSL's
-// setup_crldp does; crypto/x509 keeps only their URIs. A distribution point with neither name
-// nor cRLIssuer, or one that does not parse, makes the certificate invalid in OpenSSL
-// (EXFLAG_INVALID, X509_V_ERR_INVALID_EXTENSION).
-func certDistPoints(cert *x509.Certificate) ([]distPoint, error) {
-	invalid := errors.New("invalid or inconsistent certificate extension: cRLDistributionPoints")
-	var dps []distPoint
-	for _, e := range cert.Extensions {
-		if !e.Id.Equal(oidCRLDP) {
-			continue
-		}
-		var seq asn1.RawValue
-		if rest, err := asn1.Unmarshal(e.Value, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
-			return nil, invalid
-		}
-		for b := seq.Bytes; len(b) > 0; {
-			var dpSeq asn1.RawValue
-			var err error
-			if b, err = asn1.Unmarshal(b, &dpSeq); err != nil || dpSeq.Tag != asn1.TagSequence {
-				return nil, invalid
-			}
-			dp := distPoint{reasons: allReasons, issuerName: cert.RawIssuer}
-			var nameDER []byte
-			for f := dpSeq.Bytes; len(f) > 0; {
-				var field asn1.RawValue
-				if f, err = asn1.Unmarshal(f, &field); err != nil || field.Class != asn1.ClassContextSpecific {
-					return nil, invalid
-				}
-				switch field.Tag {
-				case 0: // distributionPoint
-					nameDER = field.Bytes
-				case 1: // reasons: ReasonFlags BIT STRING, implicit
-					if len(field.Bytes) == 0 || field.Bytes[0] > 7 {
-						return nil, invalid
-					}
-					bits := slices.Clone(field.Bytes[1:])
-					if len(bits) > 0 {
-						bits[len(bits)-1] &= 0xff << field.Bytes[0]
-					}
-					dp.reasons = 0
-					if len(bits) > 0 {
-						dp.reasons = uint16(bits[0])
-					}
-					if len(bits) > 1 {
-						dp.reasons |= uint16(bits[1]) << 8
-					}
-					dp.reasons &= allReasons
-				case 2: // cRLIssuer GeneralNames, implicit
-					if dp.crlIssuer, err = parseGeneralNames(field.Bytes); err != nil {
-						return nil, invalid
-					}
-					if dp.crlIssuer == nil {
-						dp.crlIssuer = []generalName{}
-					}
-					if k := slices.IndexFunc(dp.crlIssuer, func(g generalName) bool { return g.dir }); k >= 0 {
-						dp.issuerName = dp.crlIssuer[k].name
-					}
-				}
-			}
-			if nameDER == nil && len(dp.crlIssuer) == 0 {
-				return nil, invalid
-			}
-			if nameDER != nil {
-				if dp.name, err = parseDPName(nameDER, dp.issuerName); err != nil {
-					return nil, invalid
-				}
-			}
-			dps = append(dps, dp)
-		}
-	}
-	return dps, nil
-}
-
-// OpenSSL's CRL scores (x509_vfy.c).
-const (
-	scoreNoCritical = 0x100
-	scoreScope      = 0x080
-	scoreTime       = 0x040
-	scoreIssuerName = 0x020
-	scoreIssuerCert = 0x018
-	scoreAKID       = 0x004
-)
-
-// checkChain checks every certificate of chain (leaf first, root last) as OpenSSL's
-// check_revocation does with X509_V_FLAG_CRL_CHECK_ALL (x509_vfy.c), twice when there are delta
-// CRLs (deltaCRLIndicator, RFC 5280 5.2.4), which libpq never asks for (no
-// X509_V_FLAG_USE_DELTAS):
-//   - as OpenSSL 3.0 does (the OpenSSL libpq links on Debian 12): a delta CRL is scored as a
-//     complete one (get_crl_score refuses a delta only with X509_V_FLAG_EXTENDED_CRL_SUPPORT,
-//     which libpq does not set either), so the newest CRL of the best score may be a delta;
-//     check_crl then skips its key usage and scope checks, and one out of scope ends in "unable
-//     to get certificate CRL";
-//   - then without delta CRLs, as current OpenSSL does (get_crl_score refuses a delta whatever
-//     the flags): a delta lists only what changed since its base, so a delta alone, or a newer
-//     delta that does not repeat its base's revocations, is not enough.
-//
-// The first failure is returned: OpenSSL 3.0's verdict, else the one without deltas.
-func (s *crlStore) checkChain(chain []*x509.Certificate, now time.Time) error {
-	for _, deltas := range []bool{true, false} {
-		if !deltas && !s.sawDelta {
-			break
-		}
-		for i, cert := range chain {
-			if err := s.checkCert(chain, i, now, deltas); err != nil {
-				return fmt.Errorf("pgconnector: server certificate verify failed: %w (certificate at depth %d, %s)",
-					err, i, cert.Subject)
-			}
-		}
-	}
-	return nil
-}
-
-// checkCert is OpenSSL's check_cert for chain[i]: get_crl_delta (without X509_V_FLAG_USE_DELTAS,
-// so no delta over a base), check_crl and cert_crl, until CRLs cover all reasons (a distribution
-// point of the certificate may limit a CRL to some reasons). deltas says whether a delta CRL
-// counts as a complete one (OpenSSL 3.0) or not at all.
-func (s *crlStore) checkCert(chain []*x509.Certificate, i int, now time.Time, deltas bool) error {
-	cert := chain[i]
-	certIssuer, err := canonicalName(cert.RawIssuer)
-	if err != nil {
-		return err
-	}
-	dps, err := certDistPoints(cert)
-	if err != nil {
-		return err
-	}
-	// The issuer is the next certificate, or the last certificate itself when it is self-issued
-	// (crl_akid_check, check_crl).
-	var issuer *x509.Certificate
-	if i+1 < len(chain) {
-		issuer = chain[i+1]
-	} else if subj, err := canonicalName(cert.RawSubject); err == nil && bytes.Equal(subj, certIssuer) {
-		issuer = cert
-	}
-	var issuerSubject []byte
-	if issuer != nil {
-		if issuerSubject, err = canonicalName(issuer.RawSubject); err != nil {
-			return err
-		}
-	}
-
-	crls := s.lookup(certIssuer)
-	for covered := uint16(0); covered != allReasons; {
-		var best *crl
-		bestScore, bestReasons := 0, covered
-		for _, c := range crls {
-			if c.delta && !deltas {
-				continue
-			}
-			score, reasons := crlScore(c, cert, dps, issuer, issuerSubject, covered, now)
-			if score == 0 || score < bestScore {
-				continue
-			}
-			if score == bestScore && best != nil && !c.rl.ThisUpdate.After(best.rl.ThisUpdate) {
-				continue
-			}
-			best, bestScore, bestReasons = c, score, reasons
-		}
-		if best == nil {
-			return errors.New("unable to get certificate CRL")
-		}
-
-		// check_crl; OpenSSL skips the first two checks for a delta CRL.
-		if !best.delta {
-			if issuer.KeyUsage != 0 && issuer.KeyUsage&x509.KeyUsageCRLSign == 0 {
-				return errors.New("key usage does not include CRL signing")
-			}
-			if bestScore&scoreScope == 0 {
-				return errors.New("different CRL scope")
-			}
-		}
-		if bestScore&scoreTime == 0 {
-			if best.rl.ThisUpdate.After(now) {
-				return errors.New("CRL is not yet valid")
-			}
-			return errors.New("CRL has expired")
-		}
-		if err := issuer.CheckSignature(best.rl.SignatureAlgorithm, best.rl.RawTBSRevocationList, best.rl.Signature); err != nil {
-			return errors.New("CRL signature failure")
-		}
-
-		// cert_crl
-		if best.critical {
-			return errors.New("unhandled critical CRL extension")
-		}
-		for _, e := range best.rl.RevokedCertificateEntries {
-			if e.SerialNumber != nil && e.SerialNumber.Cmp(cert.SerialNumber) == 0 && e.ReasonCode != reasonRemoveFromCRL {
-				return errors.New("certificate revoked")
-			}
-		}
-
-		// check_cert: a CRL that adds no reason (out of scope) ends the search.
-		if bestReasons == covered {
-			return errors.New("unable to get certificate CRL")
-		}
-		covered = bestReasons
-	}
-	return nil
-}
-
-// crlScore is OpenSSL's get_crl_score for CRL c (issued by the certificate's issuer name) and
-// certificate cert with distribution points dps, whose issuer in the chain is issuer (nil when
-// it has none there), when CRLs already cover the reasons covered. reasons is covered with
-// those c adds when it is in scope.
-func crlScore(c *crl, cert *x509.Certificate, dps []distPoint, issuer *x509.Certificate, issuerSubject []byte,
-	covered uint16, now time.Time) (score int, reasons uint16) {
-	if c.unusable {
-		return 0, covered
-	}
-	score = scoreIssuerName
-	if !c.critical {
-		score |= scoreNoCritical
-	}
-	if !c.rl.ThisUpdate.After(now) && (c.rl.NextUpdate.IsZero() || !now.After(c.rl.NextUpdate)) {
-		score |= scoreTime
-	}
-	// crl_akid_check: the issuer in the chain has the CRL's issuer name and matches the CRL's
-	// authority key identifier (X509_check_akid).
-	if issuer == nil || !bytes.Equal(issuerSubject, c.issuer) || !c.akid.matches(issuer) {
-		return 0, covered
-	}
-	score |= scoreAKID | scoreIssuerCert
-	if r, ok := inScope(c, cert, dps); ok {
-		if r&^covered == 0 {
-			return 0, covered // no new reasons
-		}
-		score |= scoreScope
-		covered |= r
-	}
-	return score, covered
-}
-
-// inScope is OpenSSL's crl_crldp_check for a CRL issued by the certificate's issuer name: the
-// first distribution point of the certificate whose cRLIssuer (if any) names the CRL's issuer
-// and whose name matches the IDP's (idp_check_dp) puts the CRL in scope for its reasons;
-// without one, a CRL whose IDP names no distribution point is in scope for all reasons.
-func inScope(c *crl, cert *x509.Certificate, dps []distPoint) (reasons uint16, ok bool) {
-	if idp := c.idp; idp != nil {
-		if idp.onlyAttr || cert.IsCA && idp.onlyUser || !cert.IsCA && idp.onlyCA {
-			return 0, false
-		}
-	}
-	for _, dp := range dps {
-		if dp.crlIssuer != nil && !slices.ContainsFunc(dp.crlIssuer, func(g generalName) bool {
-			return g.dir && g.canon != nil && bytes.Equal(g.canon, c.issuer)
-		}) {
-			continue
-		}
-		if c.idp == nil || dpNamesMatch(dp.name, c.idp.dp) {
-			return allReasons & dp.reasons, true
-		}
-	}
-	return allReasons, c.idp == nil || c.idp.dp == nil
-}
-
-// dpNamesMatch is OpenSSL's idp_check_dp: a missing name matches any; two full names match
-// when they share a general name; a relative name (completed) matches the other relative
-// name, or a directoryName of the other full name.
-func dpNamesMatch(a, b *dpName) bool {
-	if a == nil || b == nil {
-		return true
-	}
-	switch {
-	case a.relative != nil && b.relative != nil:
-		return bytes.Equal(a.relative, b.relative)
-	case a.relative != nil:
-		return slices.ContainsFunc(b.full, func(g generalName) bool { return g.equal(generalName{dir: true, canon: a.relative}) })
-	case b.relative != nil:
-		return slices.ContainsFunc(a.full, func(g generalName) bool { return g.equal(generalName{dir: true, canon: b.relative}) })
-	}
-	for _, g := range a.full {
-		if slices.ContainsFunc(b.full, g.equal) {
-			return true
-		}
-	}
-	return false
-}
-
-// canonicalName is OpenSSL's canonical form of a DER Name (x509_name_canon), which X509_NAME_cmp
-// compares and X509_NAME_hash_ex hashes: each RDN re-encoded as a SET of its attributes, string
-// values converted to UTF8String, trimmed, inner white space collapsed to one space and ASCII
-// lower-cased; the RDNs concatenated without the outer SEQUENCE.
-func canonicalName(der []byte) ([]byte, error) {
-	var seq asn1.RawValue
-	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) > 0 || seq.Tag != asn1.TagSequence {
-		return nil, errors.New("malformed name")
-	}
-	var out []byte
-	for rdns := seq.Bytes; len(rdns) > 0; {
-		var set asn1.RawValue
-		var err error
-		if rdns, err = asn1.Unmarshal(rdns, &set); err != nil || set.Tag != asn1.TagSet {
-			return nil, errors.New("malformed name")
-		}
-		var attrs [][]byte
-		for b := set.Bytes; len(b) > 0; {
-			var atv struct {
-				Type  asn1.ObjectIdentifier
-				Value asn1.RawValue
-			}
-			if b, err = asn1.Unmarshal(b, &atv); err != nil {
-				return nil, errors.New("malformed name")
-			}
-			v := atv.Value
-			if s, ok := canonString(v); ok {
-				v = asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagUTF8String, Bytes: s}
-			} else {
-				v = asn1.RawValue{FullBytes: v.FullBytes}
-			}
-			enc, err := asn1.Marshal(struct {
-				Type  asn1.ObjectIdentifier
-				Value asn1.RawValue
-			}{atv.Type, v})
-			if err != nil {
-				return nil, err
-			}
-			attrs = append(attrs, enc)
-		}
-		slices.SortFunc(attrs, bytes.Compare) // DER SET OF order
-		enc, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSet, IsCompound: true,
-			Bytes: bytes.Join(attrs, nil)})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, enc...)
-	}
-	return out, nil
-}
-
-// canonString is OpenSSL's asn1_string_canon for the string types it canonicalises; ok is false
-// for the other types (kept as they are). UniversalString, which OpenSSL canonicalises too, is
-// left out: crypto/x509 does not parse a name that has one.
-func canonString(v asn1.RawValue) (s []byte, ok bool) {
-	if v.Class != asn1.ClassUniversal {
-		return nil, false
-	}
-	var u []byte
-	switch v.Tag {
-	case asn1.TagUTF8String, asn1.TagPrintableString, asn1.TagIA5String, 26 /* VisibleString */ :
-		u = v.Bytes
-	case asn1.TagT61String: // read as Latin-1, as OpenSSL does
-		for _, c := range v.Bytes {
-			u = utf8.AppendRune(u, rune(c))
-		}
-	case asn1.TagBMPString:
-		units := make([]uint16, len(v.Bytes)/2)
-		for i := range units {
-			units[i] = binary.BigEndian.Uint16(v.Bytes[2*i:])
-		}
-		for _, r := range utf16.Decode(units) {
-			u = utf8.AppendRune(u, r)
-		}
-	default:
-		return nil, false
-	}
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' }
-	for len(u) > 0 && isSpace(u[0]) {
-		u = u[1:]
-	}
-	for len(u) > 0 && isSpace(u[len(u)-1]) {
-		u = u[:len(u)-1]
-	}
-	out := make([]byte, 0, len(u))
-	for i := 0; i < len(u); {
-		c := u[i]
-		switch {
-		case c >= 0x80:
-			out = append(out, c)
-			i++
-		case isSpace(c):
-			out = append(out, ' ')
-			for i < len(u) && isSpace(u[i]) {
-				i++
-			}
-		default:
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			out = append(out, c)
-			i++
-		}
-	}
-	return out, true
-}
-
-// nameHash is OpenSSL's X509_NAME_hash_ex of a canonical name, as "openssl rehash" and
-// "openssl x509 -hash" print it: the first four bytes of its SHA-1, little-endian, in hex.
-func nameHash(canon []byte) string {
-	sum := sha1.Sum(canon)
-	return fmt.Sprintf("%08x", binary.LittleEndian.Uint32(sum[:4]))
 }

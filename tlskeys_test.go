@@ -12,7 +12,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"io"
@@ -26,11 +25,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf16"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/internal/tlspolicy"
 )
 
 // tlsKeyNames are the keys of tlsKeys: pgx does not know them and would send them to the server.
@@ -244,20 +243,20 @@ func TestTLSKeysApply(t *testing.T) {
 	defaultRoot := filepath.Join(home, ".postgresql", "root.crt")
 	for _, tt := range []struct {
 		dsn      string
-		want     serverCheck // crl: whether one is set
+		want     tlspolicy.ServerCheck // CRL: whether one is set
 		sni      string
 		crlCheck bool
 	}{
-		{"host=a sslmode=require", serverCheck{rootFile: defaultRoot}, "a", true},
-		{"host=a sslmode=prefer sslrootcert=" + ca, serverCheck{rootFile: ca}, "a", true},
-		{"host=a sslmode=require sslrootcert=" + ca, serverCheck{rootFile: ca}, "a", true},
-		{"host=a sslmode=verify-ca sslrootcert=" + ca, serverCheck{rootFile: ca, verify: true}, "a", true},
-		{"host=a sslmode=verify-full sslrootcert=" + ca, serverCheck{rootFile: ca, verify: true, host: "a"}, "a", true},
-		{"host=a sslmode=verify-full", serverCheck{rootFile: defaultRoot, verify: true, host: "a"}, "a", true},
-		{"host=a sslmode=verify-full sslsni=0", serverCheck{rootFile: defaultRoot, verify: true, host: "a"}, "", true},
-		{"host=127.0.0.1 sslmode=verify-full", serverCheck{rootFile: defaultRoot, verify: true, host: "127.0.0.1"}, "", true},
-		{"host=::1 sslmode=require", serverCheck{rootFile: defaultRoot}, "", true},
-		{"host=a sslmode=verify-full sslrootcert=system", serverCheck{system: true, verify: true, host: "a"}, "a", false},
+		{"host=a sslmode=require", tlspolicy.ServerCheck{RootFile: defaultRoot}, "a", true},
+		{"host=a sslmode=prefer sslrootcert=" + ca, tlspolicy.ServerCheck{RootFile: ca}, "a", true},
+		{"host=a sslmode=require sslrootcert=" + ca, tlspolicy.ServerCheck{RootFile: ca}, "a", true},
+		{"host=a sslmode=verify-ca sslrootcert=" + ca, tlspolicy.ServerCheck{RootFile: ca, Verify: true}, "a", true},
+		{"host=a sslmode=verify-full sslrootcert=" + ca, tlspolicy.ServerCheck{RootFile: ca, Verify: true, Host: "a"}, "a", true},
+		{"host=a sslmode=verify-full", tlspolicy.ServerCheck{RootFile: defaultRoot, Verify: true, Host: "a"}, "a", true},
+		{"host=a sslmode=verify-full sslsni=0", tlspolicy.ServerCheck{RootFile: defaultRoot, Verify: true, Host: "a"}, "", true},
+		{"host=127.0.0.1 sslmode=verify-full", tlspolicy.ServerCheck{RootFile: defaultRoot, Verify: true, Host: "127.0.0.1"}, "", true},
+		{"host=::1 sslmode=require", tlspolicy.ServerCheck{RootFile: defaultRoot}, "", true},
+		{"host=a sslmode=verify-full sslrootcert=system", tlspolicy.ServerCheck{System: true, Verify: true, Host: "a"}, "a", false},
 	} {
 		k, err := parseTLSKeys(getFrom(tt.dsn))
 		if err != nil {
@@ -289,13 +288,13 @@ func TestTLSKeysApply(t *testing.T) {
 			t.Errorf("%s: SNI %q, want %q", tt.dsn, c.ServerName, tt.sni)
 		}
 		s := k.serverCheck(cfg.Host)
-		if (s.crl != nil) != tt.crlCheck {
-			t.Errorf("%s: CRL check %v, want %v", tt.dsn, s.crl != nil, tt.crlCheck)
+		if (s.CRL != nil) != tt.crlCheck {
+			t.Errorf("%s: CRL check %v, want %v", tt.dsn, s.CRL != nil, tt.crlCheck)
 		}
-		if s.cache == nil {
+		if s.Cache == nil {
 			t.Errorf("%s: no cache of the root file", tt.dsn)
 		}
-		s.crl, s.cache = nil, nil
+		s.CRL, s.Cache = nil, nil
 		if *s != tt.want {
 			t.Errorf("%s: check %+v, want %+v", tt.dsn, *s, tt.want)
 		}
@@ -565,7 +564,7 @@ func ourVerify(t *testing.T, p *testPKI, crls [][]byte, crldir string) string {
 		chk.dirs, chk.dirGiven = []string{crldir}, true
 	}
 	cs := tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{p.leaf.cert, p.inter.cert, p.root.cert}}}
-	err := chk.check(cs.VerifiedChains, time.Now())
+	err := chk.Check(cs.VerifiedChains, time.Now())
 	if err == nil {
 		return ""
 	}
@@ -748,18 +747,18 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 		rootCRL := makeCRL(t, crlSpec{by: &p.root})
 		interOK := makeCRL(t, crlSpec{by: &p.inter, this: -2 * time.Hour})
 		interRev := makeCRL(t, crlSpec{by: &p.inter, revoke: []*big.Int{leafSN}})
-		interName, _ := canonicalName(p.inter.cert.RawSubject)
-		rootName, _ := canonicalName(p.root.cert.RawSubject)
+		interHash, _ := tlspolicy.NameHash(p.inter.cert.RawSubject)
+		rootHash, _ := tlspolicy.NameHash(p.root.cert.RawSubject)
 		for _, tt := range []struct {
 			name  string
 			files map[string][]byte
 		}{
-			{"hashed", map[string][]byte{nameHash(interName) + ".r0": interOK, nameHash(rootName) + ".r0": rootCRL}},
-			{"hashed, revoking in .r1", map[string][]byte{nameHash(interName) + ".r0": interOK,
-				nameHash(interName) + ".r1": interRev, nameHash(rootName) + ".r0": rootCRL}},
-			{"revoking in .r2 after a gap", map[string][]byte{nameHash(interName) + ".r0": interOK,
-				nameHash(interName) + ".r2": interRev, nameHash(rootName) + ".r0": rootCRL}},
-			{"not hashed", map[string][]byte{"inter.pem": interRev, nameHash(rootName) + ".r0": rootCRL}},
+			{"hashed", map[string][]byte{interHash + ".r0": interOK, rootHash + ".r0": rootCRL}},
+			{"hashed, revoking in .r1", map[string][]byte{interHash + ".r0": interOK,
+				interHash + ".r1": interRev, rootHash + ".r0": rootCRL}},
+			{"revoking in .r2 after a gap", map[string][]byte{interHash + ".r0": interOK,
+				interHash + ".r2": interRev, rootHash + ".r0": rootCRL}},
+			{"not hashed", map[string][]byte{"inter.pem": interRev, rootHash + ".r0": rootCRL}},
 			{"empty", nil},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
@@ -779,6 +778,15 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 		}
 	})
 }
+
+// Extensions of certificates and CRLs (RFC 5280, 4.2.1.1, 4.2.1.13, 5.2.4, 5.2.5, 5.3.3).
+var (
+	oidAKID       = asn1.ObjectIdentifier{2, 5, 29, 35}
+	oidIDP        = asn1.ObjectIdentifier{2, 5, 29, 28}
+	oidDeltaCRL   = asn1.ObjectIdentifier{2, 5, 29, 27}
+	oidCertIssuer = asn1.ObjectIdentifier{2, 5, 29, 29}
+	oidCRLDP      = asn1.ObjectIdentifier{2, 5, 29, 31}
+)
 
 // dpURI is the URI of the test leaves' CRL distribution points.
 const dpURI = "http://crl.example/inter.crl"
@@ -911,72 +919,9 @@ func TestCRLFile(t *testing.T) {
 		{"a directory", dir, "cannot read sslcrl"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := (&crlCheck{file: tt.file}).check(cs.VerifiedChains, time.Now())
+			err := (&crlCheck{file: tt.file}).Check(cs.VerifiedChains, time.Now())
 			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
 				t.Errorf("err = %v, want %q", err, tt.want)
-			}
-		})
-	}
-}
-
-// nameHash(canonicalName(...)) is what "openssl x509 -hash" prints, the name under which
-// "openssl rehash" files a CRL.
-func TestOpenSSLNameHash(t *testing.T) {
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Fatal("openssl is not in $PATH: scripts/install-deps.sh installs it")
-	}
-	oidCN, oidO, oidEmail, oidSerial := asn1.ObjectIdentifier{2, 5, 4, 3}, asn1.ObjectIdentifier{2, 5, 4, 10},
-		asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 1}, asn1.ObjectIdentifier{2, 5, 4, 5}
-	str := func(tag int, b []byte) asn1.RawValue {
-		return asn1.RawValue{Class: asn1.ClassUniversal, Tag: tag, Bytes: b}
-	}
-	bmp := func(s string) []byte {
-		var b []byte
-		for _, u := range utf16.Encode([]rune(s)) {
-			b = binary.BigEndian.AppendUint16(b, u)
-		}
-		return b
-	}
-	atv := func(oid asn1.ObjectIdentifier, v asn1.RawValue) pkix.AttributeTypeAndValue {
-		return pkix.AttributeTypeAndValue{Type: oid, Value: v}
-	}
-	for _, tt := range []struct {
-		name string
-		rdns pkix.RDNSequence
-	}{
-		{"empty", pkix.RDNSequence{}},
-		{"printable", pkix.RDNSequence{{atv(oidCN, str(asn1.TagPrintableString, []byte("pgconnector test CA")))}}},
-		{"case and spaces", pkix.RDNSequence{{atv(oidO, str(asn1.TagUTF8String, []byte("  Pg  CONNECTOR\t\tHarness ")))}, {atv(oidCN, str(asn1.TagPrintableString, []byte("Test CA")))}}},
-		{"non-ASCII kept", pkix.RDNSequence{{atv(oidCN, str(asn1.TagUTF8String, []byte("ÉCOLE Été")))}}},
-		{"BMPString", pkix.RDNSequence{{atv(oidCN, str(asn1.TagBMPString, bmp("Zürich CA")))}}},
-		{"T61String", pkix.RDNSequence{{atv(oidCN, str(asn1.TagT61String, []byte("Caf\xe9 CA")))}}},
-		{"IA5String email", pkix.RDNSequence{{atv(oidEmail, str(asn1.TagIA5String, []byte("CA@Example.ORG")))}}},
-		{"NumericString kept", pkix.RDNSequence{{atv(oidSerial, str(18, []byte("0042 17")))}}},
-		{"multi-valued RDN", pkix.RDNSequence{{atv(oidO, str(asn1.TagUTF8String, []byte("Zeta"))),
-			atv(oidCN, str(asn1.TagPrintableString, []byte("Alpha")))}}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			raw, err := asn1.Marshal(tt.rdns)
-			if err != nil {
-				t.Fatal(err)
-			}
-			key := newTestKey(t)
-			c := issue(t, &x509.Certificate{RawSubject: raw, BasicConstraintsValid: true, IsCA: true,
-				KeyUsage: x509.KeyUsageCertSign}, nil, key)
-			path := filepath.Join(t.TempDir(), "c.pem")
-			if err := os.WriteFile(path, pemCert(c.cert), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := exec.Command("openssl", "x509", "-noout", "-hash", "-in", path).CombinedOutput()
-			if err != nil {
-				t.Fatalf("openssl: %v: %s", err, out)
-			}
-			canon, err := canonicalName(c.cert.RawSubject)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, want := nameHash(canon), strings.TrimSpace(string(out)); got != want {
-				t.Errorf("hash %s, openssl %s", got, want)
 			}
 		})
 	}
@@ -1062,8 +1007,11 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		canon, _ := canonicalName(rl.RawIssuer)
-		if err := os.WriteFile(filepath.Join(d, nameHash(canon)+".r0"), b, 0o644); err != nil {
+		hash, err := tlspolicy.NameHash(rl.RawIssuer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, hash+".r0"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return d
@@ -1405,45 +1353,4 @@ func TestTLSKeysKeepClientCertificate(t *testing.T) {
 	if n := <-got; n != 1 {
 		t.Errorf("the server got %d client certificates, want 1", n)
 	}
-}
-
-// The distribution points of a server certificate (cRLDistributionPoints) and of a CRL
-// (issuingDistributionPoint), and a CRL's authorityKeyIdentifier, are untrusted input: reading
-// and comparing them never panics, and a CRL without an IDP is in scope for any distribution
-// points (crl_crldp_check).
-func FuzzCRLDistributionPoints(f *testing.F) {
-	issuer, _ := asn1.Marshal(pkix.Name{CommonName: "Test Intermediate", Organization: []string{"pgconnector"}}.ToRDNSequence())
-	uri := dpFullName(uriName(dpURI))
-	rel := dpRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"})
-	seqOf := func(dps ...[]byte) []byte {
-		v, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: bytes.Join(dps, nil)})
-		return v
-	}
-	f.Add(seqOf(dpDER(uri, nil)), idpOf(uri))
-	f.Add(seqOf(dpDER(uri, []byte{6, 0x40}, dirName(issuer))), idpOf(rel))
-	f.Add(seqOf(dpDER(dpFullName(dirName(issuer)), nil), dpDER(nil, nil, dirName(issuer))), []byte{0x30, 3, 0x81, 1, 0xff})
-	f.Add(seqOf(dpDER(rel, []byte{7, 0x7f, 0x80})), idpOf(dpFullName(dnsName("x"))))
-	f.Add([]byte{0x30, 0}, []byte{0x30, 0})
-	canon, err := canonicalName(issuer)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Fuzz(func(t *testing.T, dpExt, idpExt []byte) {
-		if len(dpExt) > 1<<12 || len(idpExt) > 1<<12 {
-			return
-		}
-		cert := &x509.Certificate{RawIssuer: issuer, Extensions: []pkix.Extension{{Id: oidCRLDP, Value: dpExt}}}
-		dps, err := certDistPoints(cert)
-		if err != nil {
-			return
-		}
-		idp, _ := parseIDP(idpExt, issuer)
-		if akid, ok := parseAKID(idpExt); ok { // the same bytes as an authorityKeyIdentifier
-			akid.matches(&x509.Certificate{RawIssuer: issuer, SerialNumber: big.NewInt(1), SubjectKeyId: []byte{1}})
-		}
-		inScope(&crl{issuer: canon, idp: idp}, cert, dps)
-		if r, ok := inScope(&crl{issuer: canon}, cert, dps); !ok || r&^allReasons != 0 {
-			t.Fatalf("no IDP: in scope %v for reasons %#x, want in scope for reasons among %#x", ok, r, allReasons)
-		}
-	})
 }

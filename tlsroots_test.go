@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/internal/tlspolicy"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
@@ -153,7 +154,7 @@ func TestVerifyNeedsRootFile(t *testing.T) {
 		if psqlOut != "error" || !strings.Contains(psqlMsg, want) {
 			t.Fatalf("sslmode=%s: psql %s %q, want %q", mode, psqlOut, psqlMsg, want)
 		}
-		if got[i][0] != "error" || !strings.Contains(got[i][1], want+"\n"+rootHint) {
+		if got[i][0] != "error" || !strings.Contains(got[i][1], want+"\n"+tlspolicy.RootHint) {
 			t.Errorf("sslmode=%s: pgconnector %s %q, want libpq's %q and its hint", mode, got[i][0], got[i][1], want)
 		}
 		if strings.Contains(got[i][1], srv.Password) {

@@ -1,13 +1,13 @@
 //go:build unix
 
-package pgconnector
+package tlspolicy
 
 import (
 	"io/fs"
 	"syscall"
 )
 
-// openNonBlocking opens a file without waiting for a writer (a FIFO) or a device.
+// openNonBlocking opens a file without waiting for a reader or writer (a FIFO) or a device.
 const openNonBlocking = syscall.O_NONBLOCK
 
 // fileIdentity is a file's device and inode.

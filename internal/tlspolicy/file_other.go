@@ -1,6 +1,6 @@
 //go:build !unix
 
-package pgconnector
+package tlspolicy
 
 import "io/fs"
 

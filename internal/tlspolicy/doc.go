@@ -1,0 +1,47 @@
+// Package tlspolicy holds the rules by which the connector sets up TLS to a PostgreSQL server
+// where libpq's behaviour differs from crypto/tls's (libpq-connect.html, "Parameter Key Words";
+// fe-secure-openssl.c):
+//   - the check of the server's certificate against the root certificate file (sslrootcert) or
+//     the system's roots, under sslmode (ServerCheck; see server.go for the rules);
+//   - the certificate revocation lists of sslcrl and sslcrldir (CRLStore), which libpq loads
+//     into OpenSSL's X509_STORE with X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL
+//     (initialize_SSL);
+//   - the key log file of sslkeylogfile (KeyLogFile; libpq 18, SSL_CTX_keylog_cb);
+//   - the SNI of sslsni (SNIName; initialize_SSL);
+//   - the values and the range of ssl_min_protocol_version and ssl_max_protocol_version
+//     (ParseProtocolVersion, ProtocolRangeValid; fe-connect.c, sslVerifyProtocolVersion and
+//     sslVerifyProtocolRange).
+//
+// A CRLStore checks every certificate of a verified chain, the root included, as OpenSSL 3's
+// x509_vfy.c does (check_revocation, get_crl_sk, get_crl_score, crl_crldp_check, check_crl,
+// cert_crl): each needs a CRL from its issuer (the next certificate, or itself for the
+// self-signed root), from the sslcrl file or from the sslcrldir directories, whose files are
+// looked up as OpenSSL's by_dir.c looks them up (<issuer name hash>.r0, .r1, ... as "openssl
+// rehash" names them; other names are not read; a directory that does not exist has none). The
+// CRL chosen is, as OpenSSL chooses, the one in time (thisUpdate <= now <= nextUpdate), in scope
+// (the certificate's distribution points, RFC 5280 4.2.1.13, their cRLIssuer and reasons, against
+// the CRL's issuingDistributionPoint, 5.2.5), without an unhandled critical extension, and the
+// newest, among those whose authorityKeyIdentifier (5.2.1: key identifier, issuer name, serial
+// number) matches the issuer's certificate; it must be signed by the issuer's key, the issuer's
+// key usage (if any) must allow CRL signing (4.2.1.3), it must be in time (an expired CRL
+// fails), and must not list the certificate. CRLs are chosen until they cover every reason of the
+// distribution point they match. A certificate without a CRL fails ("unable to get certificate
+// CRL"). Names are compared in OpenSSL's canonical form (x509_name_canon).
+//
+// What differs from libpq (15 to 18, with OpenSSL 3):
+//   - sslcrl and the files of sslcrldir may be DER as well as PEM; libpq (OpenSSL's
+//     X509_STORE_load_locations) reads PEM only and, given a DER sslcrl, checks no revocation
+//     at all. A CRL that does not parse is an error; libpq then silently checks nothing.
+//     Certificates in sslcrl count as loaded (they turn the check on, as in libpq) but, unlike
+//     in libpq, are not trusted.
+//   - Indirect CRLs and CRLs for some reasons only are never used, as by OpenSSL without
+//     X509_V_FLAG_EXTENDED_CRL_SUPPORT. A delta CRL (5.2.4) is taken for a complete one as
+//     OpenSSL 3.0 takes it (the newest CRL may be a delta, which then decides), and the chain
+//     must also pass without delta CRLs, as current OpenSSL checks it: a delta alone, or a newer
+//     delta that does not repeat its base's revocations, fails where OpenSSL 3.0 accepts. A
+//     certificate with a distribution point of neither name nor cRLIssuer fails the CRL check;
+//     OpenSSL refuses such a certificate with or without CRLs.
+//
+// Reading the files (which files, with what limits, and the messages for one that cannot be
+// read) is the caller's: the store reads the directories' files through the ReadFunc it is given.
+package tlspolicy
