@@ -37,6 +37,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgconnector/pgconnector/internal/connstring"
 	"github.com/pgconnector/pgconnector/negotiation"
 	"github.com/pgconnector/pgconnector/tracing"
 )
@@ -246,7 +247,7 @@ func WithKerberos(k Kerberos) Option {
 // GSSAPI authentication (a connect error, as libpq's "GSSAPI authentication not supported";
 // fe-auth.c, pg_fe_sendauth). gssencmode=prefer, the default, then never tries GSSAPI
 // encryption. Without the tag nothing returns it.
-var ErrNoGSS = errors.New("GSSAPI support is not compiled in (built with the pgconnector_nogss tag)")
+var ErrNoGSS = connstring.ErrNoGSS
 
 // WithTracerProvider sets where spans go. Default: otel.GetTracerProvider() at the time of New.
 func WithTracerProvider(tp trace.TracerProvider) Option {
@@ -455,7 +456,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	case o.dialFunc != nil:
 		dial = dialWith(o.dialFunc, s.Keepalives)
 	case s.Keepalives != nil:
-		dial = s.Keepalives.dialer().DialContext
+		dial = keepaliveDialer(s.Keepalives).DialContext
 	}
 	metrics := tracing.NewMetrics(o.meterProvider, tracing.Pool{Host: s.Hosts[0].Host, Port: s.Hosts[0].Port, Database: s.Config.Database})
 	var c *Connector
@@ -570,11 +571,11 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 		return err
 	}
 	// The password file's entry for this attempt's host, read now as libpq reads it at each
-	// connect (passfile.go): only when no password was given, in the connection string,
+	// connect (internal/connstring): only when no password was given, in the connection string,
 	// PGPASSWORD or the pgx configuration (PgxConfig); WithBeforeConnect, below, may still set one.
-	if cfg.Password == "" && c.settings.passfile != "" {
+	if cfg.Password == "" {
 		host, port, _ := negotiation.AttemptHost(ctx)
-		pw, ignored, err := passwordFromFile(c.settings.passfile, host, port, cfg.Database, cfg.User)
+		pw, ignored, err := c.settings.PasswordFromFile(host, port, cfg.Database, cfg.User)
 		if err != nil {
 			return &negotiation.AbortError{Err: err}
 		}

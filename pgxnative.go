@@ -153,12 +153,9 @@ func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
 
 // pgxPoolConfig is PgxPoolConfig, with the PoolTracer its Tracer holds.
 func (c *Connector) pgxPoolConfig() (*pgxpool.Config, *tracing.PoolTracer, error) {
-	if c.settings.pgxConnString == nil {
-		return nil, nil, errors.New("pgconnector: the Connector was not made by New")
-	}
-	pc, err := pgxpool.ParseConfig(c.settings.pgxConnString())
+	pc, err := c.settings.PoolConfig()
 	if err != nil {
-		return nil, nil, poolParseError(err)
+		return nil, nil, err
 	}
 	cc := c.PgxConfig()
 	// pgxpool's keys, which pgx left in RuntimeParams: not for the server.
@@ -441,33 +438,4 @@ func (d *pgxDial) abandon() {
 	if d.taken.CompareAndSwap(false, true) {
 		d.conn.Close()
 	}
-}
-
-// poolKeys says what each pgxpool key must be, for poolParseError.
-var poolKeys = map[string]string{
-	"pool_max_conns":                "an integer of at least 1",
-	"pool_min_conns":                "an integer",
-	"pool_min_idle_conns":           "an integer",
-	"pool_max_conn_lifetime":        "a duration (1h, 30m, 90s)",
-	"pool_max_conn_idle_time":       "a duration (1h, 30m, 90s)",
-	"pool_health_check_period":      "a duration (1h, 30m, 90s)",
-	"pool_max_conn_lifetime_jitter": "a duration (1h, 30m, 90s)",
-	"pool_ping_timeout":             "a duration (1h, 30m, 90s)",
-}
-
-// poolParseError is a *ParseError for what pgxpool.ParseConfig rejected: one of its keys (the
-// rest parsed in New). pgx's message is not shown: it may quote the connection string.
-func poolParseError(err error) *ParseError {
-	var pce *pgconn.ParseConfigError
-	if errors.As(err, &pce) {
-		bare := *pce
-		bare.ConnString = ""
-		msg := bare.Error()
-		for k, must := range poolKeys {
-			if strings.Contains(msg, k+" ") || strings.HasSuffix(msg, k) {
-				return &ParseError{Key: k, msg: "invalid " + k + ": must be " + must}
-			}
-		}
-	}
-	return &ParseError{msg: "invalid connection string for pgxpool (pgx's message is not shown: it may quote a value)"}
 }

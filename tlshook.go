@@ -31,14 +31,14 @@ func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
 	}
 	host, port, _ := negotiation.AttemptHost(ctx)
 	i := slices.IndexFunc(c.settings.Hosts, func(h negotiation.Host) bool { return h.Host == host && h.Port == port })
-	if i < 0 || c.settings.Hosts[i].TLSConfig == nil || c.settings.tlsChecks[i] == nil { // a Settings not made by ParseSettings
+	if i < 0 || c.settings.Hosts[i].TLSConfig == nil || c.settings.TLSCheck(i) == nil { // a Settings not made by ParseSettings
 		return &negotiation.AbortError{Err: errors.New("pgconnector: the host's TLS configuration was not built by the connector")}
 	}
 	c.tlsClone(cfg, c.settings.Hosts[i].TLSConfig)
 	if c.tlsConfigFunc == nil {
 		return nil
 	}
-	chk, mode := c.settings.tlsChecks[i], c.settings.Hosts[i].SSLMode
+	chk, mode := c.settings.TLSCheck(i), c.settings.Hosts[i].SSLMode
 	tc := cfg.TLSConfig
 	var pool *x509.CertPool // the function's RootCAs, set below before any handshake
 	ours := func(cs tls.ConnectionState) error {
@@ -219,3 +219,7 @@ func (f connectorFields) changedBy(cfg *pgx.ConnConfig) string {
 	}
 	return ""
 }
+
+// refused marks err as the client's refusal of the server's TLS, never taken for the server's
+// lack of TLS.
+func refused(err error) error { return &negotiation.TLSRefusedError{Err: err} }

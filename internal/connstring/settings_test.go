@@ -1,4 +1,4 @@
-package pgconnector
+package connstring
 
 import (
 	"crypto/ecdsa"
@@ -43,7 +43,7 @@ func TestParseSettingsHosts(t *testing.T) {
 	} {
 		t.Run(tt.dsn, func(t *testing.T) {
 			t.Setenv("PGSSLMODE", "")
-			s, err := ParseSettings(tt.dsn)
+			s, err := Parse(tt.dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +60,7 @@ func TestParseSettingsHosts(t *testing.T) {
 
 func TestParseSettingsLibpqKeys(t *testing.T) {
 	t.Setenv("PGGSSENCMODE", "")
-	s, err := ParseSettings("host=a gssencmode=disable gssdelegation=1 application_name=x")
+	s, err := Parse("host=a gssencmode=disable gssdelegation=1 application_name=x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,14 +77,14 @@ func TestParseSettingsLibpqKeys(t *testing.T) {
 	}
 
 	t.Setenv("PGGSSENCMODE", "require")
-	if s, err = ParseSettings("host=a"); err != nil || s.GSSEncMode != negotiation.GSSEncModeRequire {
+	if s, err = Parse("host=a"); err != nil || s.GSSEncMode != negotiation.GSSEncModeRequire {
 		t.Errorf("PGGSSENCMODE=require: %v, %v", s.GSSEncMode, err)
 	}
-	if s, err = ParseSettings("host=a gssencmode=disable"); err != nil || s.GSSEncMode != negotiation.GSSEncModeDisable {
+	if s, err = Parse("host=a gssencmode=disable"); err != nil || s.GSSEncMode != negotiation.GSSEncModeDisable {
 		t.Errorf("the DSN must win over PGGSSENCMODE: %v, %v", s.GSSEncMode, err)
 	}
 	t.Setenv("PGGSSENCMODE", "bogus")
-	if _, err = ParseSettings("host=a"); err == nil || !strings.Contains(err.Error(), "gssencmode") {
+	if _, err = Parse("host=a"); err == nil || !strings.Contains(err.Error(), "gssencmode") {
 		t.Errorf("bad PGGSSENCMODE: %v", err)
 	}
 }
@@ -205,7 +205,7 @@ func TestParseErrors(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			_, err := ParseSettings(tt.dsn)
+			_, err := Parse(tt.dsn)
 			var pe *ParseError
 			if !errors.As(err, &pe) {
 				t.Fatalf("error %v (%T) is not a *ParseError", err, err)
@@ -317,7 +317,7 @@ func FuzzParseSettings(f *testing.F) {
 			password = "pw" + hex.EncodeToString(sum[:10])
 		}
 		for _, d := range []string{dsn + " password=" + password, "postgres://u:" + password + "@" + dsn} {
-			s, err := ParseSettings(d)
+			s, err := Parse(d)
 			if err != nil {
 				var pe *ParseError
 				if !errors.As(err, &pe) {

@@ -1,4 +1,4 @@
-package pgconnector
+package connstring
 
 import (
 	"crypto/tls"
@@ -145,6 +145,10 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 
 // defaultCRLFile is libpq's default sslcrl: ~/.postgresql/root.crl (%APPDATA%\postgresql\root.crl
 // on Windows); "" when there is no home directory.
+// defaultRootFile is libpq's default sslrootcert: ~/.postgresql/root.crt
+// (%APPDATA%\postgresql\root.crt on Windows); "" when there is no home directory.
+func defaultRootFile() string { return homeFile("root.crt") }
+
 func defaultCRLFile() string { return homeFile("root.crl") }
 
 // homeFile is name in libpq's directory of defaults, ~/.postgresql (%APPDATA%\postgresql on

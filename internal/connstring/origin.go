@@ -1,4 +1,4 @@
-package pgconnector
+package connstring
 
 import (
 	"net/url"

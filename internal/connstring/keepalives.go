@@ -1,0 +1,73 @@
+package connstring
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Keepalives are libpq's TCP socket options (libpq-connect.html, keepalives to
+// tcp_user_timeout). Durations of zero leave the operating system's default, as libpq does when
+// the key is not given.
+type Keepalives struct {
+	Off      bool          // keepalives=0
+	Idle     time.Duration // keepalives_idle, seconds: TCP_KEEPIDLE
+	Interval time.Duration // keepalives_interval, seconds: TCP_KEEPINTVL
+	Count    int           // keepalives_count: TCP_KEEPCNT
+	// UserTimeout is tcp_user_timeout, milliseconds: TCP_USER_TIMEOUT (Linux), how long sent
+	// data may stay unacknowledged before the connection is dropped.
+	UserTimeout time.Duration
+}
+
+// parseKeepalives reads the keys; nil when none is given. Values are integers as libpq parses
+// them (fe-connect.c, parse_int_param: white space around is allowed); a negative duration means
+// the operating system's default, as 0 does.
+func parseKeepalives(kv *keyValues) (*Keepalives, error) {
+	var ka Keepalives
+	given := false
+	num := func(key string) (int, bool, error) {
+		v, src, ok := kv.get(key, "")
+		if !ok {
+			return 0, false, nil
+		}
+		given = true
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return 0, false, invalid(key, src, "an integer")
+		}
+		return n, true, nil
+	}
+	if n, ok, err := num("keepalives"); err != nil {
+		return nil, err
+	} else if ok {
+		ka.Off = n == 0
+	}
+	for _, f := range []struct {
+		key  string
+		unit time.Duration
+		dst  *time.Duration
+	}{
+		{"keepalives_idle", time.Second, &ka.Idle},
+		{"keepalives_interval", time.Second, &ka.Interval},
+		{"tcp_user_timeout", time.Millisecond, &ka.UserTimeout},
+	} {
+		n, ok, err := num(f.key)
+		if err != nil {
+			return nil, err
+		}
+		if ok && n > 0 {
+			*f.dst = time.Duration(n) * f.unit
+		}
+	}
+	n, ok, err := num("keepalives_count")
+	if err != nil {
+		return nil, err
+	}
+	if ok && n > 0 {
+		ka.Count = n
+	}
+	if !given {
+		return nil, nil
+	}
+	return &ka, nil
+}
