@@ -22,11 +22,11 @@ type Keepalives struct {
 // parseKeepalives reads the keys; nil when none is given. Values are integers as libpq parses
 // them (fe-connect.c, parse_int_param: white space around is allowed); a negative duration means
 // the operating system's default, as 0 does.
-func parseKeepalives(kv *keyValues) (*Keepalives, error) {
+func parseKeepalives(vals *values) (*Keepalives, error) {
 	var ka Keepalives
 	given := false
 	num := func(key string) (int, bool, error) {
-		v, src, ok := kv.get(key, "")
+		v, src, ok := vals.get(key, "", false)
 		if !ok {
 			return 0, false, nil
 		}

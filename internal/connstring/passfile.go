@@ -30,7 +30,7 @@ const maxPassfileSize = 1 << 20
 // an empty value means the default, as in libpq. The home directory is libpq's (homeDir: $HOME,
 // else the user database's entry), as for ~/.postgresql/root.crt. It returns "" when there is no
 // home directory to find ~/.pgpass in.
-func passfilePath(o *origin) string {
+func passfilePath(o *values) string {
 	if p, _, ok := o.get("passfile", "PGPASSFILE", false); ok && p != "" {
 		return p
 	}
@@ -42,22 +42,6 @@ func passfilePath(o *origin) string {
 		return ""
 	}
 	return filepath.Join(home, ".pgpass")
-}
-
-// withoutPassfile returns dsn with an empty passfile added at its end, which keeps pgx from reading the
-// password file, and true; or dsn and false when dsn is malformed (a quote not closed, a key
-// without "="), for which pgx fails before it reads any file.
-func withoutPassfile(dsn string) (string, bool) {
-	out := appendKeys(dsn, [][2]string{{"passfile", ""}})
-	if isURL(dsn) {
-		return out, true
-	}
-	before, unclosed := scanKeywordValue(dsn)
-	after, _ := scanKeywordValue(out)
-	if unclosed != "" || len(after) != len(before)+1 || after[len(after)-1] != [2]string{"passfile", ""} {
-		return dsn, false
-	}
-	return out, true
 }
 
 // passfileHost is the host name a password-file entry must match for a host of the connection

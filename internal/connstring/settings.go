@@ -58,40 +58,40 @@ type Settings struct {
 	pgxConnString func() string
 }
 
-// ParseSettings parses a connection string as New does. Every error is a [*ParseError]: it names
-// the bad key (and the allowed values) and never holds the password or another secret.
+// Parse parses a connection string as New does: read once (see the package doc), then the keys
+// that change what pgx must parse written at its end for pgx, then every check and the hosts
+// from what was read and what pgx built. Every error is a [*ParseError]: it names the bad key
+// (and the allowed values) and never holds the password or another secret.
 func Parse(dsn string) (*Settings, error) {
-	o, err := newOrigin(dsn)
+	v, err := read(dsn)
 	if err != nil {
 		return nil, err
 	}
 	// Keys that change what pgx must parse: a missing sslcert, hostaddr without host (the
 	// addresses then name the hosts, as libpq's PQhost does), requiressl (an sslmode).
-	extra, err := o.libpqRewrites()
+	extra, err := v.libpqRewrites()
 	if err != nil {
 		return nil, err
 	}
 	// An empty passfile: pgx would look the password file up for the first host and give that
 	// password to every host; the connector looks it up per host (passfile.go).
-	dsn1, noPassfile := withoutPassfile(appendKeys(dsn, extra))
-	cfg, err := pgx.ParseConfig(dsn1)
+	pgxString, noPassfile := v.pgxString(extra)
+	cfg, err := pgx.ParseConfig(pgxString)
 	if err != nil {
-		return nil, fromPgx(err, dsn)
+		return nil, fromPgx(err, v)
 	}
 	switch cfg.SSLNegotiation {
 	case "", "postgres", "direct":
 	default:
 		// pgx keeps any value and treats it as "postgres"; libpq rejects it.
-		src := sourceOf(dsn, "sslnegotiation")
+		_, src, _ := v.get("sslnegotiation", "PGSSLNEGOTIATION", false)
 		return nil, invalid("sslnegotiation", source{value: cfg.SSLNegotiation, env: src.env, known: true}, "one of postgres, direct")
 	}
-	s := &Settings{Config: cfg, pgxConnString: func() string { return dsn1 }}
+	s := &Settings{Config: cfg, pgxConnString: func() string { return pgxString }}
 	if noPassfile && cfg.Password == "" { // libpq: a password set but empty reads the file too
-		s.passfile = passfilePath(o)
+		s.passfile = passfilePath(v)
 	}
-	kv := &keyValues{params: maps.Clone(cfg.RuntimeParams)}
-
-	gssenc, src, _ := kv.get("gssencmode", "PGGSSENCMODE")
+	gssenc, src, _ := v.get("gssencmode", "PGGSSENCMODE", false)
 	if s.GSSEncMode, err = negotiation.ParseGSSEncMode(gssenc); err != nil {
 		return nil, invalid("gssencmode", src, "one of disable, prefer, require")
 	}
@@ -103,9 +103,9 @@ func Parse(dsn string) (*Settings, error) {
 		e.err = ErrNoGSS
 		return nil, e
 	}
-	deleg, _, _ := kv.get("gssdelegation", "PGGSSDELEGATION")
+	deleg, _, _ := v.get("gssdelegation", "PGGSSDELEGATION", false)
 	s.GSSDelegation = negotiation.ParseGSSDelegation(deleg)
-	if err := s.libpqKeys(kv); err != nil {
+	if err := s.libpqKeys(v); err != nil {
 		return nil, err
 	}
 	s.TargetSessionAttrs = targetOf(cfg.ValidateConnect)
@@ -114,20 +114,36 @@ func Parse(dsn string) (*Settings, error) {
 	if len(s.Hosts) == 0 {
 		return nil, &ParseError{Key: "host", msg: "connection string has no host"}
 	}
-	if err := s.hostaddrs(kv); err != nil {
+	if err := s.hostaddrs(v); err != nil {
 		return nil, err
 	}
-	if err := s.tlsKeys(kv, o, extra, cfg); err != nil {
+	if err := s.tlsKeys(v, extra, cfg); err != nil {
 		return nil, err
 	}
-	// Whatever libpq knows is not a run-time parameter, unless libpq sends it too.
-	for _, k := range keywords {
-		if !sentToServer[k.Name] {
-			delete(kv.params, k.Name)
+	cfg.RuntimeParams = runtimeParams(cfg.RuntimeParams)
+	return s, nil
+}
+
+// runtimeParams returns the run-time parameters for the server from what pgx left in
+// RuntimeParams: libpq's keys removed unless libpq sends them too, client_encoding=auto as
+// UTF8 (libpq picks the encoding of the client's locale; pgx reads and writes UTF-8 only), and
+// fallback_application_name as application_name when none is given.
+func runtimeParams(pgxParams map[string]string) map[string]string {
+	params := maps.Clone(pgxParams)
+	if v, ok := params["client_encoding"]; ok && strings.EqualFold(v, "auto") {
+		params["client_encoding"] = "UTF8"
+	}
+	if v, ok := params["fallback_application_name"]; ok {
+		if _, set := params["application_name"]; !set {
+			params["application_name"] = v
 		}
 	}
-	cfg.RuntimeParams = kv.params
-	return s, nil
+	for _, k := range keywords {
+		if !sentToServer[k.Name] {
+			delete(params, k.Name)
+		}
+	}
+	return params
 }
 
 // TLSCheck returns the server check (root certificate file, chain, host name, CRLs) of Hosts[i]'s
@@ -140,41 +156,21 @@ func (s *Settings) TLSCheck(i int) *tlspolicy.ServerCheck {
 	return s.tlsChecks[i]
 }
 
-// keyValues reads the libpq keys that pgx leaves in RuntimeParams (from the connection string or
-// a service file) and, when absent there, their environment variables.
-type keyValues struct {
-	params map[string]string
-}
-
-// get returns key's value and where it came from; ok is false when neither the connection string
-// nor env (when not "") has it. An environment variable set to "" counts as absent.
-func (kv *keyValues) get(key, env string) (value string, src source, ok bool) {
-	if v, ok := kv.params[key]; ok {
-		return v, source{value: v, known: true}, true
-	}
-	if env != "" {
-		if v := os.Getenv(env); v != "" {
-			return v, source{value: v, env: env, known: true}, true
-		}
-	}
-	return "", source{}, false
-}
-
 // libpqKeys applies the libpq keys pgx does not know, other than hostaddr.
-func (s *Settings) libpqKeys(kv *keyValues) error {
+func (s *Settings) libpqKeys(vals *values) error {
 	for _, k := range keywords {
 		if k.Status != Rejected {
 			continue
 		}
-		if _, _, ok := kv.get(k.Name, k.Env); ok {
+		if _, _, ok := vals.get(k.Name, k.Env, false); ok {
 			return &ParseError{Key: k.Name, msg: k.Name + " is not supported: " + k.Note}
 		}
 	}
 	// libpq built without SSPI ignores gsslib's value; sspi cannot be had off Windows.
-	if v, src, ok := kv.get("gsslib", "PGGSSLIB"); ok && strings.EqualFold(v, "sspi") {
+	if v, src, ok := vals.get("gsslib", "PGGSSLIB", false); ok && strings.EqualFold(v, "sspi") {
 		return &ParseError{Key: "gsslib", Env: src.env, msg: "gsslib=sspi is only available on Windows: use gssapi"}
 	}
-	if v, src, ok := kv.get("load_balance_hosts", "PGLOADBALANCEHOSTS"); ok {
+	if v, src, ok := vals.get("load_balance_hosts", "PGLOADBALANCEHOSTS", false); ok {
 		switch v {
 		case "disable":
 		case "random":
@@ -183,19 +179,10 @@ func (s *Settings) libpqKeys(kv *keyValues) error {
 			return invalid("load_balance_hosts", src, "one of disable, random")
 		}
 	}
-	if v, _, ok := kv.get("requirepeer", "PGREQUIREPEER"); ok {
+	if v, _, ok := vals.get("requirepeer", "PGREQUIREPEER", false); ok {
 		s.RequirePeer = v
 	}
-	if v, ok := kv.params["client_encoding"]; ok && strings.EqualFold(v, "auto") {
-		// libpq picks the encoding of the client's locale; pgx reads and writes UTF-8 only.
-		kv.params["client_encoding"] = "UTF8"
-	}
-	if v, ok := kv.params["fallback_application_name"]; ok {
-		if _, set := kv.params["application_name"]; !set {
-			kv.params["application_name"] = v
-		}
-	}
-	ka, err := parseKeepalives(kv)
+	ka, err := parseKeepalives(vals)
 	if err != nil {
 		return err
 	}
@@ -206,14 +193,9 @@ func (s *Settings) libpqKeys(kv *keyValues) error {
 // tlsKeys applies the libpq TLS keys pgx does not know (tlskeys.go) to every TLS configuration
 // pgx built, which the hosts share, and refuses the weak sslmode combinations libpq refuses.
 // extra are the keys libpqRewrites added (an sslmode from requiressl counts as given).
-func (s *Settings) tlsKeys(kv *keyValues, o *origin, extra [][2]string, cfg *pgx.ConnConfig) error {
+func (s *Settings) tlsKeys(vals *values, extra [][2]string, cfg *pgx.ConnConfig) error {
 	// An environment variable set to "" is a value here ("no bound"), as in libpq.
-	get := func(key, env string) (string, source, bool) {
-		if v, ok := kv.params[key]; ok {
-			return v, source{value: v, known: true}, true
-		}
-		return o.get(key, env, true) // a key pgx consumed (sslrootcert, sslmode)
-	}
+	get := func(key, env string) (string, source, bool) { return vals.get(key, env, true) }
 	k, err := parseTLSKeys(get)
 	if err != nil {
 		return err
@@ -268,8 +250,8 @@ func targetOf(f pgconn.ValidateConnectFunc) negotiation.TargetSessionAttrs {
 
 // hostaddrs pairs hostaddr's entries with the hosts (fe-connect.c, pqConnectOptions2: as many
 // entries as hosts; an empty one resolves its host).
-func (s *Settings) hostaddrs(kv *keyValues) error {
-	v, src, ok := kv.get("hostaddr", "PGHOSTADDR")
+func (s *Settings) hostaddrs(vals *values) error {
+	v, src, ok := vals.get("hostaddr", "PGHOSTADDR", false)
 	if !ok {
 		return nil
 	}
@@ -306,7 +288,7 @@ func (s *Settings) hostaddrs(kv *keyValues) error {
 //     prefer; a later sslmode in the string wins). PGREQUIRESSL counts only when sslmode has no
 //     value from the string, the service file or PGSSLMODE (conninfo_add_defaults); requiressl in
 //     a service file is an error, as libpq's service file parser knows no such key.
-func (o *origin) libpqRewrites() ([][2]string, error) {
+func (o *values) libpqRewrites() ([][2]string, error) {
 	var extra [][2]string
 	cert, certSrc, certOK := o.get("sslcert", "PGSSLCERT", false)
 	key, keySrc, keyOK := o.get("sslkey", "PGSSLKEY", false)
@@ -348,9 +330,9 @@ func (o *origin) libpqRewrites() ([][2]string, error) {
 		return nil, &ParseError{Key: "requiressl", msg: "requiressl is not allowed in a service file (libpq does not accept it there): use sslmode"}
 	}
 	if v, ok := o.inString("requiressl"); ok {
-		if !sslmodeAfter(o.dsn, "requiressl") {
+		if !o.after("requiressl", "sslmode") {
 			mode := "prefer"
-			if strings.HasPrefix(v, "1") {
+			if strings.HasPrefix(v.value, "1") {
 				mode = "require"
 			}
 			extra = append(extra, [2]string{"sslmode", mode})
@@ -382,40 +364,21 @@ func (o *origin) libpqRewrites() ([][2]string, error) {
 	return extra, nil
 }
 
-// sslmodeAfter reports whether dsn sets sslmode after key (the later of the two wins).
-func sslmodeAfter(dsn, key string) bool {
-	var keys []string
-	if isURL(dsn) {
-		if _, query, ok := strings.Cut(dsn, "?"); ok {
-			for param := range strings.SplitSeq(query, "&") {
-				k, _, _ := strings.Cut(param, "=")
-				keys = append(keys, k)
-			}
-		}
-	} else {
-		pairs, _ := scanKeywordValue(dsn)
-		for _, p := range pairs {
-			keys = append(keys, p[0])
-		}
+// pgxString returns the string pgx parses: the connection string with pairs added at its end,
+// where they win over earlier ones, and passfile='' (which keeps pgx from reading the password
+// file) when the string is well formed; noPassfile says it was added. For a malformed string (a
+// quote not closed, a word without "=") pgx fails before it reads any file.
+func (v *values) pgxString(pairs [][2]string) (dsn string, noPassfile bool) {
+	dsn = v.dsn
+	if !v.isURL && v.malformed {
+		return appendKeys(dsn, v.emptyLast, pairs), false
 	}
-	at, after := -1, false
-	for i, k := range keys {
-		switch k {
-		case key:
-			at, after = i, false
-		case "sslmode":
-			after = at >= 0
-		}
-	}
-	return after
+	return appendKeys(dsn, v.emptyLast, append(pairs, [2]string{"passfile", ""})), true
 }
 
-func isURL(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
-}
-
-// appendKeys returns dsn with the pairs added at its end, where they win over earlier ones.
-func appendKeys(dsn string, pairs [][2]string) string {
+// appendKeys returns dsn with the pairs added at its end; emptyLast: a keyword/value dsn whose
+// last key has nothing after its "=".
+func appendKeys(dsn string, emptyLast bool, pairs [][2]string) string {
 	if len(pairs) == 0 {
 		return dsn
 	}
@@ -428,8 +391,7 @@ func appendKeys(dsn string, pairs [][2]string) string {
 		}
 		// A last key with nothing after its "=" has the empty value; written so, or the pair
 		// added would become its value (white space after "=" is skipped).
-		if kv, unclosed := scanKeywordValue(dsn); unclosed == "" && len(kv) > 0 && kv[len(kv)-1][1] == "" &&
-			strings.HasSuffix(strings.TrimRight(dsn, " \t\n\r\v\f"), "=") {
+		if emptyLast {
 			dsn = strings.TrimRight(dsn, " \t\n\r\v\f") + "''"
 		}
 	}

@@ -38,7 +38,7 @@ var tlsKeyNames = []string{"ssl_min_protocol_version", "ssl_max_protocol_version
 // getFrom is the get of parseTLSKeys for a keyword/value string: the last value of the key in
 // dsn, else the environment variable env when it is set (even empty, as libpq).
 func getFrom(dsn string) func(key, env string) (string, source, bool) {
-	pairs, _ := scanKeywordValue(dsn)
+	pairs, _, _ := scanKeywordValue(dsn)
 	return func(key, env string) (string, source, bool) {
 		for i := len(pairs) - 1; i >= 0; i-- {
 			if pairs[i][0] == key {
@@ -62,7 +62,7 @@ func pgxConfigWithTLSKeys(t *testing.T, dsn string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	pairs, _ := scanKeywordValue(dsn)
+	pairs, _, _ := scanKeywordValue(dsn)
 	var rest []string
 	for _, p := range pairs {
 		if !slices.Contains(tlsKeyNames, p[0]) {
