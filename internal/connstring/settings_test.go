@@ -1,21 +1,19 @@
 package connstring
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/pgconnector/pgconnector/internal/testpki"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
@@ -239,15 +237,8 @@ func TestParseErrors(t *testing.T) {
 // password (legacy PEM encryption, which pgx reads).
 func testCertAndKeys(t *testing.T, password string) (cert, key, encKey string) {
 	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := testpki.NewKey(t)
+	c := testpki.Issue(t, &x509.Certificate{}, nil, priv)
 	keyDER, err := x509.MarshalECPrivateKey(priv)
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +248,7 @@ func testCertAndKeys(t *testing.T, password string) (cert, key, encKey string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+	return string(testpki.PEMCert(c.Cert)),
 		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})),
 		string(pem.EncodeToMemory(enc))
 }
