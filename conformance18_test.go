@@ -132,7 +132,7 @@ func TestKeywordsMatchLibpq18(t *testing.T) {
 // checkCancel opens sessions to srv with a connector for srv.DSN(extra) (the one canceled after
 // another has taught the cache what it can), checks that its cancel key has keyLen bytes, and
 // cancels a pg_sleep on it with pgx's CancelRequest, which goes out through the connector as the
-// session's client (pgxnative.go, pgxDial): the statement must end with 57014 (query_canceled),
+// session's client (internal/replay, Dial): the statement must end with 57014 (query_canceled),
 // which the server answers only to a CancelRequest with the session's key, and the session must
 // go on.
 func checkCancel(t *testing.T, srv *harness.Postgres, extra string, keyLen int) {

@@ -1,6 +1,9 @@
 package pgconnector
 
-import "github.com/pgconnector/pgconnector/internal/connstring"
+import (
+	"github.com/pgconnector/pgconnector/internal/connstring"
+	"github.com/pgconnector/pgconnector/internal/keepalive"
+)
 
 // Settings is a parsed connection string (internal/connstring): Config is what pgx parsed,
 // without the libpq keys in RuntimeParams; Hosts are the hosts in order, each with its sslmode,
@@ -12,7 +15,7 @@ type Settings = connstring.Settings
 // Keepalives are libpq's TCP socket options (libpq-connect.html, keepalives to
 // tcp_user_timeout): Off (keepalives=0), Idle and Interval (seconds in the string), Count, and
 // UserTimeout (milliseconds in the string); a zero duration leaves the system's default.
-type Keepalives = connstring.Keepalives
+type Keepalives = keepalive.Options
 
 // ParseSettings parses a connection string as New does: the string, the PG* environment
 // variables and the service file, with libpq's precedence. Every error is a [*ParseError]: it

@@ -4,26 +4,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// Keepalives are libpq's TCP socket options (libpq-connect.html, keepalives to
-// tcp_user_timeout). Durations of zero leave the operating system's default, as libpq does when
-// the key is not given.
-type Keepalives struct {
-	Off      bool          // keepalives=0
-	Idle     time.Duration // keepalives_idle, seconds: TCP_KEEPIDLE
-	Interval time.Duration // keepalives_interval, seconds: TCP_KEEPINTVL
-	Count    int           // keepalives_count: TCP_KEEPCNT
-	// UserTimeout is tcp_user_timeout, milliseconds: TCP_USER_TIMEOUT (Linux), how long sent
-	// data may stay unacknowledged before the connection is dropped.
-	UserTimeout time.Duration
-}
+	"github.com/pgconnector/pgconnector/internal/keepalive"
+)
 
 // parseKeepalives reads the keys; nil when none is given. Values are integers as libpq parses
 // them (fe-connect.c, parse_int_param: white space around is allowed); a negative duration means
 // the operating system's default, as 0 does.
-func parseKeepalives(vals *values) (*Keepalives, error) {
-	var ka Keepalives
+func parseKeepalives(vals *values) (*keepalive.Options, error) {
+	var ka keepalive.Options
 	given := false
 	num := func(key string) (int, bool, error) {
 		v, src, ok := vals.get(key, "", false)

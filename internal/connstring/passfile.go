@@ -2,6 +2,8 @@ package connstring
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -9,8 +11,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 
 	"github.com/jackc/pgpassfile"
+
+	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // The password file (libpq-pgpass.html; fe-connect.c, pqConnectOptions2 and passwordFromFile),
@@ -155,8 +160,56 @@ func passfileIgnored(path string, fi fs.FileInfo) string {
 // the connection string) and port, for dbname and user, read now as libpq reads it at each
 // connect; "" when the connection string or PGPASSWORD gives the password (every host gets
 // that one), when there is no home directory to find ~/.pgpass in, or when the file has no entry.
-// ignored is libpq's warning for a file it does not read (not a plain file, group or world
-// access). The error is a file too large or unreadable, and never holds the file's content.
-func (s *Settings) PasswordFromFile(host string, port uint16, dbname, user string) (password, ignored string, err error) {
-	return passwordFromFile(s.passfile, host, port, dbname, user)
+// libpq's warning for a file it does not read (not a plain file, group or world access) goes to
+// the note ctx carries (WithPassfileNote). The error is a file too large or unreadable, and
+// never holds the file's content.
+func (s *Settings) PasswordFromFile(ctx context.Context, host string, port uint16, dbname, user string) (string, error) {
+	password, ignored, err := passwordFromFile(s.passfile, host, port, dbname, user)
+	notePassfile(ctx, ignored)
+	return password, err
 }
+
+// PassfileNote carries, through the context of one connect, libpq's warning for a password file
+// that was not read, which the connect's error gets when it is [negotiation.ErrNoPassword].
+type PassfileNote struct {
+	mu  sync.Mutex
+	msg string
+}
+
+type passfileNoteKey struct{}
+
+// WithPassfileNote returns ctx with a new note for Settings.PasswordFromFile to fill.
+func WithPassfileNote(ctx context.Context) (context.Context, *PassfileNote) {
+	n := &PassfileNote{}
+	return context.WithValue(ctx, passfileNoteKey{}, n), n
+}
+
+// notePassfile records msg in the note ctx carries, if any.
+func notePassfile(ctx context.Context, msg string) {
+	if n, ok := ctx.Value(passfileNoteKey{}).(*PassfileNote); ok && msg != "" {
+		n.mu.Lock()
+		n.msg = msg
+		n.mu.Unlock()
+	}
+}
+
+// Wrap adds the warning to err when err is the refusal of a password request for want of a
+// password: why the file gave none.
+func (n *PassfileNote) Wrap(err error) error {
+	n.mu.Lock()
+	msg := n.msg
+	n.mu.Unlock()
+	if msg == "" || !errors.Is(err, negotiation.ErrNoPassword) {
+		return err
+	}
+	return &passfileIgnoredError{err: err, msg: msg}
+}
+
+// passfileIgnoredError is a connect's error with the warning libpq would have printed.
+type passfileIgnoredError struct {
+	err error
+	msg string
+}
+
+func (e *passfileIgnoredError) Error() string { return e.err.Error() + " (" + e.msg + ")" }
+func (e *passfileIgnoredError) Unwrap() error { return e.err }

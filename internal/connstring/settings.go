@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgconnector/pgconnector/internal/keepalive"
 	"github.com/pgconnector/pgconnector/internal/tlspolicy"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
@@ -42,7 +43,7 @@ type Settings struct {
 	RequirePeer string
 	// Keepalives are the TCP options of keepalives, keepalives_idle, keepalives_interval,
 	// keepalives_count and tcp_user_timeout; nil when none is given (pgx's dialer is kept).
-	Keepalives *Keepalives
+	Keepalives *keepalive.Options
 
 	// tlsChecks are the server checks of Hosts' TLS configurations (internal/tlspolicy), one per host,
 	// nil for a host without TLS: WithTLSConfigFunc's configurations are checked by them.
@@ -365,7 +366,7 @@ func (o *values) libpqRewrites() ([][2]string, error) {
 }
 
 // pgxString returns the string pgx parses: the connection string with pairs added at its end,
-// where they win over earlier ones, and passfile='' (which keeps pgx from reading the password
+// where they win over earlier ones, and passfile=” (which keeps pgx from reading the password
 // file) when the string is well formed; noPassfile says it was added. For a malformed string (a
 // quote not closed, a word without "=") pgx fails before it reads any file.
 func (v *values) pgxString(pairs [][2]string) (dsn string, noPassfile bool) {
