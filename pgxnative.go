@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
@@ -152,16 +151,10 @@ func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
 
 // pgxPoolConfig is PgxPoolConfig, with the PoolTracer its Tracer holds.
 func (c *Connector) pgxPoolConfig() (*pgxpool.Config, *tracing.PoolTracer, error) {
-	pc, err := c.settings.PoolConfig()
+	cc := c.PgxConfig()
+	pc, err := c.settings.PoolConfig(cc)
 	if err != nil {
 		return nil, nil, err
-	}
-	cc := c.PgxConfig()
-	// pgxpool's keys, which pgx left in RuntimeParams: not for the server.
-	for k := range cc.RuntimeParams {
-		if _, kept := pc.ConnConfig.RuntimeParams[k]; strings.HasPrefix(k, "pool_") && !kept {
-			delete(cc.RuntimeParams, k)
-		}
 	}
 	pt := c.newPoolTracer()
 	cc.Tracer = pt

@@ -4,22 +4,52 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// PoolConfig returns pgxpool's configuration for the connection string: its pool_* keys
-// (pgxpool/pool.go, ParseConfig) read by pgxpool. The error is a *ParseError naming the pool key
-// at fault, or an error for a Settings that Parse did not make.
-func (s *Settings) PoolConfig() (*pgxpool.Config, error) {
-	if s.pgxConnString == nil {
+// parsePgx is pgx's one parse of the string: pgxpool.ParseConfig (pgxpool/pool.go), which is
+// pgx.ParseConfig followed by the reading of pgxpool's keys from what pgx left in RuntimeParams.
+// pgx's configuration keeps those keys in RuntimeParams, as pgx.ParseConfig leaves them:
+// database/sql and ConnectPgx send them, pgxpool does not. A bad pgxpool key is an error of
+// PoolConfig alone: pgx's configuration is then parsed without pgxpool.
+func (v *values) parsePgx(s string) (cfg *pgx.ConnConfig, pool *pgxpool.Config, poolErr, err error) {
+	pool, err = pgxpool.ParseConfig(s)
+	if err != nil {
+		if poolErr = poolParseError(err); poolErr.(*ParseError).Key == "" {
+			return nil, nil, nil, err // not one of pgxpool's keys: pgx's own error
+		}
+		cfg, err = pgx.ParseConfig(s)
+		return cfg, nil, poolErr, err
+	}
+	cfg = pool.ConnConfig
+	pool.ConnConfig = nil
+	for k := range poolKeys {
+		if val, _, ok := v.get(k, "", false); ok {
+			cfg.RuntimeParams[k] = val
+		}
+	}
+	return cfg, pool, nil, nil
+}
+
+// PoolConfig returns pgxpool's configuration for the connection string, with cc as its
+// ConnConfig: the pool_* keys (pgxpool/pool.go, ParseConfig) as Parse read them, and removed
+// from cc.RuntimeParams (they are not for the server). The error is a *ParseError naming the pool
+// key at fault, or an error for a Settings that Parse did not make.
+func (s *Settings) PoolConfig(cc *pgx.ConnConfig) (*pgxpool.Config, error) {
+	if s.poolErr != nil {
+		return nil, s.poolErr
+	}
+	if s.pool == nil {
 		return nil, errors.New("pgconnector: the Settings were not made by Parse")
 	}
-	pc, err := pgxpool.ParseConfig(s.pgxConnString())
-	if err != nil {
-		return nil, poolParseError(err)
+	pc := *s.pool
+	for k := range poolKeys {
+		delete(cc.RuntimeParams, k)
 	}
-	return pc, nil
+	pc.ConnConfig = cc
+	return &pc, nil
 }
 
 // poolKeys says what each pgxpool key must be, for poolParseError.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgconnector/pgconnector/internal/keepalive"
 	"github.com/pgconnector/pgconnector/internal/tlspolicy"
@@ -53,10 +54,10 @@ type Settings struct {
 	// when the connection string or PGPASSWORD gives the password, which every host gets.
 	passfile string
 
-	// pgxConnString returns the connection string pgx parsed (the one given, with the keys
-	// libpq's rules add), from which PgxPoolConfig reads pgxpool's keys. A function, so that
-	// printing a Settings never shows it: it may hold the password.
-	pgxConnString func() string
+	// pool is pgxpool's configuration without its ConnConfig (PoolConfig), or poolErr the error
+	// of a pgxpool key that cannot be read.
+	pool    *pgxpool.Config
+	poolErr error
 }
 
 // Parse parses a connection string as New does: read once (see the package doc), then the keys
@@ -77,7 +78,7 @@ func Parse(dsn string) (*Settings, error) {
 	// An empty passfile: pgx would look the password file up for the first host and give that
 	// password to every host; the connector looks it up per host (passfile.go).
 	pgxString, noPassfile := v.pgxString(extra)
-	cfg, err := pgx.ParseConfig(pgxString)
+	cfg, pool, poolErr, err := v.parsePgx(pgxString)
 	if err != nil {
 		return nil, fromPgx(err, v)
 	}
@@ -88,7 +89,7 @@ func Parse(dsn string) (*Settings, error) {
 		_, src, _ := v.get("sslnegotiation", "PGSSLNEGOTIATION", false)
 		return nil, invalid("sslnegotiation", source{value: cfg.SSLNegotiation, env: src.env, known: true}, "one of postgres, direct")
 	}
-	s := &Settings{Config: cfg, pgxConnString: func() string { return pgxString }}
+	s := &Settings{Config: cfg, pool: pool, poolErr: poolErr}
 	if noPassfile && cfg.Password == "" { // libpq: a password set but empty reads the file too
 		s.passfile = passfilePath(v)
 	}

@@ -194,7 +194,7 @@ func homeDir() string {
 // connect without it. Call apply once per configuration, before it is used, as ParseConfig
 // returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones). The
 // clones a connect uses (the negotiator's, which offer ALPN "postgresql", and
-// WithTLSConfigFunc's) get the certificate through Connector.tlsClone (tlshook.go).
+// WithTLSConfigFunc's) get the certificate through internal/pgxconfig.CloneTLSWithCert.
 //
 // When the chain is verified (the root certificate file exists) and sslrootcert is not
 // "system", the CRLs are checked at each handshake, after the chain, as OpenSSL does with
