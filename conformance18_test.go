@@ -24,14 +24,14 @@ var libpq18Differences = map[string]string{
 	"oauth_client_id plain: oauth_client_id=app":              oauthRejected,
 	"oauth_client_secret plain: oauth_client_secret=s3cret":   oauthRejected,
 	"oauth_scope plain: oauth_scope=openid":                   oauthRejected,
-	"scram_client_key plain: scram_client_key=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=": "the connector rejects the SCRAM pass-through keys in New (keywords.go: Rejected); " +
+	"scram_client_key plain: scram_client_key=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=": "the connector rejects the SCRAM pass-through keys in New (internal/connstring/keywords.go: Rejected); " +
 		"libpq 18 takes them and uses them only when the server asks for SCRAM",
 }
 
 // oauthRejected: libpq 18 takes the OAuth keys and uses them only when the server asks for
 // OAUTHBEARER, so a trust server lets it in; the connector has no OAuth flow and rejects the
-// keys in New (keywords.go: Rejected) rather than fail later against an OAuth server.
-const oauthRejected = "the connector rejects the OAuth keys in New (keywords.go: Rejected); libpq 18 takes them and uses them only when the server asks for OAUTHBEARER"
+// keys in New (internal/connstring/keywords.go: Rejected) rather than fail later against an OAuth server.
+const oauthRejected = "the connector rejects the OAuth keys in New (internal/connstring/keywords.go: Rejected); libpq 18 takes them and uses them only when the server asks for OAUTHBEARER"
 
 // libpq18KeywordCases are the keyword cases that need libpq 18 as the oracle: the keys and
 // values of libpq 16 to 18 with the servers that make them matter.
@@ -132,7 +132,7 @@ func TestKeywordsMatchLibpq18(t *testing.T) {
 // checkCancel opens sessions to srv with a connector for srv.DSN(extra) (the one canceled after
 // another has taught the cache what it can), checks that its cancel key has keyLen bytes, and
 // cancels a pg_sleep on it with pgx's CancelRequest, which goes out through the connector as the
-// session's client (pgxnative.go, pgxDial): the statement must end with 57014 (query_canceled),
+// session's client (internal/replay, Dial): the statement must end with 57014 (query_canceled),
 // which the server answers only to a CancelRequest with the session's key, and the session must
 // go on.
 func checkCancel(t *testing.T, srv *harness.Postgres, extra string, keyLen int) {

@@ -8,7 +8,3 @@ var PgxConnOf = pgxConnOf
 
 // CacheOf gives the tests the decision cache of a Connector, to set what it remembers.
 func CacheOf(c *Connector) *negotiation.Cache { return c.negotiator.Cache() }
-
-// PasswordFromFile gives the tests the password file lookup of one host: password, libpq's
-// warning for a file it does not read, error.
-var PasswordFromFile = passwordFromFile

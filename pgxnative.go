@@ -1,14 +1,11 @@
 package pgconnector
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"runtime"
-	"strings"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
@@ -16,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgconnector/pgconnector/internal/connstring"
 	"github.com/pgconnector/pgconnector/internal/replay"
 	"github.com/pgconnector/pgconnector/tracing"
 )
@@ -106,7 +104,7 @@ func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.C
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		d.abandon() // in case pgx failed before its dial
+		d.Abandon() // in case pgx failed before its dial
 		return nil, err
 	}
 	return conn, nil
@@ -153,19 +151,10 @@ func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
 
 // pgxPoolConfig is PgxPoolConfig, with the PoolTracer its Tracer holds.
 func (c *Connector) pgxPoolConfig() (*pgxpool.Config, *tracing.PoolTracer, error) {
-	if c.settings.pgxConnString == nil {
-		return nil, nil, errors.New("pgconnector: the Connector was not made by New")
-	}
-	pc, err := pgxpool.ParseConfig(c.settings.pgxConnString())
-	if err != nil {
-		return nil, nil, poolParseError(err)
-	}
 	cc := c.PgxConfig()
-	// pgxpool's keys, which pgx left in RuntimeParams: not for the server.
-	for k := range cc.RuntimeParams {
-		if _, kept := pc.ConnConfig.RuntimeParams[k]; strings.HasPrefix(k, "pool_") && !kept {
-			delete(cc.RuntimeParams, k)
-		}
+	pc, err := c.settings.PoolConfig(cc)
+	if err != nil {
+		return nil, nil, err
 	}
 	pt := c.newPoolTracer()
 	cc.Tracer = pt
@@ -225,7 +214,7 @@ func (c *Connector) poolBeforeConnect(ctx context.Context, cc *pgx.ConnConfig) e
 	if err != nil {
 		return err
 	}
-	runtime.AddCleanup(cc, (*pgxDial).abandon, d)
+	runtime.AddCleanup(cc, (*replay.Dial).Abandon, d)
 	return nil
 }
 
@@ -240,7 +229,7 @@ func notThroughConnector(context.Context, string, string) (net.Conn, error) {
 // negotiatePgx runs the negotiation for the connection that pgx.ConnectConfig(ctx, cc) is about
 // to open and makes cc open the session it established. ctx is the connect's: its values (the
 // caller's span) and its end; pgxpool's is the Acquire's values, ended by the pool's Close.
-func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxDial, error) {
+func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*replay.Dial, error) {
 	// pgx counts ConnectTimeout per address; connect_timeout is the negotiator's, per address
 	// too (as libpq). Another value (pgxpool's 2-minute default when the string has no
 	// connect_timeout, or the caller's) bounds the whole negotiation, as it would bound pgx's.
@@ -257,7 +246,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 	)
 	// The open function of Connect, with pgconn instead of the stdlib connector: one attempt,
 	// configured by Negotiator.Configure, whose established session is taken from pgconn.
-	ctx, note := withPassfileNote(ctx)
+	ctx, note := connstring.WithPassfileNote(ctx)
 	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
 		cfg := base.Copy()
 		var rec *replay.Recorder
@@ -290,7 +279,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 		return nil
 	})
 	if err != nil {
-		return nil, note.wrap(err)
+		return nil, note.Wrap(err)
 	}
 	g := replay.Greeting{
 		NegotiateProtocolVersion: npv,
@@ -299,11 +288,11 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 		SecretKey:                hc.SecretKey,
 		TxStatus:                 hc.TxStatus,
 	}
-	d := newPgxDial(hc, replay.NewConn(hc.Conn, g.Encode()))
+	d := replay.NewDial(hc, replay.NewConn(hc.Conn, g.Encode()))
 
 	// The session's: pgx's Config().Host and Port say where it went.
 	cc.Host, cc.Port = hc.Config.Host, hc.Config.Port
-	cc.DialFunc = d.dial
+	cc.DialFunc = d.DialFunc
 	cc.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
 	// What the attempt that established the session did or checked is not done again: TLS,
 	// the other hosts, the client certificate, channel binding and require_auth checks, the
@@ -317,157 +306,6 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*pgxD
 	// The connector's connect span covers the connect; pgx's own connect is the handover of
 	// the session and is not traced again (a second postgresql.connect from a PgxTracer, the
 	// connector's or one the caller set, or from another ConnectTracer).
-	cc.Tracer = withoutConnectTrace(cc.Tracer)
+	cc.Tracer = tracing.WithoutConnectTrace(cc.Tracer)
 	return d, nil
-}
-
-// withoutConnectTrace returns t without its pgx.ConnectTracer side: the statement hooks it has
-// (QueryTracer, BatchTracer, CopyFromTracer, PrepareTracer) are passed on, the connect hooks
-// are not. nil stays nil.
-func withoutConnectTrace(t pgx.QueryTracer) pgx.QueryTracer {
-	if t == nil {
-		return nil
-	}
-	if _, ok := t.(pgx.ConnectTracer); !ok {
-		return t
-	}
-	return statementTracer{t}
-}
-
-type statementTracer struct{ pgx.QueryTracer }
-
-func (s statementTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	if t, ok := s.QueryTracer.(pgx.BatchTracer); ok {
-		return t.TraceBatchStart(ctx, conn, data)
-	}
-	return ctx
-}
-
-func (s statementTracer) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchQueryData) {
-	if t, ok := s.QueryTracer.(pgx.BatchTracer); ok {
-		t.TraceBatchQuery(ctx, conn, data)
-	}
-}
-
-func (s statementTracer) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchEndData) {
-	if t, ok := s.QueryTracer.(pgx.BatchTracer); ok {
-		t.TraceBatchEnd(ctx, conn, data)
-	}
-}
-
-func (s statementTracer) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromStartData) context.Context {
-	if t, ok := s.QueryTracer.(pgx.CopyFromTracer); ok {
-		return t.TraceCopyFromStart(ctx, conn, data)
-	}
-	return ctx
-}
-
-func (s statementTracer) TraceCopyFromEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromEndData) {
-	if t, ok := s.QueryTracer.(pgx.CopyFromTracer); ok {
-		t.TraceCopyFromEnd(ctx, conn, data)
-	}
-}
-
-func (s statementTracer) TracePrepareStart(ctx context.Context, conn *pgx.Conn, data pgx.TracePrepareStartData) context.Context {
-	if t, ok := s.QueryTracer.(pgx.PrepareTracer); ok {
-		return t.TracePrepareStart(ctx, conn, data)
-	}
-	return ctx
-}
-
-func (s statementTracer) TracePrepareEnd(ctx context.Context, conn *pgx.Conn, data pgx.TracePrepareEndData) {
-	if t, ok := s.QueryTracer.(pgx.PrepareTracer); ok {
-		t.TracePrepareEnd(ctx, conn, data)
-	}
-}
-
-// pgxDial is the DialFunc of one connection's pgx configuration. Its first call is the connect:
-// it returns the established session. Every later call is pgx's CancelRequest (PgConn's own, or
-// from a context watcher, or when pgx closes a connection in the middle of a query): it gets a
-// CancelConn whose CancelRequest goes out as the established session's client would have sent
-// it (pgx's CancelRequest on that session: the attempt's dial, to the same server address,
-// encrypted as the session is), never through a negotiation.
-type pgxDial struct {
-	conn   *replay.Conn
-	hc     *pgconn.HijackedConn
-	cancel *pgconn.Config // the session's configuration, for its CancelRequests
-	taken  atomic.Bool
-}
-
-func newPgxDial(hc *pgconn.HijackedConn, conn *replay.Conn) *pgxDial {
-	cancel := hc.Config.Copy()
-	// A CancelRequest reads no message: no need of the caller's frontend, nor of the attempt's
-	// observers.
-	cancel.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend { return pgproto3.NewFrontend(r, w) }
-	return &pgxDial{conn: conn, hc: hc, cancel: cancel}
-}
-
-var errPgxDialClosed = errors.New("pgconnector: the connection is closed (a CancelRequest for it could reach another session)")
-
-func (d *pgxDial) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	if d.taken.CompareAndSwap(false, true) {
-		return d.conn, nil
-	}
-	if d.conn.Closed() {
-		return nil, errPgxDialClosed
-	}
-	return replay.NewCancelConn(ctx, d.conn.LocalAddr(), d.conn.RemoteAddr(), d.sendCancel), nil
-}
-
-// sendCancel sends the CancelRequest pgx wrote, which must be the session's.
-func (d *pgxDial) sendCancel(ctx context.Context, pid uint32, key []byte) error {
-	if pid != d.hc.PID || !bytes.Equal(key, d.hc.SecretKey) {
-		return errors.New("pgconnector: a CancelRequest for another session")
-	}
-	pg, err := pgconn.Construct(&pgconn.HijackedConn{
-		Conn:              d.hc.Conn, // for its RemoteAddr only
-		TLSConfig:         d.hc.TLSConfig,
-		PID:               d.hc.PID,
-		SecretKey:         d.hc.SecretKey,
-		ParameterStatuses: map[string]string{},
-		TxStatus:          'I',
-		Config:            d.cancel,
-		CustomData:        map[string]any{},
-	})
-	if err != nil {
-		return err
-	}
-	// pg is never used otherwise, nor closed: that would close the session.
-	return pg.CancelRequest(ctx)
-}
-
-// abandon closes the session if pgx never took it (poolBeforeConnect's cleanup).
-func (d *pgxDial) abandon() {
-	if d.taken.CompareAndSwap(false, true) {
-		d.conn.Close()
-	}
-}
-
-// poolKeys says what each pgxpool key must be, for poolParseError.
-var poolKeys = map[string]string{
-	"pool_max_conns":                "an integer of at least 1",
-	"pool_min_conns":                "an integer",
-	"pool_min_idle_conns":           "an integer",
-	"pool_max_conn_lifetime":        "a duration (1h, 30m, 90s)",
-	"pool_max_conn_idle_time":       "a duration (1h, 30m, 90s)",
-	"pool_health_check_period":      "a duration (1h, 30m, 90s)",
-	"pool_max_conn_lifetime_jitter": "a duration (1h, 30m, 90s)",
-	"pool_ping_timeout":             "a duration (1h, 30m, 90s)",
-}
-
-// poolParseError is a *ParseError for what pgxpool.ParseConfig rejected: one of its keys (the
-// rest parsed in New). pgx's message is not shown: it may quote the connection string.
-func poolParseError(err error) *ParseError {
-	var pce *pgconn.ParseConfigError
-	if errors.As(err, &pce) {
-		bare := *pce
-		bare.ConnString = ""
-		msg := bare.Error()
-		for k, must := range poolKeys {
-			if strings.Contains(msg, k+" ") || strings.HasSuffix(msg, k) {
-				return &ParseError{Key: k, msg: "invalid " + k + ": must be " + must}
-			}
-		}
-	}
-	return &ParseError{msg: "invalid connection string for pgxpool (pgx's message is not shown: it may quote a value)"}
 }

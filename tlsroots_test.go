@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/internal/testpki"
 	"github.com/pgconnector/pgconnector/internal/tlspolicy"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
@@ -462,21 +463,21 @@ func (p *tlsProbe) serve(c net.Conn) {
 // a file and returns it with the server's certificate (leaf and intermediate).
 func probePKI(t *testing.T, dnsName string) (rootFile string, cert tls.Certificate) {
 	t.Helper()
-	p := newTestPKI(t)
-	leaf := p.leaf
+	p := testpki.New(t)
+	leaf := p.Leaf
 	if dnsName != "localhost" {
-		leaf = issue(t, &x509.Certificate{
+		leaf = testpki.Issue(t, &x509.Certificate{
 			Subject:     pkix.Name{CommonName: dnsName},
 			KeyUsage:    x509.KeyUsageDigitalSignature,
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 			DNSNames:    []string{dnsName},
-		}, &p.inter, newTestKey(t))
+		}, &p.Inter, testpki.NewKey(t))
 	}
 	rootFile = filepath.Join(t.TempDir(), "root.crt")
-	if err := os.WriteFile(rootFile, pemCert(p.root.cert), 0o644); err != nil {
+	if err := os.WriteFile(rootFile, testpki.PEMCert(p.Root.Cert), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return rootFile, tls.Certificate{Certificate: [][]byte{leaf.cert.Raw, p.inter.cert.Raw}, PrivateKey: leaf.key}
+	return rootFile, tls.Certificate{Certificate: [][]byte{leaf.Cert.Raw, p.Inter.Cert.Raw}, PrivateKey: leaf.Key}
 }
 
 // Security review row 5: sslsni=0 (or PGSSLSNI=0) sends no SNI, and verify-full still checks

@@ -58,7 +58,7 @@ before=$(harness_files)
 # loaded, having found nothing (golang.org/issue/75804, fixed in Go 1.27).
 echo "== fuzz (${FUZZTIME:=100000x} each)"
 # A failing input is written to testdata/fuzz/: fix the cause and commit it as a regression case.
-go test -run '^$' -fuzz '^FuzzParseSettings$' -fuzztime "$FUZZTIME" .
+go test -run '^$' -fuzz '^FuzzParseSettings$' -fuzztime "$FUZZTIME" ./internal/connstring
 go test -run '^$' -fuzz '^FuzzCRLDistributionPoints$' -fuzztime "$FUZZTIME" ./internal/tlspolicy
 go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotiation
 go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss

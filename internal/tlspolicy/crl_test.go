@@ -1,126 +1,20 @@
 package tlspolicy
 
 import (
-	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/binary"
-	"encoding/pem"
 	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf16"
+
+	"github.com/pgconnector/pgconnector/internal/testpki"
 )
-
-// testCA is a certificate and its key.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newTestKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func issue(t *testing.T, tmpl *x509.Certificate, parent *testCA, key *ecdsa.PrivateKey) testCA {
-	t.Helper()
-	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
-	pcert, pkey := tmpl, key
-	if parent != nil {
-		pcert, pkey = parent.cert, parent.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, pcert, &key.PublicKey, pkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCA{cert: c, key: key}
-}
-
-func pemCert(c *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-}
-
-// dpURI is the URI of the test leaves' CRL distribution points.
-const dpURI = "http://crl.example/inter.crl"
-
-// dpDER is a DistributionPoint (RFC 5280, 4.2.1.13): name (dpFullName, dpRelative) when not
-// nil, reasons (a BIT STRING's content: unused bits, then the bits) when not nil, cRLIssuer the
-// general names crlIssuer when there are any.
-func dpDER(name, reasons []byte, crlIssuer ...[]byte) []byte {
-	var b []byte
-	if name != nil {
-		n, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: name})
-		b = append(b, n...)
-	}
-	if reasons != nil {
-		r, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, Bytes: reasons})
-		b = append(b, r...)
-	}
-	if len(crlIssuer) > 0 {
-		c, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, IsCompound: true, Bytes: bytes.Join(crlIssuer, nil)})
-		b = append(b, c...)
-	}
-	dp, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: b})
-	return dp
-}
-
-// dpFullName is a DistributionPointName's fullName of the general names gns.
-func dpFullName(gns ...[]byte) []byte {
-	full, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: bytes.Join(gns, nil)})
-	return full
-}
-
-// dpRelative is a DistributionPointName's nameRelativeToCRLIssuer of the attributes.
-func dpRelative(attrs ...pkix.AttributeTypeAndValue) []byte {
-	set, _ := asn1.Marshal(pkix.RelativeDistinguishedNameSET(attrs))
-	var v asn1.RawValue
-	_, _ = asn1.Unmarshal(set, &v)
-	rel, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, IsCompound: true, Bytes: v.Bytes})
-	return rel
-}
-
-// idpOf is an issuingDistributionPoint of the DistributionPointName name (dpFullName, dpRelative).
-func idpOf(name []byte) []byte {
-	dp, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: name})
-	seq, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: dp})
-	return seq
-}
-
-// dnsName is a GeneralName dNSName.
-func dnsName(name string) []byte {
-	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte(name)})
-	return gn
-}
-
-// uriName is a GeneralName uniformResourceIdentifier.
-func uriName(uri string) []byte {
-	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 6, Bytes: []byte(uri)})
-	return gn
-}
-
-// dirName is a GeneralName directoryName of the DER Name name.
-func dirName(name []byte) []byte {
-	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 4, IsCompound: true, Bytes: name})
-	return gn
-}
 
 // NameHash is what "openssl x509 -hash" prints, the name under which
 // "openssl rehash" files a CRL.
@@ -163,18 +57,18 @@ func TestOpenSSLNameHash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := newTestKey(t)
-			c := issue(t, &x509.Certificate{RawSubject: raw, BasicConstraintsValid: true, IsCA: true,
+			key := testpki.NewKey(t)
+			c := testpki.Issue(t, &x509.Certificate{RawSubject: raw, BasicConstraintsValid: true, IsCA: true,
 				KeyUsage: x509.KeyUsageCertSign}, nil, key)
 			path := filepath.Join(t.TempDir(), "c.pem")
-			if err := os.WriteFile(path, pemCert(c.cert), 0o644); err != nil {
+			if err := os.WriteFile(path, testpki.PEMCert(c.Cert), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			out, err := exec.Command("openssl", "x509", "-noout", "-hash", "-in", path).CombinedOutput()
 			if err != nil {
 				t.Fatalf("openssl: %v: %s", err, out)
 			}
-			got, err := NameHash(c.cert.RawSubject)
+			got, err := NameHash(c.Cert.RawSubject)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,16 +85,12 @@ func TestOpenSSLNameHash(t *testing.T) {
 // points (crl_crldp_check).
 func FuzzCRLDistributionPoints(f *testing.F) {
 	issuer, _ := asn1.Marshal(pkix.Name{CommonName: "Test Intermediate", Organization: []string{"pgconnector"}}.ToRDNSequence())
-	uri := dpFullName(uriName(dpURI))
-	rel := dpRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"})
-	seqOf := func(dps ...[]byte) []byte {
-		v, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: bytes.Join(dps, nil)})
-		return v
-	}
-	f.Add(seqOf(dpDER(uri, nil)), idpOf(uri))
-	f.Add(seqOf(dpDER(uri, []byte{6, 0x40}, dirName(issuer))), idpOf(rel))
-	f.Add(seqOf(dpDER(dpFullName(dirName(issuer)), nil), dpDER(nil, nil, dirName(issuer))), []byte{0x30, 3, 0x81, 1, 0xff})
-	f.Add(seqOf(dpDER(rel, []byte{7, 0x7f, 0x80})), idpOf(dpFullName(dnsName("x"))))
+	uri := testpki.DPFullName(testpki.URIName(testpki.DPURI))
+	rel := testpki.DPRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"})
+	f.Add(testpki.CRLDPs(testpki.DP(uri, nil)), testpki.IDP(uri))
+	f.Add(testpki.CRLDPs(testpki.DP(uri, []byte{6, 0x40}, testpki.DirName(issuer))), testpki.IDP(rel))
+	f.Add(testpki.CRLDPs(testpki.DP(testpki.DPFullName(testpki.DirName(issuer)), nil), testpki.DP(nil, nil, testpki.DirName(issuer))), []byte{0x30, 3, 0x81, 1, 0xff})
+	f.Add(testpki.CRLDPs(testpki.DP(rel, []byte{7, 0x7f, 0x80})), testpki.IDP(testpki.DPFullName(testpki.DNSName("x"))))
 	f.Add([]byte{0x30, 0}, []byte{0x30, 0})
 	canon, err := canonicalName(issuer)
 	if err != nil {

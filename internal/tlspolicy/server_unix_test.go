@@ -4,7 +4,6 @@ package tlspolicy
 
 import (
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgconnector/pgconnector/internal/testpki"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
@@ -22,7 +22,7 @@ import (
 func TestReadRootFile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.crt")
-	if err := os.WriteFile(good, pemCert(newTestCA(t).cert), 0o600); err != nil {
+	if err := os.WriteFile(good, testpki.PEMCert(testpki.NewCA(t).Cert), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fifo := filepath.Join(dir, "fifo")
@@ -98,19 +98,19 @@ func TestReadRootFile(t *testing.T) {
 	cache := &RootCache{}
 	path := filepath.Join(dir, "cached.crt")
 	for i, how := range []string{"written", "rewritten in place", "unchanged", "replaced"} {
-		ca := newTestCA(t).cert
+		ca := testpki.NewCA(t).Cert
 		switch how {
 		case "unchanged":
 		case "replaced":
 			tmp := path + ".new"
-			if err := os.WriteFile(tmp, pemCert(ca), 0o600); err != nil {
+			if err := os.WriteFile(tmp, testpki.PEMCert(ca), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Rename(tmp, path); err != nil {
 				t.Fatal(err)
 			}
 		default:
-			if err := os.WriteFile(path, pemCert(ca), 0o600); err != nil {
+			if err := os.WriteFile(path, testpki.PEMCert(ca), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -125,11 +125,4 @@ func TestReadRootFile(t *testing.T) {
 			t.Errorf("%d, file %s: the pool is not the file's: %v", i, how, err)
 		}
 	}
-}
-
-// newTestCA is a self-signed CA certificate with its key.
-func newTestCA(t *testing.T) testCA {
-	t.Helper()
-	return issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "Test Root", Organization: []string{"pgconnector"}},
-		BasicConstraintsValid: true, IsCA: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}, nil, newTestKey(t))
 }

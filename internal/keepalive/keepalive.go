@@ -1,18 +1,20 @@
-package pgconnector
+// Package keepalive applies libpq's TCP keepalive keys (libpq-connect.html, keepalives,
+// keepalives_idle, keepalives_interval, keepalives_count and tcp_user_timeout) to the sockets the
+// connector opens or is given, as libpq's connectNoDelay/setKeepalives* (fe-connect.c) set them.
+// The keys are read by internal/connstring.
+package keepalive
 
 import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
-	"strings"
 	"time"
 )
 
-// Keepalives are libpq's TCP socket options (libpq-connect.html, keepalives to
+// Options are libpq's TCP socket options (libpq-connect.html, keepalives to
 // tcp_user_timeout). Durations of zero leave the operating system's default, as libpq does when
 // the key is not given.
-type Keepalives struct {
+type Options struct {
 	Off      bool          // keepalives=0
 	Idle     time.Duration // keepalives_idle, seconds: TCP_KEEPIDLE
 	Interval time.Duration // keepalives_interval, seconds: TCP_KEEPINTVL
@@ -22,62 +24,9 @@ type Keepalives struct {
 	UserTimeout time.Duration
 }
 
-// parseKeepalives reads the keys; nil when none is given. Values are integers as libpq parses
-// them (fe-connect.c, parse_int_param: white space around is allowed); a negative duration means
-// the operating system's default, as 0 does.
-func parseKeepalives(kv *keyValues) (*Keepalives, error) {
-	var ka Keepalives
-	given := false
-	num := func(key string) (int, bool, error) {
-		v, src, ok := kv.get(key, "")
-		if !ok {
-			return 0, false, nil
-		}
-		given = true
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil {
-			return 0, false, invalid(key, src, "an integer")
-		}
-		return n, true, nil
-	}
-	if n, ok, err := num("keepalives"); err != nil {
-		return nil, err
-	} else if ok {
-		ka.Off = n == 0
-	}
-	for _, f := range []struct {
-		key  string
-		unit time.Duration
-		dst  *time.Duration
-	}{
-		{"keepalives_idle", time.Second, &ka.Idle},
-		{"keepalives_interval", time.Second, &ka.Interval},
-		{"tcp_user_timeout", time.Millisecond, &ka.UserTimeout},
-	} {
-		n, ok, err := num(f.key)
-		if err != nil {
-			return nil, err
-		}
-		if ok && n > 0 {
-			*f.dst = time.Duration(n) * f.unit
-		}
-	}
-	n, ok, err := num("keepalives_count")
-	if err != nil {
-		return nil, err
-	}
-	if ok && n > 0 {
-		ka.Count = n
-	}
-	if !given {
-		return nil, nil
-	}
-	return &ka, nil
-}
-
-// dialer is a net.Dialer with the options set: keepalives on TCP sockets (Unix-domain sockets
+// Dialer is a net.Dialer with the options set: keepalives on TCP sockets (Unix-domain sockets
 // have none, as in libpq).
-func (ka *Keepalives) dialer() *net.Dialer {
+func Dialer(ka *Options) *net.Dialer {
 	d := &net.Dialer{}
 	if ka.Off {
 		d.KeepAlive = -1
@@ -100,13 +49,13 @@ func (ka *Keepalives) dialer() *net.Dialer {
 	return d
 }
 
-// dialWith returns the application's dial function (WithDialFunc) with the connection string's
+// Wrap returns the application's dial function (WithDialFunc) with the connection string's
 // keepalive keys applied to what it returns when that is a *net.TCPConn (a socket to the
 // server or to a forwarder in front of it): SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL,
 // TCP_KEEPCNT and TCP_USER_TIMEOUT, as the connector's own dialer sets them. Any other
 // connection (an SSH channel, a tunnel of the application's) is returned as it is: its
 // liveness is the dial function's business. ka nil: f itself.
-func dialWith(f func(ctx context.Context, network, address string) (net.Conn, error), ka *Keepalives) func(ctx context.Context, network, address string) (net.Conn, error) {
+func Wrap(f func(ctx context.Context, network, address string) (net.Conn, error), ka *Options) func(ctx context.Context, network, address string) (net.Conn, error) {
 	if ka == nil {
 		return f
 	}
@@ -116,7 +65,7 @@ func dialWith(f func(ctx context.Context, network, address string) (net.Conn, er
 			return nil, err
 		}
 		if tc, ok := c.(*net.TCPConn); ok {
-			if err := ka.apply(tc); err != nil {
+			if err := Apply(ka, tc); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("setting the keepalive keys on the connection WithDialFunc returned: %w", err)
 			}
@@ -125,8 +74,8 @@ func dialWith(f func(ctx context.Context, network, address string) (net.Conn, er
 	}
 }
 
-// apply sets the options on an open TCP socket, as dialer sets them on the sockets it opens.
-func (ka *Keepalives) apply(c *net.TCPConn) error {
+// Apply sets the options on an open TCP socket, as Dialer sets them on the sockets it opens.
+func Apply(ka *Options, c *net.TCPConn) error {
 	if ka.Off {
 		if err := c.SetKeepAlive(false); err != nil {
 			return err

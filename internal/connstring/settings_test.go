@@ -1,21 +1,19 @@
-package pgconnector
+package connstring
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/pgconnector/pgconnector/internal/testpki"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
@@ -43,7 +41,7 @@ func TestParseSettingsHosts(t *testing.T) {
 	} {
 		t.Run(tt.dsn, func(t *testing.T) {
 			t.Setenv("PGSSLMODE", "")
-			s, err := ParseSettings(tt.dsn)
+			s, err := Parse(tt.dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +58,7 @@ func TestParseSettingsHosts(t *testing.T) {
 
 func TestParseSettingsLibpqKeys(t *testing.T) {
 	t.Setenv("PGGSSENCMODE", "")
-	s, err := ParseSettings("host=a gssencmode=disable gssdelegation=1 application_name=x")
+	s, err := Parse("host=a gssencmode=disable gssdelegation=1 application_name=x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,14 +75,14 @@ func TestParseSettingsLibpqKeys(t *testing.T) {
 	}
 
 	t.Setenv("PGGSSENCMODE", "require")
-	if s, err = ParseSettings("host=a"); err != nil || s.GSSEncMode != negotiation.GSSEncModeRequire {
+	if s, err = Parse("host=a"); err != nil || s.GSSEncMode != negotiation.GSSEncModeRequire {
 		t.Errorf("PGGSSENCMODE=require: %v, %v", s.GSSEncMode, err)
 	}
-	if s, err = ParseSettings("host=a gssencmode=disable"); err != nil || s.GSSEncMode != negotiation.GSSEncModeDisable {
+	if s, err = Parse("host=a gssencmode=disable"); err != nil || s.GSSEncMode != negotiation.GSSEncModeDisable {
 		t.Errorf("the DSN must win over PGGSSENCMODE: %v, %v", s.GSSEncMode, err)
 	}
 	t.Setenv("PGGSSENCMODE", "bogus")
-	if _, err = ParseSettings("host=a"); err == nil || !strings.Contains(err.Error(), "gssencmode") {
+	if _, err = Parse("host=a"); err == nil || !strings.Contains(err.Error(), "gssencmode") {
 		t.Errorf("bad PGGSSENCMODE: %v", err)
 	}
 }
@@ -205,7 +203,7 @@ func TestParseErrors(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			_, err := ParseSettings(tt.dsn)
+			_, err := Parse(tt.dsn)
 			var pe *ParseError
 			if !errors.As(err, &pe) {
 				t.Fatalf("error %v (%T) is not a *ParseError", err, err)
@@ -239,15 +237,8 @@ func TestParseErrors(t *testing.T) {
 // password (legacy PEM encryption, which pgx reads).
 func testCertAndKeys(t *testing.T, password string) (cert, key, encKey string) {
 	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := testpki.NewKey(t)
+	c := testpki.Issue(t, &x509.Certificate{}, nil, priv)
 	keyDER, err := x509.MarshalECPrivateKey(priv)
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +248,7 @@ func testCertAndKeys(t *testing.T, password string) (cert, key, encKey string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+	return string(testpki.PEMCert(c.Cert)),
 		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})),
 		string(pem.EncodeToMemory(enc))
 }
@@ -317,7 +308,7 @@ func FuzzParseSettings(f *testing.F) {
 			password = "pw" + hex.EncodeToString(sum[:10])
 		}
 		for _, d := range []string{dsn + " password=" + password, "postgres://u:" + password + "@" + dsn} {
-			s, err := ParseSettings(d)
+			s, err := Parse(d)
 			if err != nil {
 				var pe *ParseError
 				if !errors.As(err, &pe) {

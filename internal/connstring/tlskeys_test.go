@@ -1,13 +1,8 @@
-package pgconnector
+package connstring
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -29,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/internal/testpki"
 	"github.com/pgconnector/pgconnector/internal/tlspolicy"
 )
 
@@ -38,7 +34,7 @@ var tlsKeyNames = []string{"ssl_min_protocol_version", "ssl_max_protocol_version
 // getFrom is the get of parseTLSKeys for a keyword/value string: the last value of the key in
 // dsn, else the environment variable env when it is set (even empty, as libpq).
 func getFrom(dsn string) func(key, env string) (string, source, bool) {
-	pairs, _ := scanKeywordValue(dsn)
+	pairs, _, _ := scanKeywordValue(dsn)
 	return func(key, env string) (string, source, bool) {
 		for i := len(pairs) - 1; i >= 0; i-- {
 			if pairs[i][0] == key {
@@ -62,7 +58,7 @@ func pgxConfigWithTLSKeys(t *testing.T, dsn string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	pairs, _ := scanKeywordValue(dsn)
+	pairs, _, _ := scanKeywordValue(dsn)
 	var rest []string
 	for _, p := range pairs {
 		if !slices.Contains(tlsKeyNames, p[0]) {
@@ -304,217 +300,22 @@ func TestTLSKeysApply(t *testing.T) {
 // writeSelfSignedCA writes a CA certificate (PEM) to a temporary file and returns its path.
 func writeSelfSignedCA(t *testing.T) string {
 	t.Helper()
-	p := newTestPKI(t)
 	path := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(path, pemCert(p.root.cert), 0o644); err != nil {
+	if err := os.WriteFile(path, testpki.PEMCert(testpki.NewCA(t).Cert), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-// testCA is a certificate and its key.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-// testPKI is root -> intermediate -> leaf.
-type testPKI struct {
-	root, inter, leaf testCA
-}
-
-func newTestKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func issue(t *testing.T, tmpl *x509.Certificate, parent *testCA, key *ecdsa.PrivateKey) testCA {
-	t.Helper()
-	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
-	pcert, pkey := tmpl, key
-	if parent != nil {
-		pcert, pkey = parent.cert, parent.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, pcert, &key.PublicKey, pkey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCA{cert: c, key: key}
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	return newTestPKIRootUsage(t, x509.KeyUsageCertSign|x509.KeyUsageCRLSign)
-}
-
-// newTestPKIRootUsage is newTestPKI with the root's key usage.
-func newTestPKIRootUsage(t *testing.T, rootUsage x509.KeyUsage) *testPKI {
-	t.Helper()
-	p := &testPKI{}
-	p.root = issue(t, &x509.Certificate{
-		Subject:  pkix.Name{CommonName: "Test Root", Organization: []string{"pgconnector"}},
-		KeyUsage: rootUsage, BasicConstraintsValid: true, IsCA: true,
-	}, nil, newTestKey(t))
-	p.inter = issue(t, &x509.Certificate{
-		Subject:  pkix.Name{CommonName: "Test Intermediate", Organization: []string{"pgconnector"}},
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true,
-	}, &p.root, newTestKey(t))
-	p.leaf = issue(t, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "localhost"},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{"localhost"},
-	}, &p.inter, newTestKey(t))
-	return p
-}
-
-func pemCert(c *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-}
-
-func pemCRL(der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der})
-}
-
-// crlSpec describes a CRL for makeCRL.
-type crlSpec struct {
-	by         *testCA // issuer
-	signer     *testCA // signs instead of by (same name and key identifier, other key) when not nil
-	revoke     []*big.Int
-	reason     int // of every entry
-	this, next time.Duration
-	ext        []pkix.Extension
-	akid       []byte // the authorityKeyIdentifier's value instead of crypto/x509's when not nil
-}
-
-func makeCRL(t *testing.T, s crlSpec) []byte {
-	t.Helper()
-	issuer, key := s.by.cert, s.by.key
-	if s.signer != nil {
-		key = s.signer.key
-	}
-	if issuer.KeyUsage&x509.KeyUsageCRLSign == 0 {
-		// crypto/x509 will not sign for such an issuer: give it a copy that may (same name,
-		// same key identifier), as a CA that signs CRLs against its key usage would.
-		c := *issuer
-		c.KeyUsage |= x509.KeyUsageCRLSign
-		issuer = &c
-	}
-	now := time.Now()
-	if s.this == 0 {
-		s.this = -time.Hour
-	}
-	if s.next == 0 {
-		s.next = time.Hour
-	}
-	tmpl := &x509.RevocationList{
-		Number: big.NewInt(now.UnixNano()), ThisUpdate: now.Add(s.this), NextUpdate: now.Add(s.next),
-		ExtraExtensions: s.ext,
-	}
-	for _, sn := range s.revoke {
-		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries,
-			x509.RevocationListEntry{SerialNumber: sn, RevocationTime: now.Add(-time.Hour), ReasonCode: s.reason})
-	}
-	der, err := x509.CreateRevocationList(rand.Reader, tmpl, issuer, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.akid != nil {
-		der = resignWithAKID(t, der, key, s.akid)
-	}
-	return der
-}
-
-// resignWithAKID is the CRL der (signed by key with ECDSA and SHA-256, as crypto/x509 signs with
-// a P-256 key) with akid as its authorityKeyIdentifier's value, signed again.
-func resignWithAKID(t *testing.T, der []byte, key *ecdsa.PrivateKey, akid []byte) []byte {
-	t.Helper()
-	var certList struct {
-		TBS       asn1.RawValue
-		Algorithm pkix.AlgorithmIdentifier
-		Signature asn1.BitString
-	}
-	var tbs struct {
-		Version             int
-		Signature           pkix.AlgorithmIdentifier
-		Issuer              asn1.RawValue
-		ThisUpdate          time.Time
-		NextUpdate          time.Time        `asn1:"optional"`
-		RevokedCertificates []asn1.RawValue  `asn1:"optional"`
-		Extensions          []pkix.Extension `asn1:"tag:0,optional,explicit"`
-	}
-	if _, err := asn1.Unmarshal(der, &certList); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := asn1.Unmarshal(certList.TBS.FullBytes, &tbs); err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range tbs.Extensions {
-		if e.Id.Equal(oidAKID) {
-			tbs.Extensions[i].Value = akid
-		}
-	}
-	tbsDER, err := asn1.Marshal(tbs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	digest := sha256.Sum256(tbsDER)
-	sig, err := ecdsa.SignASN1(rand.Reader, key, digest[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	certList.TBS = asn1.RawValue{FullBytes: tbsDER}
-	certList.Signature = asn1.BitString{Bytes: sig, BitLength: 8 * len(sig)}
-	out, err := asn1.Marshal(certList)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x509.ParseRevocationList(out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// akidOf is an authorityKeyIdentifier of the key identifier keyID, the directoryName issuer
-// (DER Name) and the serial number, each when not nil.
-func akidOf(keyID, issuer []byte, serial *big.Int) []byte {
-	var b []byte
-	if keyID != nil {
-		k, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, Bytes: keyID})
-		b = append(b, k...)
-	}
-	if issuer != nil {
-		n, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, IsCompound: true, Bytes: dirName(issuer)})
-		b = append(b, n...)
-	}
-	if serial != nil {
-		i, _ := asn1.Marshal(serial)
-		var v asn1.RawValue
-		_, _ = asn1.Unmarshal(i, &v)
-		s, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: v.Bytes})
-		b = append(b, s...)
-	}
-	seq, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: b})
-	return seq
-}
-
 // opensslVerify runs "openssl verify -crl_check_all" with the root certificate and crls in one
 // -CAfile, as libpq loads sslrootcert and sslcrl into one X509_STORE, and crldir as -CApath (the
 // hashed lookup of sslcrldir). It returns "" when the chain passes, else OpenSSL's reason.
-func opensslVerify(t *testing.T, p *testPKI, crls [][]byte, crldir string) string {
+func opensslVerify(t *testing.T, p *testpki.PKI, crls [][]byte, crldir string) string {
 	t.Helper()
 	dir := t.TempDir()
-	ca := pemCert(p.root.cert)
+	ca := testpki.PEMCert(p.Root.Cert)
 	for _, c := range crls {
-		ca = append(ca, pemCRL(c)...)
+		ca = append(ca, testpki.PEMCRL(c)...)
 	}
 	write := func(name string, b []byte) string {
 		path := filepath.Join(dir, name)
@@ -524,11 +325,11 @@ func opensslVerify(t *testing.T, p *testPKI, crls [][]byte, crldir string) strin
 		return path
 	}
 	args := []string{"verify", "-crl_check_all", "-CAfile", write("ca.pem", ca),
-		"-untrusted", write("inter.pem", pemCert(p.inter.cert))}
+		"-untrusted", write("inter.pem", testpki.PEMCert(p.Inter.Cert))}
 	if crldir != "" {
 		args = append(args, "-CApath", crldir)
 	}
-	out, err := exec.Command("openssl", append(args, write("leaf.pem", pemCert(p.leaf.cert)))...).CombinedOutput()
+	out, err := exec.Command("openssl", append(args, write("leaf.pem", testpki.PEMCert(p.Leaf.Cert)))...).CombinedOutput()
 	if err == nil {
 		return ""
 	}
@@ -547,13 +348,13 @@ func opensslVerify(t *testing.T, p *testPKI, crls [][]byte, crldir string) strin
 }
 
 // ourVerify checks the chain with crlCheck, the CRLs in a file (sslcrl) and crldir (sslcrldir).
-func ourVerify(t *testing.T, p *testPKI, crls [][]byte, crldir string) string {
+func ourVerify(t *testing.T, p *testpki.PKI, crls [][]byte, crldir string) string {
 	t.Helper()
 	chk := &crlCheck{}
 	if len(crls) > 0 || crldir == "" {
 		var b []byte
 		for _, c := range crls {
-			b = append(b, pemCRL(c)...)
+			b = append(b, testpki.PEMCRL(c)...)
 		}
 		chk.file = filepath.Join(t.TempDir(), "crl.pem")
 		if err := os.WriteFile(chk.file, b, 0o644); err != nil {
@@ -563,7 +364,7 @@ func ourVerify(t *testing.T, p *testPKI, crls [][]byte, crldir string) string {
 	if crldir != "" {
 		chk.dirs, chk.dirGiven = []string{crldir}, true
 	}
-	cs := tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{p.leaf.cert, p.inter.cert, p.root.cert}}}
+	cs := tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{p.Leaf.Cert, p.Inter.Cert, p.Root.Cert}}}
 	err := chk.Check(cs.VerifiedChains, time.Now())
 	if err == nil {
 		return ""
@@ -582,43 +383,43 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Fatal("openssl is not in $PATH: scripts/install-deps.sh installs it")
 	}
-	p := newTestPKI(t)
-	leafSN, interSN, rootSN := p.leaf.cert.SerialNumber, p.inter.cert.SerialNumber, p.root.cert.SerialNumber
+	p := testpki.New(t)
+	leafSN, interSN, rootSN := p.Leaf.Cert.SerialNumber, p.Inter.Cert.SerialNumber, p.Root.Cert.SerialNumber
 	crit := func(oid asn1.ObjectIdentifier, v []byte) []pkix.Extension {
 		return []pkix.Extension{{Id: oid, Critical: true, Value: v}}
 	}
 	// A root whose key usage does not allow CRL signing.
-	noCRLSign := newTestPKIRootUsage(t, x509.KeyUsageCertSign)
+	noCRLSign := testpki.NewRootUsage(t, x509.KeyUsageCertSign)
 	// Leaves with CRL distribution points (RFC 5280, 4.2.1.13), whose scope OpenSSL checks against
 	// the CRL's issuingDistributionPoint (crl_crldp_check).
 	otherDER, _ := asn1.Marshal(pkix.Name{CommonName: "Other CRL Issuer", Organization: []string{"pgconnector"}}.ToRDNSequence())
 	const otherURI = "http://crl.example/other.crl"
 	keyCompromise, otherReasons := []byte{6, 0x40}, []byte{7, 0x3f, 0x80}
-	uriDP := dpFullName(uriName(dpURI))
-	relDP := dpRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"})
-	dpPlain := newTestPKILeafDP(t, dpDER(uriDP, nil))
-	dpCRLIssuer := newTestPKILeafDP(t, dpDER(uriDP, nil, dirName(otherDER)))
-	dpIssuerOnly := newTestPKILeafDP(t, dpDER(nil, nil, dirName(otherDER)))
-	dpTwo := newTestPKILeafDP(t, dpDER(uriDP, nil, dirName(otherDER)), dpDER(uriDP, nil))
-	dpSelfIssuer := newTestPKI(t)
-	dpSelfIssuer = newTestPKILeafDPWith(t, dpSelfIssuer, dpDER(uriDP, nil, dirName(dpSelfIssuer.inter.cert.RawSubject)))
-	dpKeyCompromise := newTestPKILeafDP(t, dpDER(uriDP, keyCompromise))
-	dpUnusedReason := newTestPKILeafDP(t, dpDER(uriDP, []byte{7, 0x80}))
-	dpAllReasons := newTestPKILeafDP(t, dpDER(uriDP, []byte{7, 0x7f, 0x80}))
-	dpSplit := newTestPKILeafDP(t, dpDER(uriDP, keyCompromise), dpDER(dpFullName(uriName(otherURI)), otherReasons))
-	dpDNS := newTestPKILeafDP(t, dpDER(dpFullName(dnsName(dpURI)), nil))
-	dpEmpty := newTestPKILeafDP(t, dpDER(nil, nil))
+	uriDP := testpki.DPFullName(testpki.URIName(testpki.DPURI))
+	relDP := testpki.DPRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"})
+	dpPlain := testpki.NewLeafDP(t, testpki.DP(uriDP, nil))
+	dpCRLIssuer := testpki.NewLeafDP(t, testpki.DP(uriDP, nil, testpki.DirName(otherDER)))
+	dpIssuerOnly := testpki.NewLeafDP(t, testpki.DP(nil, nil, testpki.DirName(otherDER)))
+	dpTwo := testpki.NewLeafDP(t, testpki.DP(uriDP, nil, testpki.DirName(otherDER)), testpki.DP(uriDP, nil))
+	dpSelfIssuer := testpki.New(t)
+	dpSelfIssuer = testpki.WithLeafDP(t, dpSelfIssuer, testpki.DP(uriDP, nil, testpki.DirName(dpSelfIssuer.Inter.Cert.RawSubject)))
+	dpKeyCompromise := testpki.NewLeafDP(t, testpki.DP(uriDP, keyCompromise))
+	dpUnusedReason := testpki.NewLeafDP(t, testpki.DP(uriDP, []byte{7, 0x80}))
+	dpAllReasons := testpki.NewLeafDP(t, testpki.DP(uriDP, []byte{7, 0x7f, 0x80}))
+	dpSplit := testpki.NewLeafDP(t, testpki.DP(uriDP, keyCompromise), testpki.DP(testpki.DPFullName(testpki.URIName(otherURI)), otherReasons))
+	dpDNS := testpki.NewLeafDP(t, testpki.DP(testpki.DPFullName(testpki.DNSName(testpki.DPURI)), nil))
+	dpEmpty := testpki.NewLeafDP(t, testpki.DP(nil, nil))
 	// A leaf whose distribution point is the directoryName relDP completes to (crypto/x509 does not
 	// parse a certificate whose distribution point is itself a relative name).
 	var interRDNs pkix.RDNSequence
-	if _, err := asn1.Unmarshal(p.inter.cert.RawSubject, &interRDNs); err != nil {
+	if _, err := asn1.Unmarshal(p.Inter.Cert.RawSubject, &interRDNs); err != nil {
 		t.Fatal(err)
 	}
 	relFull, _ := asn1.Marshal(append(interRDNs, pkix.RelativeDistinguishedNameSET{{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 1"}}))
-	dpDir := newTestPKILeafDP(t, dpDER(dpFullName(dirName(relFull)), nil))
-	idp := func(name []byte) []pkix.Extension { return crit(oidIDP, idpOf(name)) }
-	delta := crit(oidDeltaCRL, []byte{2, 1, 1})
-	otherKey := testCA{cert: p.inter.cert, key: newTestKey(t)}
+	dpDir := testpki.NewLeafDP(t, testpki.DP(testpki.DPFullName(testpki.DirName(relFull)), nil))
+	idp := func(name []byte) []pkix.Extension { return crit(testpki.OIDIDP, testpki.IDP(name)) }
+	delta := crit(testpki.OIDDeltaCRL, []byte{2, 1, 1})
+	otherKey := testpki.CA{Cert: p.Inter.Cert, Key: testpki.NewKey(t)}
 	// Where pgconnector's verdict differs from OpenSSL 3.0's on purpose: it refuses where OpenSSL
 	// accepts, or refuses for another reason.
 	differs := map[string]string{
@@ -636,92 +437,92 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name string
-		pki  *testPKI // p when nil
-		crls []crlSpec
+		pki  *testpki.PKI // p when nil
+		crls []testpki.CRLSpec
 	}{
-		{"no CRL of the root's", nil, []crlSpec{{by: &p.inter}}},
-		{"none revoked", nil, []crlSpec{{by: &p.inter}, {by: &p.root}}},
-		{"leaf revoked", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}}, {by: &p.root}}},
-		{"intermediate revoked", nil, []crlSpec{{by: &p.inter}, {by: &p.root, revoke: []*big.Int{interSN}}}},
-		{"root revokes itself", nil, []crlSpec{{by: &p.inter}, {by: &p.root, revoke: []*big.Int{rootSN}}}},
-		{"removeFromCRL", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, reason: 8}, {by: &p.root}}},
-		{"expired", nil, []crlSpec{{by: &p.inter, this: -2 * time.Hour, next: -time.Hour}, {by: &p.root}}},
-		{"not yet valid", nil, []crlSpec{{by: &p.inter, this: time.Hour, next: 2 * time.Hour}, {by: &p.root}}},
-		{"expired revoking, valid not", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, this: -3 * time.Hour, next: -time.Hour},
-			{by: &p.inter}, {by: &p.root}}},
-		{"older revoking, newer not", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, this: -3 * time.Hour},
-			{by: &p.inter, this: -time.Hour}, {by: &p.root}}},
-		{"older not, newer revoking", nil, []crlSpec{{by: &p.inter, this: -3 * time.Hour},
-			{by: &p.inter, revoke: []*big.Int{leafSN}, this: -time.Hour}, {by: &p.root}}},
-		{"signed with another key", nil, []crlSpec{{by: &p.inter, signer: &otherKey}, {by: &p.root}}},
-		{"issuer without CRLSign", noCRLSign, []crlSpec{{by: &noCRLSign.inter}, {by: &noCRLSign.root}}},
-		{"unhandled critical extension", nil, []crlSpec{{by: &p.inter, ext: crit(asn1.ObjectIdentifier{1, 2, 3, 4}, []byte{5, 0})}, {by: &p.root}}},
-		{"unhandled critical extension, revoking", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN},
-			ext: crit(asn1.ObjectIdentifier{1, 2, 3, 4}, []byte{5, 0})}, {by: &p.root}}},
-		{"delta CRL only", nil, []crlSpec{{by: &p.inter, ext: crit(oidDeltaCRL, []byte{2, 1, 1})}, {by: &p.root}}},
-		{"IDP onlyContainsCACerts", nil, []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff})}, {by: &p.root}}},
-		{"IDP onlyContainsUserCerts", nil, []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x81, 1, 0xff})}, {by: &p.root}}},
-		{"IDP onlyContainsUserCerts for the intermediate", nil, []crlSpec{{by: &p.inter},
-			{by: &p.root, ext: crit(oidIDP, []byte{0x30, 3, 0x81, 1, 0xff})}}},
-		{"IDP indirectCRL", nil, []crlSpec{{by: &p.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x84, 1, 0xff})}, {by: &p.root}}},
-		{"IDP with a distribution point, leaf without", nil, []crlSpec{{by: &p.inter,
-			ext: crit(oidIDP, idpWithURI("http://crl.example/i.crl"))}, {by: &p.root}}},
+		{"no CRL of the root's", nil, []testpki.CRLSpec{{By: &p.Inter}}},
+		{"none revoked", nil, []testpki.CRLSpec{{By: &p.Inter}, {By: &p.Root}}},
+		{"leaf revoked", nil, []testpki.CRLSpec{{By: &p.Inter, Revoke: []*big.Int{leafSN}}, {By: &p.Root}}},
+		{"intermediate revoked", nil, []testpki.CRLSpec{{By: &p.Inter}, {By: &p.Root, Revoke: []*big.Int{interSN}}}},
+		{"root revokes itself", nil, []testpki.CRLSpec{{By: &p.Inter}, {By: &p.Root, Revoke: []*big.Int{rootSN}}}},
+		{"removeFromCRL", nil, []testpki.CRLSpec{{By: &p.Inter, Revoke: []*big.Int{leafSN}, Reason: 8}, {By: &p.Root}}},
+		{"expired", nil, []testpki.CRLSpec{{By: &p.Inter, This: -2 * time.Hour, Next: -time.Hour}, {By: &p.Root}}},
+		{"not yet valid", nil, []testpki.CRLSpec{{By: &p.Inter, This: time.Hour, Next: 2 * time.Hour}, {By: &p.Root}}},
+		{"expired revoking, valid not", nil, []testpki.CRLSpec{{By: &p.Inter, Revoke: []*big.Int{leafSN}, This: -3 * time.Hour, Next: -time.Hour},
+			{By: &p.Inter}, {By: &p.Root}}},
+		{"older revoking, newer not", nil, []testpki.CRLSpec{{By: &p.Inter, Revoke: []*big.Int{leafSN}, This: -3 * time.Hour},
+			{By: &p.Inter, This: -time.Hour}, {By: &p.Root}}},
+		{"older not, newer revoking", nil, []testpki.CRLSpec{{By: &p.Inter, This: -3 * time.Hour},
+			{By: &p.Inter, Revoke: []*big.Int{leafSN}, This: -time.Hour}, {By: &p.Root}}},
+		{"signed with another key", nil, []testpki.CRLSpec{{By: &p.Inter, Signer: &otherKey}, {By: &p.Root}}},
+		{"issuer without CRLSign", noCRLSign, []testpki.CRLSpec{{By: &noCRLSign.Inter}, {By: &noCRLSign.Root}}},
+		{"unhandled critical extension", nil, []testpki.CRLSpec{{By: &p.Inter, Ext: crit(asn1.ObjectIdentifier{1, 2, 3, 4}, []byte{5, 0})}, {By: &p.Root}}},
+		{"unhandled critical extension, revoking", nil, []testpki.CRLSpec{{By: &p.Inter, Revoke: []*big.Int{leafSN},
+			Ext: crit(asn1.ObjectIdentifier{1, 2, 3, 4}, []byte{5, 0})}, {By: &p.Root}}},
+		{"delta CRL only", nil, []testpki.CRLSpec{{By: &p.Inter, Ext: crit(testpki.OIDDeltaCRL, []byte{2, 1, 1})}, {By: &p.Root}}},
+		{"IDP onlyContainsCACerts", nil, []testpki.CRLSpec{{By: &p.Inter, Ext: crit(testpki.OIDIDP, []byte{0x30, 3, 0x82, 1, 0xff})}, {By: &p.Root}}},
+		{"IDP onlyContainsUserCerts", nil, []testpki.CRLSpec{{By: &p.Inter, Ext: crit(testpki.OIDIDP, []byte{0x30, 3, 0x81, 1, 0xff})}, {By: &p.Root}}},
+		{"IDP onlyContainsUserCerts for the intermediate", nil, []testpki.CRLSpec{{By: &p.Inter},
+			{By: &p.Root, Ext: crit(testpki.OIDIDP, []byte{0x30, 3, 0x81, 1, 0xff})}}},
+		{"IDP indirectCRL", nil, []testpki.CRLSpec{{By: &p.Inter, Ext: crit(testpki.OIDIDP, []byte{0x30, 3, 0x84, 1, 0xff})}, {By: &p.Root}}},
+		{"IDP with a distribution point, leaf without", nil, []testpki.CRLSpec{{By: &p.Inter,
+			Ext: crit(testpki.OIDIDP, testpki.IDP(testpki.DPFullName(testpki.URIName("http://crl.example/i.crl"))))}, {By: &p.Root}}},
 		// Delta CRLs (deltaCRLIndicator, RFC 5280 5.2.4): OpenSSL 3.0 scores them as complete CRLs,
 		// the newest of equal score wins.
-		{"delta revoking over a base", nil, []crlSpec{{by: &p.inter, this: -2 * time.Hour},
-			{by: &p.inter, revoke: []*big.Int{leafSN}, ext: delta}, {by: &p.root}}},
-		{"older delta revoking under a base", nil, []crlSpec{{by: &p.inter},
-			{by: &p.inter, revoke: []*big.Int{leafSN}, this: -2 * time.Hour, ext: delta}, {by: &p.root}}},
-		{"delta not revoking over a revoking base", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, this: -2 * time.Hour},
-			{by: &p.inter, ext: delta}, {by: &p.root}}},
-		{"delta only, revoking", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN}, ext: delta}, {by: &p.root}}},
-		{"delta only, out of scope", nil, []crlSpec{{by: &p.inter, ext: append(crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff}), delta...)},
-			{by: &p.root}}},
-		{"delta only, issuer without CRLSign", noCRLSign, []crlSpec{{by: &noCRLSign.inter, ext: delta}, {by: &noCRLSign.root, ext: delta}}},
-		{"delta over a base, out of scope", nil, []crlSpec{{by: &p.inter, this: -2 * time.Hour},
-			{by: &p.inter, revoke: []*big.Int{leafSN}, ext: append(crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff}), delta...)}, {by: &p.root}}},
+		{"delta revoking over a base", nil, []testpki.CRLSpec{{By: &p.Inter, This: -2 * time.Hour},
+			{By: &p.Inter, Revoke: []*big.Int{leafSN}, Ext: delta}, {By: &p.Root}}},
+		{"older delta revoking under a base", nil, []testpki.CRLSpec{{By: &p.Inter},
+			{By: &p.Inter, Revoke: []*big.Int{leafSN}, This: -2 * time.Hour, Ext: delta}, {By: &p.Root}}},
+		{"delta not revoking over a revoking base", nil, []testpki.CRLSpec{{By: &p.Inter, Revoke: []*big.Int{leafSN}, This: -2 * time.Hour},
+			{By: &p.Inter, Ext: delta}, {By: &p.Root}}},
+		{"delta only, revoking", nil, []testpki.CRLSpec{{By: &p.Inter, Revoke: []*big.Int{leafSN}, Ext: delta}, {By: &p.Root}}},
+		{"delta only, out of scope", nil, []testpki.CRLSpec{{By: &p.Inter, Ext: append(crit(testpki.OIDIDP, []byte{0x30, 3, 0x82, 1, 0xff}), delta...)},
+			{By: &p.Root}}},
+		{"delta only, issuer without CRLSign", noCRLSign, []testpki.CRLSpec{{By: &noCRLSign.Inter, Ext: delta}, {By: &noCRLSign.Root, Ext: delta}}},
+		{"delta over a base, out of scope", nil, []testpki.CRLSpec{{By: &p.Inter, This: -2 * time.Hour},
+			{By: &p.Inter, Revoke: []*big.Int{leafSN}, Ext: append(crit(testpki.OIDIDP, []byte{0x30, 3, 0x82, 1, 0xff}), delta...)}, {By: &p.Root}}},
 		// The CRL's authorityKeyIdentifier against the issuer's certificate (X509_check_akid).
-		{"AKID of the issuer's key, serial and issuer", nil, []crlSpec{{by: &p.inter,
-			akid: akidOf(p.inter.cert.SubjectKeyId, p.root.cert.RawSubject, interSN)}, {by: &p.root}}},
-		{"AKID of another serial", nil, []crlSpec{{by: &p.inter,
-			akid: akidOf(p.inter.cert.SubjectKeyId, nil, new(big.Int).Add(interSN, big.NewInt(1)))}, {by: &p.root}}},
-		{"AKID of another issuer", nil, []crlSpec{{by: &p.inter, akid: akidOf(p.inter.cert.SubjectKeyId, p.inter.cert.RawSubject, nil)},
-			{by: &p.root}}},
-		{"AKID of another key", nil, []crlSpec{{by: &p.inter, akid: akidOf([]byte{1, 2, 3, 4}, nil, nil)}, {by: &p.root}}},
-		{"AKID of another serial, revoking, with a good CRL", nil, []crlSpec{{by: &p.inter, revoke: []*big.Int{leafSN},
-			akid: akidOf(nil, nil, big.NewInt(7))}, {by: &p.inter, this: -2 * time.Hour}, {by: &p.root}}},
+		{"AKID of the issuer's key, serial and issuer", nil, []testpki.CRLSpec{{By: &p.Inter,
+			AKID: testpki.AKID(p.Inter.Cert.SubjectKeyId, p.Root.Cert.RawSubject, interSN)}, {By: &p.Root}}},
+		{"AKID of another serial", nil, []testpki.CRLSpec{{By: &p.Inter,
+			AKID: testpki.AKID(p.Inter.Cert.SubjectKeyId, nil, new(big.Int).Add(interSN, big.NewInt(1)))}, {By: &p.Root}}},
+		{"AKID of another issuer", nil, []testpki.CRLSpec{{By: &p.Inter, AKID: testpki.AKID(p.Inter.Cert.SubjectKeyId, p.Inter.Cert.RawSubject, nil)},
+			{By: &p.Root}}},
+		{"AKID of another key", nil, []testpki.CRLSpec{{By: &p.Inter, AKID: testpki.AKID([]byte{1, 2, 3, 4}, nil, nil)}, {By: &p.Root}}},
+		{"AKID of another serial, revoking, with a good CRL", nil, []testpki.CRLSpec{{By: &p.Inter, Revoke: []*big.Int{leafSN},
+			AKID: testpki.AKID(nil, nil, big.NewInt(7))}, {By: &p.Inter, This: -2 * time.Hour}, {By: &p.Root}}},
 		// The leaf's distribution points against the CRL's IDP.
-		{"DP of a URI, IDP of it", dpPlain, []crlSpec{{by: &dpPlain.inter, ext: idp(uriDP)}, {by: &dpPlain.root}}},
-		{"DP of a URI, IDP of another", dpPlain, []crlSpec{{by: &dpPlain.inter, ext: idp(dpFullName(uriName(otherURI)))}, {by: &dpPlain.root}}},
-		{"DP with another cRLIssuer, IDP of its URI", dpCRLIssuer, []crlSpec{{by: &dpCRLIssuer.inter, ext: idp(uriDP)}, {by: &dpCRLIssuer.root}}},
-		{"DP with another cRLIssuer, no IDP", dpCRLIssuer, []crlSpec{{by: &dpCRLIssuer.inter}, {by: &dpCRLIssuer.root}}},
-		{"DP with the issuer as cRLIssuer, IDP of its URI", dpSelfIssuer, []crlSpec{{by: &dpSelfIssuer.inter, ext: idp(uriDP)}, {by: &dpSelfIssuer.root}}},
-		{"DP of a cRLIssuer only, IDP of a URI", dpIssuerOnly, []crlSpec{{by: &dpIssuerOnly.inter, ext: idp(uriDP)}, {by: &dpIssuerOnly.root}}},
-		{"DP with another cRLIssuer, then a DP of the URI", dpTwo, []crlSpec{{by: &dpTwo.inter, ext: idp(uriDP)}, {by: &dpTwo.root}}},
-		{"DP for keyCompromise, IDP of its URI", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter, ext: idp(uriDP)}, {by: &dpKeyCompromise.root}}},
-		{"DP for keyCompromise, no IDP", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter}, {by: &dpKeyCompromise.root}}},
-		{"DP for keyCompromise, revoking", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter, revoke: []*big.Int{dpKeyCompromise.leaf.cert.SerialNumber},
-			ext: idp(uriDP)}, {by: &dpKeyCompromise.root}}},
-		{"DP for keyCompromise, then a CRL out of scope", dpKeyCompromise, []crlSpec{{by: &dpKeyCompromise.inter, ext: idp(uriDP)},
-			{by: &dpKeyCompromise.inter, ext: crit(oidIDP, []byte{0x30, 3, 0x82, 1, 0xff}), this: -2 * time.Hour}, {by: &dpKeyCompromise.root}}},
-		{"DP for the unused reason bit only", dpUnusedReason, []crlSpec{{by: &dpUnusedReason.inter, ext: idp(uriDP)}, {by: &dpUnusedReason.root}}},
-		{"DP for all reasons", dpAllReasons, []crlSpec{{by: &dpAllReasons.inter, ext: idp(uriDP)}, {by: &dpAllReasons.root}}},
-		{"DPs for some reasons each, a CRL for each", dpSplit, []crlSpec{{by: &dpSplit.inter, ext: idp(uriDP)},
-			{by: &dpSplit.inter, ext: idp(dpFullName(uriName(otherURI)))}, {by: &dpSplit.root}}},
-		{"DPs for some reasons each, the second CRL revoking", dpSplit, []crlSpec{{by: &dpSplit.inter, ext: idp(uriDP), this: -2 * time.Hour},
-			{by: &dpSplit.inter, ext: idp(dpFullName(uriName(otherURI))), revoke: []*big.Int{dpSplit.leaf.cert.SerialNumber}}, {by: &dpSplit.root}}},
-		{"DPs for some reasons each, a CRL for one", dpSplit, []crlSpec{{by: &dpSplit.inter, ext: idp(uriDP)}, {by: &dpSplit.root}}},
-		{"DP of a directoryName, IDP of it", dpDir, []crlSpec{{by: &dpDir.inter, ext: idp(dpFullName(dirName(relFull)))}, {by: &dpDir.root}}},
-		{"DP of a directoryName, IDP of it relative to the issuer", dpDir, []crlSpec{{by: &dpDir.inter, ext: idp(relDP)}, {by: &dpDir.root}}},
-		{"DP of a directoryName, IDP of another relative name", dpDir, []crlSpec{{by: &dpDir.inter,
-			ext: idp(dpRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 2"}))}, {by: &dpDir.root}}},
-		{"DP of a dNSName, IDP of a URI of the same text", dpDNS, []crlSpec{{by: &dpDNS.inter, ext: idp(uriDP)}, {by: &dpDNS.root}}},
-		{"DP without name or cRLIssuer", dpEmpty, []crlSpec{{by: &dpEmpty.inter}, {by: &dpEmpty.root}}},
+		{"DP of a URI, IDP of it", dpPlain, []testpki.CRLSpec{{By: &dpPlain.Inter, Ext: idp(uriDP)}, {By: &dpPlain.Root}}},
+		{"DP of a URI, IDP of another", dpPlain, []testpki.CRLSpec{{By: &dpPlain.Inter, Ext: idp(testpki.DPFullName(testpki.URIName(otherURI)))}, {By: &dpPlain.Root}}},
+		{"DP with another cRLIssuer, IDP of its URI", dpCRLIssuer, []testpki.CRLSpec{{By: &dpCRLIssuer.Inter, Ext: idp(uriDP)}, {By: &dpCRLIssuer.Root}}},
+		{"DP with another cRLIssuer, no IDP", dpCRLIssuer, []testpki.CRLSpec{{By: &dpCRLIssuer.Inter}, {By: &dpCRLIssuer.Root}}},
+		{"DP with the issuer as cRLIssuer, IDP of its URI", dpSelfIssuer, []testpki.CRLSpec{{By: &dpSelfIssuer.Inter, Ext: idp(uriDP)}, {By: &dpSelfIssuer.Root}}},
+		{"DP of a cRLIssuer only, IDP of a URI", dpIssuerOnly, []testpki.CRLSpec{{By: &dpIssuerOnly.Inter, Ext: idp(uriDP)}, {By: &dpIssuerOnly.Root}}},
+		{"DP with another cRLIssuer, then a DP of the URI", dpTwo, []testpki.CRLSpec{{By: &dpTwo.Inter, Ext: idp(uriDP)}, {By: &dpTwo.Root}}},
+		{"DP for keyCompromise, IDP of its URI", dpKeyCompromise, []testpki.CRLSpec{{By: &dpKeyCompromise.Inter, Ext: idp(uriDP)}, {By: &dpKeyCompromise.Root}}},
+		{"DP for keyCompromise, no IDP", dpKeyCompromise, []testpki.CRLSpec{{By: &dpKeyCompromise.Inter}, {By: &dpKeyCompromise.Root}}},
+		{"DP for keyCompromise, revoking", dpKeyCompromise, []testpki.CRLSpec{{By: &dpKeyCompromise.Inter, Revoke: []*big.Int{dpKeyCompromise.Leaf.Cert.SerialNumber},
+			Ext: idp(uriDP)}, {By: &dpKeyCompromise.Root}}},
+		{"DP for keyCompromise, then a CRL out of scope", dpKeyCompromise, []testpki.CRLSpec{{By: &dpKeyCompromise.Inter, Ext: idp(uriDP)},
+			{By: &dpKeyCompromise.Inter, Ext: crit(testpki.OIDIDP, []byte{0x30, 3, 0x82, 1, 0xff}), This: -2 * time.Hour}, {By: &dpKeyCompromise.Root}}},
+		{"DP for the unused reason bit only", dpUnusedReason, []testpki.CRLSpec{{By: &dpUnusedReason.Inter, Ext: idp(uriDP)}, {By: &dpUnusedReason.Root}}},
+		{"DP for all reasons", dpAllReasons, []testpki.CRLSpec{{By: &dpAllReasons.Inter, Ext: idp(uriDP)}, {By: &dpAllReasons.Root}}},
+		{"DPs for some reasons each, a CRL for each", dpSplit, []testpki.CRLSpec{{By: &dpSplit.Inter, Ext: idp(uriDP)},
+			{By: &dpSplit.Inter, Ext: idp(testpki.DPFullName(testpki.URIName(otherURI)))}, {By: &dpSplit.Root}}},
+		{"DPs for some reasons each, the second CRL revoking", dpSplit, []testpki.CRLSpec{{By: &dpSplit.Inter, Ext: idp(uriDP), This: -2 * time.Hour},
+			{By: &dpSplit.Inter, Ext: idp(testpki.DPFullName(testpki.URIName(otherURI))), Revoke: []*big.Int{dpSplit.Leaf.Cert.SerialNumber}}, {By: &dpSplit.Root}}},
+		{"DPs for some reasons each, a CRL for one", dpSplit, []testpki.CRLSpec{{By: &dpSplit.Inter, Ext: idp(uriDP)}, {By: &dpSplit.Root}}},
+		{"DP of a directoryName, IDP of it", dpDir, []testpki.CRLSpec{{By: &dpDir.Inter, Ext: idp(testpki.DPFullName(testpki.DirName(relFull)))}, {By: &dpDir.Root}}},
+		{"DP of a directoryName, IDP of it relative to the issuer", dpDir, []testpki.CRLSpec{{By: &dpDir.Inter, Ext: idp(relDP)}, {By: &dpDir.Root}}},
+		{"DP of a directoryName, IDP of another relative name", dpDir, []testpki.CRLSpec{{By: &dpDir.Inter,
+			Ext: idp(testpki.DPRelative(pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "CRL 2"}))}, {By: &dpDir.Root}}},
+		{"DP of a dNSName, IDP of a URI of the same text", dpDNS, []testpki.CRLSpec{{By: &dpDNS.Inter, Ext: idp(uriDP)}, {By: &dpDNS.Root}}},
+		{"DP without name or cRLIssuer", dpEmpty, []testpki.CRLSpec{{By: &dpEmpty.Inter}, {By: &dpEmpty.Root}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var crls [][]byte
 			for _, s := range tt.crls {
-				crls = append(crls, makeCRL(t, s))
+				crls = append(crls, testpki.MakeCRL(t, s))
 			}
 			p := p
 			if tt.pki != nil {
@@ -744,11 +545,11 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 
 	// sslcrldir: looked up by the hash of the issuer's name, .r0, .r1, ... until one is missing.
 	t.Run("directory", func(t *testing.T) {
-		rootCRL := makeCRL(t, crlSpec{by: &p.root})
-		interOK := makeCRL(t, crlSpec{by: &p.inter, this: -2 * time.Hour})
-		interRev := makeCRL(t, crlSpec{by: &p.inter, revoke: []*big.Int{leafSN}})
-		interHash, _ := tlspolicy.NameHash(p.inter.cert.RawSubject)
-		rootHash, _ := tlspolicy.NameHash(p.root.cert.RawSubject)
+		rootCRL := testpki.MakeCRL(t, testpki.CRLSpec{By: &p.Root})
+		interOK := testpki.MakeCRL(t, testpki.CRLSpec{By: &p.Inter, This: -2 * time.Hour})
+		interRev := testpki.MakeCRL(t, testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{leafSN}})
+		interHash, _ := tlspolicy.NameHash(p.Inter.Cert.RawSubject)
+		rootHash, _ := tlspolicy.NameHash(p.Root.Cert.RawSubject)
 		for _, tt := range []struct {
 			name  string
 			files map[string][]byte
@@ -764,7 +565,7 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				dir := t.TempDir()
 				for name, der := range tt.files {
-					if err := os.WriteFile(filepath.Join(dir, name), pemCRL(der), 0o644); err != nil {
+					if err := os.WriteFile(filepath.Join(dir, name), testpki.PEMCRL(der), 0o644); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -779,122 +580,13 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 	})
 }
 
-// Extensions of certificates and CRLs (RFC 5280, 4.2.1.1, 4.2.1.13, 5.2.4, 5.2.5, 5.3.3).
-var (
-	oidAKID       = asn1.ObjectIdentifier{2, 5, 29, 35}
-	oidIDP        = asn1.ObjectIdentifier{2, 5, 29, 28}
-	oidDeltaCRL   = asn1.ObjectIdentifier{2, 5, 29, 27}
-	oidCertIssuer = asn1.ObjectIdentifier{2, 5, 29, 29}
-	oidCRLDP      = asn1.ObjectIdentifier{2, 5, 29, 31}
-)
-
-// dpURI is the URI of the test leaves' CRL distribution points.
-const dpURI = "http://crl.example/inter.crl"
-
-// newTestPKILeafDP is newTestPKI whose leaf has a cRLDistributionPoints extension of the
-// distribution points dps (dpDER), none when dps is empty.
-func newTestPKILeafDP(t *testing.T, dps ...[]byte) *testPKI {
-	t.Helper()
-	return newTestPKILeafDPWith(t, newTestPKI(t), dps...)
-}
-
-// newTestPKILeafDPWith is p with a new leaf, issued by p's intermediate, with the distribution
-// points dps.
-func newTestPKILeafDPWith(t *testing.T, p *testPKI, dps ...[]byte) *testPKI {
-	t.Helper()
-	q := *p
-	var ext []pkix.Extension
-	if len(dps) > 0 {
-		v, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: bytes.Join(dps, nil)})
-		ext = []pkix.Extension{{Id: oidCRLDP, Value: v}}
-	}
-	q.leaf = issue(t, &x509.Certificate{
-		Subject:         pkix.Name{CommonName: "localhost"},
-		KeyUsage:        x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:        []string{"localhost"},
-		ExtraExtensions: ext,
-	}, &p.inter, newTestKey(t))
-	return &q
-}
-
-// dpDER is a DistributionPoint (RFC 5280, 4.2.1.13): name (dpFullName, dpRelative) when not
-// nil, reasons (a BIT STRING's content: unused bits, then the bits) when not nil, cRLIssuer the
-// general names crlIssuer when there are any.
-func dpDER(name, reasons []byte, crlIssuer ...[]byte) []byte {
-	var b []byte
-	if name != nil {
-		n, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: name})
-		b = append(b, n...)
-	}
-	if reasons != nil {
-		r, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, Bytes: reasons})
-		b = append(b, r...)
-	}
-	if len(crlIssuer) > 0 {
-		c, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, IsCompound: true, Bytes: bytes.Join(crlIssuer, nil)})
-		b = append(b, c...)
-	}
-	dp, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: b})
-	return dp
-}
-
-// dpFullName is a DistributionPointName's fullName of the general names gns.
-func dpFullName(gns ...[]byte) []byte {
-	full, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: bytes.Join(gns, nil)})
-	return full
-}
-
-// dpRelative is a DistributionPointName's nameRelativeToCRLIssuer of the attributes.
-func dpRelative(attrs ...pkix.AttributeTypeAndValue) []byte {
-	set, _ := asn1.Marshal(pkix.RelativeDistinguishedNameSET(attrs))
-	var v asn1.RawValue
-	_, _ = asn1.Unmarshal(set, &v)
-	rel, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 1, IsCompound: true, Bytes: v.Bytes})
-	return rel
-}
-
-// idpOf is an issuingDistributionPoint of the DistributionPointName name (dpFullName, dpRelative).
-func idpOf(name []byte) []byte {
-	dp, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: name})
-	seq, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: dp})
-	return seq
-}
-
-// dnsName is a GeneralName dNSName.
-func dnsName(name string) []byte {
-	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte(name)})
-	return gn
-}
-
-// uriName is a GeneralName uniformResourceIdentifier.
-func uriName(uri string) []byte {
-	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 6, Bytes: []byte(uri)})
-	return gn
-}
-
-// dirName is a GeneralName directoryName of the DER Name name.
-func dirName(name []byte) []byte {
-	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 4, IsCompound: true, Bytes: name})
-	return gn
-}
-
-// idpWithURI is an issuingDistributionPoint with a fullName URI.
-func idpWithURI(uri string) []byte {
-	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 6, Bytes: []byte(uri)})
-	full, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: gn})
-	dp, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: full})
-	seq, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: dp})
-	return seq
-}
-
 // The sslcrl file as libpq reads it: missing, empty or without a CRL or certificate, nothing is
 // checked; a certificate alone turns the checks on; DER is read (libpq would check nothing); a
 // CRL that does not parse fails (libpq would check nothing).
 func TestCRLFile(t *testing.T) {
-	p := newTestPKI(t)
-	rev := makeCRL(t, crlSpec{by: &p.inter, revoke: []*big.Int{p.leaf.cert.SerialNumber}})
-	rootCRL := makeCRL(t, crlSpec{by: &p.root})
+	p := testpki.New(t)
+	rev := testpki.MakeCRL(t, testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{p.Leaf.Cert.SerialNumber}})
+	rootCRL := testpki.MakeCRL(t, testpki.CRLSpec{By: &p.Root})
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
 		path := filepath.Join(dir, name)
@@ -903,7 +595,7 @@ func TestCRLFile(t *testing.T) {
 		}
 		return path
 	}
-	cs := tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{p.leaf.cert, p.inter.cert, p.root.cert}}}
+	cs := tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{p.Leaf.Cert, p.Inter.Cert, p.Root.Cert}}}
 	for _, tt := range []struct {
 		name, file string
 		want       string // error substring, "" for a pass
@@ -911,10 +603,10 @@ func TestCRLFile(t *testing.T) {
 		{"missing", filepath.Join(dir, "nonexistent.pem"), ""},
 		{"empty", write("empty.pem", nil), ""},
 		{"PEM without CRL or certificate", write("key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{1}})), ""},
-		{"a certificate only", write("cert.pem", pemCert(p.root.cert)), "unable to get certificate CRL"},
-		{"PEM revoking", write("rev.pem", append(pemCRL(rev), pemCRL(rootCRL)...)), "certificate revoked"},
+		{"a certificate only", write("cert.pem", testpki.PEMCert(p.Root.Cert)), "unable to get certificate CRL"},
+		{"PEM revoking", write("rev.pem", append(testpki.PEMCRL(rev), testpki.PEMCRL(rootCRL)...)), "certificate revoked"},
 		{"DER revoking", write("rev.der", rev), "certificate revoked"},
-		{"corrupt", write("bad.pem", append(pemCRL([]byte{0x30, 0}), pemCRL(rootCRL)...)), "does not parse"},
+		{"corrupt", write("bad.pem", append(testpki.PEMCRL([]byte{0x30, 0}), testpki.PEMCRL(rootCRL)...)), "does not parse"},
 		{"garbage", write("garbage", []byte("not a CRL")), "holds neither a PEM nor a DER certificate revocation list"},
 		{"a directory", dir, "cannot read sslcrl"},
 	} {
@@ -957,7 +649,7 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pemCRL(der), 0o644); err != nil {
+		if err := os.WriteFile(path, testpki.PEMCRL(der), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return path
@@ -972,12 +664,12 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		delta, err := srv.CRL(deltaRevokes, now.Add(-time.Hour), now.Add(time.Hour),
-			pkix.Extension{Id: oidDeltaCRL, Critical: true, Value: []byte{2, 1, 1}})
+			pkix.Extension{Id: testpki.OIDDeltaCRL, Critical: true, Value: []byte{2, 1, 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, append(pemCRL(base), pemCRL(delta)...), 0o644); err != nil {
+		if err := os.WriteFile(path, append(testpki.PEMCRL(base), testpki.PEMCRL(delta)...), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return path
@@ -1139,7 +831,7 @@ func TestTLSKeysAgainstServer(t *testing.T) {
 		derFile := filepath.Join(dir, "rev.der")
 		corrupt := filepath.Join(dir, "corrupt.pem")
 		revPEM, _ := os.ReadFile(rev)
-		if os.WriteFile(derFile, der, 0o644) != nil || os.WriteFile(corrupt, append(revPEM, pemCRL([]byte{0x30, 0})...), 0o644) != nil {
+		if os.WriteFile(derFile, der, 0o644) != nil || os.WriteFile(corrupt, append(revPEM, testpki.PEMCRL([]byte{0x30, 0})...), 0o644) != nil {
 			t.Fatal("writing the CRLs")
 		}
 		for _, f := range []string{derFile, corrupt} {
@@ -1231,8 +923,8 @@ func TestCRLScopeAgainstServer(t *testing.T) {
 		os.Unsetenv(env)
 	}
 	otherDER, _ := asn1.Marshal(pkix.Name{CommonName: "Other CRL Issuer", Organization: []string{"pgconnector"}}.ToRDNSequence())
-	uriDP := dpFullName(uriName(dpURI))
-	idp := func(v []byte) pkix.Extension { return pkix.Extension{Id: oidIDP, Critical: true, Value: v} }
+	uriDP := testpki.DPFullName(testpki.URIName(testpki.DPURI))
+	idp := func(v []byte) pkix.Extension { return pkix.Extension{Id: testpki.OIDIDP, Critical: true, Value: v} }
 	// The CA's own CRL: onlyContainsCACerts, so that it is out of scope for the server's certificate.
 	now := time.Now()
 	caCRL, err := srv.CRL(false, now.Add(-2*time.Hour), now.Add(time.Hour), idp([]byte{0x30, 3, 0x82, 1, 0xff}))
@@ -1247,16 +939,16 @@ func TestCRLScopeAgainstServer(t *testing.T) {
 		crlExt []pkix.Extension // of the CRL for the server's certificate
 		want   string           // "" to connect, else pgconnector's reason
 	}{
-		{"a URI, IDP of it", dpDER(uriDP, nil), []pkix.Extension{idp(idpOf(uriDP))}, ""},
-		{"cRLIssuer of another CA, IDP of its URI", dpDER(uriDP, nil, dirName(otherDER)), []pkix.Extension{idp(idpOf(uriDP))},
+		{"a URI, IDP of it", testpki.DP(uriDP, nil), []pkix.Extension{idp(testpki.IDP(uriDP))}, ""},
+		{"cRLIssuer of another CA, IDP of its URI", testpki.DP(uriDP, nil, testpki.DirName(otherDER)), []pkix.Extension{idp(testpki.IDP(uriDP))},
 			"different CRL scope"},
-		{"cRLIssuer of another CA, no IDP", dpDER(uriDP, nil, dirName(otherDER)), nil, ""},
+		{"cRLIssuer of another CA, no IDP", testpki.DP(uriDP, nil, testpki.DirName(otherDER)), nil, ""},
 		// Its CRL covers keyCompromise only; the next best CRL is the CA's, out of scope.
-		{"for keyCompromise only", dpDER(uriDP, []byte{6, 0x40}), []pkix.Extension{idp(idpOf(uriDP))}, "different CRL scope"},
+		{"for keyCompromise only", testpki.DP(uriDP, []byte{6, 0x40}), []pkix.Extension{idp(testpki.IDP(uriDP))}, "different CRL scope"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dps, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: tt.dp})
-			if err := srv.ReissueServerCert(pkix.Extension{Id: oidCRLDP, Value: dps}); err != nil {
+			if err := srv.ReissueServerCert(pkix.Extension{Id: testpki.OIDCRLDP, Value: dps}); err != nil {
 				t.Fatal(err)
 			}
 			srvCRL, err := srv.CRL(false, now.Add(-time.Hour), now.Add(time.Hour), tt.crlExt...)
@@ -1264,7 +956,7 @@ func TestCRLScopeAgainstServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			crlFile := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "_")+".pem")
-			if err := os.WriteFile(crlFile, append(pemCRL(srvCRL), pemCRL(caCRL)...), 0o644); err != nil {
+			if err := os.WriteFile(crlFile, append(testpki.PEMCRL(srvCRL), testpki.PEMCRL(caCRL)...), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			dsn := srv.DSN("sslmode=verify-ca", "sslrootcert="+srv.CAFile, "sslcrl="+crlFile)
@@ -1297,18 +989,18 @@ func TestCRLScopeAgainstServer(t *testing.T) {
 // apply changes pgx's *tls.Config in place, so pgx still finds the client certificate of sslcert
 // and sslkey, which it keys by that pointer: a server that asks for a certificate gets it.
 func TestTLSKeysKeepClientCertificate(t *testing.T) {
-	p := newTestPKI(t)
+	p := testpki.New(t)
 	dir := t.TempDir()
-	keyDER, err := x509.MarshalPKCS8PrivateKey(p.leaf.key)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(p.Leaf.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
-	if os.WriteFile(certFile, pemCert(p.leaf.cert), 0o600) != nil ||
+	if os.WriteFile(certFile, testpki.PEMCert(p.Leaf.Cert), 0o600) != nil ||
 		os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600) != nil {
 		t.Fatal("writing the client certificate")
 	}
-	serverCert := tls.Certificate{Certificate: [][]byte{p.leaf.cert.Raw, p.inter.cert.Raw}, PrivateKey: p.leaf.key}
+	serverCert := tls.Certificate{Certificate: [][]byte{p.Leaf.Cert.Raw, p.Inter.Cert.Raw}, PrivateKey: p.Leaf.Key}
 
 	ln, err := harness.Listen()
 	if err != nil {

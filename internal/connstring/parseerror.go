@@ -1,17 +1,15 @@
-package pgconnector
+package connstring
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
 
-	"github.com/jackc/pgservicefile"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -43,14 +41,6 @@ func (e *ParseError) Error() string { return "pgconnector: " + e.msg }
 // Unwrap returns [ErrNoGSS] for gssencmode=require in a build with the pgconnector_nogss tag,
 // else nil.
 func (e *ParseError) Unwrap() error { return e.err }
-
-// source is where a key's value came from, as far as known: the connection string, or the
-// environment variable named env; known says whether value is the value.
-type source struct {
-	value, env string
-	known      bool
-	service    bool // from the service file
-}
 
 // invalid is a ParseError for a key whose value is not allowed; must says what it must be.
 func invalid(key string, src source, must string) *ParseError {
@@ -103,9 +93,9 @@ var (
 // message pgx 5 writes is recognised; one that is not (a newer pgx) gives a message that says
 // pgx refused the string, without its text.
 //
-// dsn is the string pgx parsed: the message says where a bad value came from (the string, or an
+// v is what was read: the message says where a bad value came from (the string, or an
 // environment variable) and shows it when that is safe.
-func fromPgx(err error, dsn string) *ParseError {
+func fromPgx(err error, v *values) *ParseError {
 	var pce *pgconn.ParseConfigError
 	if !errors.As(err, &pce) {
 		return &ParseError{msg: "invalid connection string (pgx's message is not shown: it may quote a value)"}
@@ -126,7 +116,7 @@ func fromPgx(err error, dsn string) *ParseError {
 	// bad is the error for a value of key that is not allowed; pgx quotes some values itself
 	// (after prefix, or quoted with %q), the others are looked up in dsn.
 	bad := func(key, must, prefix string, quoted bool) *ParseError {
-		src := sourceOf(dsn, key)
+		src := v.sourceOf(key)
 		if v, ok := strings.CutPrefix(msg, prefix); ok && prefix != "" {
 			if quoted {
 				v, _ = strconv.Unquote(v)
@@ -138,7 +128,7 @@ func fromPgx(err error, dsn string) *ParseError {
 	switch {
 	case msg == "failed to parse as keyword/value":
 		if strings.HasPrefix(innerMsg, "unterminated quoted string") {
-			if key := unclosedQuoteKey(pce.ConnString); key != "" {
+			if key := v.unclosed; keyName.MatchString(key) { // else a stray word, maybe a secret
 				return e(key, "malformed connection string: the quoted value of %s is not closed with '", key)
 			}
 		}
@@ -155,10 +145,10 @@ func fromPgx(err error, dsn string) *ParseError {
 			return e("service", "service %s is not in the service file (PGSERVICEFILE, servicefile, else ~/.pg_service.conf)",
 				shown(strings.TrimPrefix(innerMsg, "unable to find service: ")))
 		default:
-			return serviceFileProblem(dsn, strings.TrimPrefix(innerMsg, "failed to read service file: "))
+			return v.serviceFileProblem(strings.TrimPrefix(innerMsg, "failed to read service file: "))
 		}
 	case msg == "invalid sslcertmode":
-		src := sourceOf(dsn, "sslcertmode")
+		src := v.sourceOf("sslcertmode")
 		if v, ok := strings.CutPrefix(innerMsg, "unknown sslcertmode value: "); ok {
 			src.value, src.known = v, true
 		}
@@ -167,7 +157,7 @@ func fromPgx(err error, dsn string) *ParseError {
 		return bad("connect_timeout", "a whole number of seconds, 0 or more", "", false)
 	case msg == "invalid port":
 		const must = "a number from 1 to 65535 (or a comma-separated list of them, one per host)"
-		if misplaced := urlPortMisplaced(dsn); misplaced {
+		if v.portMisplaced {
 			return &ParseError{Key: "port", msg: "invalid port (not shown: an \"@\" after the host in the URL means it may be part of a password; " +
 				"percent-encode \"@\", \"/\", \"?\" and \",\" in a password): must be " + must}
 		}
@@ -216,128 +206,17 @@ func keywordValueProblem(inner string) string {
 // keyName is what a connection-string key (or a server setting passed as one) looks like.
 var keyName = regexp.MustCompile(`^[a-z_][a-z0-9_.]{0,63}$`)
 
-// unclosedQuoteKey returns the key whose quoted value is not closed in a keyword/value string,
-// or "" when there is none or it does not look like a key.
-func unclosedQuoteKey(s string) string {
-	_, unclosed := scanKeywordValue(s)
-	if !keyName.MatchString(unclosed) {
-		return "" // a stray word, maybe a secret
-	}
-	return unclosed
-}
-
-// scanKeywordValue reads a keyword/value string as libpq does (fe-connect.c, conninfo_parse):
-// white space between pairs and around "=", values in single quotes or up to white space, a
-// backslash taking the next character literally. It returns the pairs read, in order, up to the
-// first malformed part; unclosed is the key of a quoted value that is not closed. It is only used
-// to explain an error: pgx parses the string.
-func scanKeywordValue(s string) (pairs [][2]string, unclosed string) {
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' }
-	i := 0
-	skip := func() {
-		for i < len(s) && isSpace(s[i]) {
-			i++
+// sourceOf tells where pgx took the value of key from: the connection string, else the service
+// file, else the environment variable the keyword table names for it when that is set.
+func (v *values) sourceOf(key string) source {
+	env := ""
+	for _, k := range keywords {
+		if k.Name == key {
+			env = k.Env
 		}
 	}
-	for {
-		skip()
-		start := i
-		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
-			i++
-		}
-		key := s[start:i]
-		skip()
-		if key == "" || i >= len(s) || s[i] != '=' {
-			return pairs, ""
-		}
-		i++
-		skip()
-		quoted := i < len(s) && s[i] == '\''
-		if quoted {
-			i++
-		}
-		var v strings.Builder
-		for ; i < len(s); i++ {
-			if s[i] == '\\' {
-				if i++; i < len(s) {
-					v.WriteByte(s[i])
-				}
-				continue
-			}
-			if quoted && s[i] == '\'' || !quoted && isSpace(s[i]) {
-				break
-			}
-			v.WriteByte(s[i])
-		}
-		if quoted && i >= len(s) {
-			return pairs, key
-		}
-		pairs = append(pairs, [2]string{key, v.String()})
-		if i++; i >= len(s) {
-			return pairs, ""
-		}
-	}
-}
-
-// envOf names the environment variable pgx reads for a key (pgconn/config.go, parseEnvSettings;
-// libpq-envars.html), for the keys whose errors can name one.
-var envOf = map[string]string{
-	"port":                 "PGPORT",
-	"connect_timeout":      "PGCONNECT_TIMEOUT",
-	"sslmode":              "PGSSLMODE",
-	"sslcertmode":          "PGSSLCERTMODE",
-	"sslnegotiation":       "PGSSLNEGOTIATION",
-	"target_session_attrs": "PGTARGETSESSIONATTRS",
-	"min_protocol_version": "PGMINPROTOCOLVERSION",
-	"max_protocol_version": "PGMAXPROTOCOLVERSION",
-	"channel_binding":      "PGCHANNELBINDING",
-	"require_auth":         "PGREQUIREAUTH",
-}
-
-// sourceOf tells where pgx took the value of key from: the connection string when it sets the
-// key (the last time it does, as libpq), else the environment variable pgx reads for it when that
-// is set and no service file is named, else nothing is known (a service file, a URL's host part
-// for port).
-func sourceOf(dsn, key string) source {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		src, found := source{}, false
-		if _, query, ok := strings.Cut(dsn, "?"); ok {
-			for param := range strings.SplitSeq(query, "&") {
-				k, v, _ := strings.Cut(param, "=")
-				if k == key {
-					v, err := url.PathUnescape(v)
-					src, found = source{value: v, known: err == nil}, true
-				}
-			}
-		}
-		if found {
-			return src
-		}
-		if key == "port" {
-			if ports, ok := urlPorts(dsn); ok {
-				return source{value: ports, known: true}
-			}
-			if strings.Contains(netlocOf(dsn), ":") {
-				return source{} // a port that does not decode
-			}
-		}
-	} else {
-		pairs, _ := scanKeywordValue(dsn)
-		for i := len(pairs) - 1; i >= 0; i-- {
-			if pairs[i][0] == key {
-				return source{value: pairs[i][1], known: true}
-			}
-		}
-	}
-	if strings.Contains(dsn, "service") || os.Getenv("PGSERVICE") != "" {
-		return source{} // a service file may have set it, over the environment
-	}
-	if env := envOf[key]; env != "" {
-		if v := os.Getenv(env); v != "" {
-			return source{value: v, env: env, known: true}
-		}
-	}
-	return source{}
+	_, src, _ := v.get(key, env, false)
+	return src
 }
 
 // plural is "1 host", "2 hosts".
@@ -482,13 +361,8 @@ func urlPortMisplaced(dsn string) bool {
 // serviceFileProblem is the error for a service file that pgx could not read (pgconn/config.go,
 // parseServiceSettings, whose message names the file but drops the cause): it names the service,
 // the file and why it cannot be read, each when it is safe to show (see ParseError).
-func serviceFileProblem(dsn, path string) *ParseError {
-	service := sourceOf(dsn, "service")
-	if !service.known {
-		if v := os.Getenv("PGSERVICE"); v != "" {
-			service = source{value: v, env: "PGSERVICE", known: true}
-		}
-	}
+func (v *values) serviceFileProblem(path string) *ParseError {
+	service := v.serviceName
 	msg := "cannot read the service file"
 	if p := shown(path); path != "" && p != "(value not shown)" {
 		msg += " " + p
@@ -499,16 +373,14 @@ func serviceFileProblem(dsn, path string) *ParseError {
 			msg += " (from " + service.env + ")"
 		}
 	}
-	if path != "" {
-		// pgx's reason is lost: read the file again for it. pgservicefile's own errors name a
-		// line by its number, never its text.
-		if _, err := pgservicefile.ReadServicefile(path); err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				msg += ": " + pe.Err.Error()
-			} else {
-				msg += ": " + err.Error()
-			}
+	if err := v.serviceErr; path != "" && path == v.servicePath && err != nil {
+		// pgx's message drops the reason: the one of the same file's read. pgservicefile's own
+		// errors name a line by its number, never its text.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg += ": " + pe.Err.Error()
+		} else {
+			msg += ": " + err.Error()
 		}
 	}
 	msg += " (the file is servicefile, else PGSERVICEFILE, else ~/.pg_service.conf)"

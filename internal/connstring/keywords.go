@@ -1,4 +1,4 @@
-package pgconnector
+package connstring
 
 // Status says what the connector does with a libpq connection keyword.
 type Status uint8

@@ -1,4 +1,4 @@
-package pgconnector
+package connstring
 
 import (
 	"os"
@@ -36,7 +36,7 @@ func TestNoLibpqKeyIsSentToTheServer(t *testing.T) {
 		if strings.HasPrefix(k.Name, "ssl") && v == "x" {
 			v = filepath.Join(t.TempDir(), "absent")
 		}
-		s, err := ParseSettings(k.Name + "='" + v + "'")
+		s, err := Parse(k.Name + "='" + v + "'")
 		if err != nil {
 			t.Errorf("%s=%s: %v", k.Name, v, err)
 			continue
@@ -45,7 +45,7 @@ func TestNoLibpqKeyIsSentToTheServer(t *testing.T) {
 			t.Errorf("%s=%s: in the run-time parameters: %v, want %v", k.Name, v, sent, sentToServer[k.Name])
 		}
 	}
-	s, err := ParseSettings("host=a search_path=app,public")
+	s, err := Parse("host=a search_path=app,public")
 	if err != nil || s.Config.RuntimeParams["search_path"] != "app,public" {
 		t.Errorf("a key libpq does not know is not sent as pgx sends it: %v %v", s.Config.RuntimeParams, err)
 	}
@@ -95,7 +95,7 @@ func TestKeywordValues(t *testing.T) {
 			return s.Hosts[0].TLSConfig != nil && len(s.Hosts[0].TLSConfig.Certificates) == 0 && s.Hosts[0].TLSConfig.GetClientCertificate == nil
 		}},
 	} {
-		s, err := ParseSettings(tt.dsn)
+		s, err := Parse(tt.dsn)
 		if err != nil {
 			t.Errorf("%s: %v", tt.dsn, err)
 			continue
@@ -123,7 +123,7 @@ func TestKeywordErrors(t *testing.T) {
 		{"host=a oauth_client_secret=" + secret, "oauth_client_secret", "not supported"},
 		{"host=a oauth_issuer=https://issuer.example", "oauth_issuer", "not supported"},
 	} {
-		_, err := ParseSettings(tt.dsn + " password=" + secret)
+		_, err := Parse(tt.dsn + " password=" + secret)
 		pe, ok := err.(*ParseError)
 		if !ok {
 			t.Errorf("%s: error %v (%T), want a *ParseError", tt.dsn, err, err)
@@ -137,7 +137,7 @@ func TestKeywordErrors(t *testing.T) {
 		}
 	}
 	t.Setenv("PGLOADBALANCEHOSTS", "often")
-	if _, err := ParseSettings("host=a"); err == nil || err.(*ParseError).Env != "PGLOADBALANCEHOSTS" {
+	if _, err := Parse("host=a"); err == nil || err.(*ParseError).Env != "PGLOADBALANCEHOSTS" {
 		t.Errorf("PGLOADBALANCEHOSTS=often: %v", err)
 	}
 }
@@ -145,7 +145,7 @@ func TestKeywordErrors(t *testing.T) {
 // TestDocsKeywordTable checks the keyword table of docs/connection-strings.md against Keywords:
 // one row per keyword with its status and version.
 func TestDocsKeywordTable(t *testing.T) {
-	const page = "docs/connection-strings.md"
+	const page = "../../docs/connection-strings.md"
 	b, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestKeywordOrigins(t *testing.T) {
 			t.Setenv(env[i], env[i+1])
 			defer os.Setenv(env[i], "")
 		}
-		s, err := ParseSettings(dsn)
+		s, err := Parse(dsn)
 		if err != nil {
 			t.Errorf("%s %v: %v", dsn, env, err)
 			return
@@ -220,7 +220,7 @@ func TestKeywordOrigins(t *testing.T) {
 		{"host=db requiressl=0 sslrootcert=system", "sslmode", "weak sslmode"},
 		{"host=db sslnegotiation=direct", "sslmode", "weak sslmode"},
 	} {
-		_, err := ParseSettings(tt.dsn)
+		_, err := Parse(tt.dsn)
 		pe, isPE := err.(*ParseError)
 		if !isPE || pe.Key != tt.key || !strings.Contains(pe.Error(), tt.want) {
 			t.Errorf("%s: %v, want a ParseError for %s saying %q", tt.dsn, err, tt.key, tt.want)

@@ -1,4 +1,4 @@
-package pgconnector
+package connstring
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ const maxPassfileSize = 1 << 20
 // an empty value means the default, as in libpq. The home directory is libpq's (homeDir: $HOME,
 // else the user database's entry), as for ~/.postgresql/root.crt. It returns "" when there is no
 // home directory to find ~/.pgpass in.
-func passfilePath(o *origin) string {
+func passfilePath(o *values) string {
 	if p, _, ok := o.get("passfile", "PGPASSFILE", false); ok && p != "" {
 		return p
 	}
@@ -47,22 +47,6 @@ func passfilePath(o *origin) string {
 		return ""
 	}
 	return filepath.Join(home, ".pgpass")
-}
-
-// withoutPassfile returns dsn with an empty passfile added at its end, which keeps pgx from reading the
-// password file, and true; or dsn and false when dsn is malformed (a quote not closed, a key
-// without "="), for which pgx fails before it reads any file.
-func withoutPassfile(dsn string) (string, bool) {
-	out := appendKeys(dsn, [][2]string{{"passfile", ""}})
-	if isURL(dsn) {
-		return out, true
-	}
-	before, unclosed := scanKeywordValue(dsn)
-	after, _ := scanKeywordValue(out)
-	if unclosed != "" || len(after) != len(before)+1 || after[len(after)-1] != [2]string{"passfile", ""} {
-		return dsn, false
-	}
-	return out, true
 }
 
 // passfileHost is the host name a password-file entry must match for a host of the connection
@@ -172,33 +156,46 @@ func passfileIgnored(path string, fi fs.FileInfo) string {
 	return ""
 }
 
-// passfileNote carries, through the context of one connect, libpq's warning for a password file
+// PasswordFromFile returns the password file's password for one attempt's host (as written in
+// the connection string) and port, for dbname and user, read now as libpq reads it at each
+// connect; "" when the connection string or PGPASSWORD gives the password (every host gets
+// that one), when there is no home directory to find ~/.pgpass in, or when the file has no entry.
+// libpq's warning for a file it does not read (not a plain file, group or world access) goes to
+// the note ctx carries (WithPassfileNote). The error is a file too large or unreadable, and
+// never holds the file's content.
+func (s *Settings) PasswordFromFile(ctx context.Context, host string, port uint16, dbname, user string) (string, error) {
+	password, ignored, err := passwordFromFile(s.passfile, host, port, dbname, user)
+	notePassfile(ctx, ignored)
+	return password, err
+}
+
+// PassfileNote carries, through the context of one connect, libpq's warning for a password file
 // that was not read, which the connect's error gets when it is [negotiation.ErrNoPassword].
-type passfileNote struct {
+type PassfileNote struct {
 	mu  sync.Mutex
 	msg string
 }
 
 type passfileNoteKey struct{}
 
-// withPassfileNote returns ctx with a new note for configureAttempt to fill.
-func withPassfileNote(ctx context.Context) (context.Context, *passfileNote) {
-	n := &passfileNote{}
+// WithPassfileNote returns ctx with a new note for Settings.PasswordFromFile to fill.
+func WithPassfileNote(ctx context.Context) (context.Context, *PassfileNote) {
+	n := &PassfileNote{}
 	return context.WithValue(ctx, passfileNoteKey{}, n), n
 }
 
 // notePassfile records msg in the note ctx carries, if any.
 func notePassfile(ctx context.Context, msg string) {
-	if n, ok := ctx.Value(passfileNoteKey{}).(*passfileNote); ok && msg != "" {
+	if n, ok := ctx.Value(passfileNoteKey{}).(*PassfileNote); ok && msg != "" {
 		n.mu.Lock()
 		n.msg = msg
 		n.mu.Unlock()
 	}
 }
 
-// wrap adds the warning to err when err is the refusal of a password request for want of a
+// Wrap adds the warning to err when err is the refusal of a password request for want of a
 // password: why the file gave none.
-func (n *passfileNote) wrap(err error) error {
+func (n *PassfileNote) Wrap(err error) error {
 	n.mu.Lock()
 	msg := n.msg
 	n.mu.Unlock()

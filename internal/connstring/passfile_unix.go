@@ -1,6 +1,6 @@
 //go:build unix
 
-package pgconnector
+package connstring
 
 import (
 	"os"

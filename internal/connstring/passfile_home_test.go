@@ -1,6 +1,6 @@
 //go:build unix
 
-package pgconnector
+package connstring
 
 import (
 	"os"
@@ -20,7 +20,7 @@ func TestPassfileWithoutHOME(t *testing.T) {
 	os.Unsetenv("HOME")
 	t.Setenv("PGPASSFILE", "")
 	os.Unsetenv("PGPASSFILE")
-	s, err := ParseSettings("host=127.0.0.1 user=app dbname=app sslmode=disable")
+	s, err := Parse("host=127.0.0.1 user=app dbname=app sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package pgconnector
+package keepalive
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package pgconnector
+package connstring
 
 import (
 	"crypto/tls"
@@ -145,6 +145,10 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 
 // defaultCRLFile is libpq's default sslcrl: ~/.postgresql/root.crl (%APPDATA%\postgresql\root.crl
 // on Windows); "" when there is no home directory.
+// defaultRootFile is libpq's default sslrootcert: ~/.postgresql/root.crt
+// (%APPDATA%\postgresql\root.crt on Windows); "" when there is no home directory.
+func defaultRootFile() string { return homeFile("root.crt") }
+
 func defaultCRLFile() string { return homeFile("root.crl") }
 
 // homeFile is name in libpq's directory of defaults, ~/.postgresql (%APPDATA%\postgresql on
@@ -190,7 +194,7 @@ func homeDir() string {
 // connect without it. Call apply once per configuration, before it is used, as ParseConfig
 // returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones). The
 // clones a connect uses (the negotiator's, which offer ALPN "postgresql", and
-// WithTLSConfigFunc's) get the certificate through Connector.tlsClone (tlshook.go).
+// WithTLSConfigFunc's) get the certificate through internal/pgxconfig.CloneTLSWithCert.
 //
 // When the chain is verified (the root certificate file exists) and sslrootcert is not
 // "system", the CRLs are checked at each handshake, after the chain, as OpenSSL does with

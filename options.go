@@ -1,0 +1,356 @@
+package pgconnector
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pgconnector/pgconnector/internal/connstring"
+	"github.com/pgconnector/pgconnector/tracing"
+)
+
+// Option configures a Connector.
+type Option func(*options)
+
+type options struct {
+	tracerProvider  trace.TracerProvider
+	meterProvider   metric.MeterProvider
+	cacheTTL        time.Duration
+	noLearnedDirect bool
+	kerberos        Kerberos
+	statementSpans  bool
+	queryText       bool
+	spanName        func(ctx context.Context, operation, query string) string
+	logger          *slog.Logger
+	pingSpans       bool
+	spanFilter      func(ctx context.Context, operation, query string) bool
+	noRootSpans     bool
+	spanAttributes  func(ctx context.Context, operation, query string) []attribute.KeyValue
+	cancelNotError  bool
+	sqlComment      tracing.SQLCommentMode
+
+	beforeConnect func(context.Context, *pgx.ConnConfig) error
+	afterConnect  func(context.Context, *pgx.Conn) error
+	resetSession  func(context.Context, *pgx.Conn) error
+	dialFunc      pgconn.DialFunc
+	tlsConfigFunc TLSConfigFunc
+}
+
+// WithDialFunc sets the function that opens every connection of the connector, for a tunnel
+// (SSH, a cloud provider's connector), a proxy or sockets of the application's own: the
+// connections of database/sql ([Connector.Connect]) and of pgx ([Connector.ConnectPgx],
+// [Connector.OpenPool]), those of the background refreshes of remembered answers, and the
+// CancelRequests of their sessions (a query's context ended). Default (nil): the connector's
+// own dialer, a net.Dialer (pgx's default, or one with the connection string's keepalive keys).
+//
+// f gets network "tcp" and the address the connector chose for the attempt, "ip:port":
+// hostaddr when given, the host when it is an IP address, else each address of the host's DNS
+// lookup (done by the connector, net.DefaultResolver; for a name that resolves only at the far
+// end of a tunnel, write the name as host, for TLS and Kerberos, and the far end's address as
+// hostaddr, or map addresses in f). For a Unix-domain socket it gets network "unix" and the
+// socket's path, dir/.s.PGSQL.port, as pgx gives it; requirepeer then needs f to return a
+// *net.UnixConn. A CancelRequest dials the network and address its session's connect dialed.
+// Everything else runs over the connection f returns exactly as over a TCP socket: the
+// GSSENCRequest, SSLRequest or direct TLS the connector decides on (and the cache of the
+// server's answers, kept per host as written), TLS, authentication; connect_timeout and the
+// context bound f too, and an error of f fails that address's attempt (the connect goes on
+// with the next address or host, as after a refused TCP connection) and is wrapped in the
+// connect's error.
+//
+// The connection string's keepalive keys (keepalives, keepalives_idle, keepalives_interval,
+// keepalives_count, tcp_user_timeout) are set on what f returns when it is a *net.TCPConn (f
+// dialed a TCP socket itself: to the server or to a forwarder in front of it), after f
+// returns; on any other connection (an SSH channel, a net.Pipe) they are f's business. Without
+// any of the keys, nothing is set: f's own settings stay. f may be called from several
+// goroutines at once.
+func WithDialFunc(f pgconn.DialFunc) Option {
+	return func(o *options) { o.dialFunc = f }
+}
+
+// WithTLSConfigFunc sets a function called for each connection attempt that uses TLS (after
+// the connector chose the host, address and method, before the socket is opened; background
+// refreshes included), with a clone of the TLS configuration the connector built for that host
+// from sslmode, sslrootcert, sslcert, sslkey, sslcrl, sslcrldir, sslsni,
+// ssl_min_protocol_version and ssl_max_protocol_version; host is the host as written in the
+// connection string. f may change the clone for this attempt (a CancelRequest of the session
+// uses the session's):
+//   - Certificates or GetClientCertificate: the client certificate, in place of sslcert and
+//     sslkey (which pgx loads when both are left empty): a certificate rotated without
+//     reconnecting the pool, or one held in memory;
+//   - RootCAs: the trust anchors, in place of sslrootcert's file (or the system's roots); the
+//     connector checks the server's certificate against them as libpq checks it against the
+//     file (internal/tlspolicy): the chain under every sslmode, the host name under verify-full, the
+//     CRLs of sslcrl and sslcrldir;
+//   - VerifyConnection: to add a check of the server (a pinned key, say), wrap the function it
+//     holds or set one of your own: the connector's check runs first in either case, and an
+//     error of yours refuses the server as a failed certificate check does; setting it nil is
+//     refused;
+//   - VerifyPeerCertificate (a further check; crypto/tls gives it no verified chains, as the
+//     connector verifies them itself), ServerName under sslmode other than verify-full (it is
+//     then only the SNI), MinVersion upwards, MaxVersion downwards, CipherSuites,
+//     CurvePreferences, ClientSessionCache, KeyLogWriter and the other fields crypto/tls
+//     reads for a client.
+//
+// After f returns, libpq's rules are enforced again: the connect fails (no other host, method
+// or plaintext tried) with an error that names WithTLSConfigFunc, the host and what was
+// refused when f removed VerifyConnection, turned InsecureSkipVerify off (the clone comes with
+// it on because the connector verifies the certificate itself in VerifyConnection, as pgx
+// does; leave it on, also when copying a template over the clone), changed ServerName
+// away from the host under verify-full (the name the certificate is checked against),
+// lowered MinVersion below the connector's (ssl_min_protocol_version, else TLS 1.2), raised
+// MaxVersion above ssl_max_protocol_version, or removed ALPN "postgresql" from NextProtos. An
+// error of f fails the connect the same way, wrapped in one that names WithTLSConfigFunc. It
+// runs before [WithBeforeConnect], which may not change TLS settings. f may be called from
+// several goroutines at once (concurrent connects, a background refresh). Default (nil): the
+// connector's configuration is used as built.
+func WithTLSConfigFunc(f TLSConfigFunc) Option {
+	return func(o *options) { o.tlsConfigFunc = f }
+}
+
+// WithBeforeConnect sets a function called for each connection attempt, after the connector
+// chose its host, address and method, before pgx opens the socket: it may change cfg (a
+// password or token valid for this connection, run-time parameters). The host, port,
+// Fallbacks, DialFunc, LookupFunc and TLSConfig (and the fields of the TLS configuration that
+// carry libpq's rules: InsecureSkipVerify, VerifyConnection, RootCAs, ServerName, MinVersion,
+// MaxVersion, NextProtos) are the connector's: a change to any of them fails the connect with
+// an error that names WithBeforeConnect and the field; use [WithDialFunc] and
+// [WithTLSConfigFunc] instead. Its time is inside the connect span. An error fails the
+// connect, no other host or method tried, with an error that names WithBeforeConnect. As pgx's
+// stdlib.OptionBeforeConnect. Default: none.
+func WithBeforeConnect(f func(ctx context.Context, cfg *pgx.ConnConfig) error) Option {
+	return func(o *options) { o.beforeConnect = f }
+}
+
+// WithAfterConnect sets a function called once a connection is established (startup done,
+// target_session_attrs checked), before database/sql gets it: to register types (a codec for
+// this connection's type map), or set the session up. Its time is inside the connect span. An
+// error closes the connection and fails the connect, no other host tried, with an error that
+// names WithAfterConnect. As pgx's stdlib.OptionAfterConnect. Default: none.
+func WithAfterConnect(f func(ctx context.Context, conn *pgx.Conn) error) Option {
+	return func(o *options) { o.afterConnect = f }
+}
+
+// WithResetSession sets a function called when database/sql takes a pooled connection for reuse
+// (driver.SessionResetter), after pgx's own check. An error discards the connection: return
+// driver.ErrBadConn to have database/sql open another. As pgx's stdlib.OptionResetSession.
+// Default: none (pgx's check alone).
+func WithResetSession(f func(ctx context.Context, conn *pgx.Conn) error) Option {
+	return func(o *options) { o.resetSession = f }
+}
+
+// Kerberos says where the client's Kerberos configuration and credentials are. Empty fields take
+// MIT's environment, read once by New: KRB5_CONFIG (else /etc/krb5.conf), KRB5CCNAME (else
+// krb5.conf's default_ccache_name, else FILE:/tmp/krb5cc_<uid>), KRB5_CLIENT_KTNAME.
+//
+// CCache is a credential cache name as MIT writes it: FILE:path (or a bare path), DIR:dir or
+// DIR::dir/tktX, KEYRING:session|user|persistent|process|thread:name, KCM: or KCM:name. MEMORY:,
+// API: and unknown types hold no credentials: GSS is then skipped (gssencmode=prefer) or the
+// connect fails (require) with an error naming the type.
+//
+// Krb5Conf is read as MIT reads KRB5_CONFIG: a colon-separated list of files and directories
+// (a directory is read like includedir), those that do not exist skipped, include and includedir
+// followed, the first value of a setting winning (so earlier files win). A missing include is an
+// error of the first connection that needs Kerberos.
+//
+// ClientKeytab is the path of a keytab in MIT's format (KRB5_CLIENT_KTNAME may say FILE:path),
+// read only if it is a regular file of at most 16 MiB whose lengths all fit
+// (internal/keytabfile); any other holds no credentials, as an unusable cache: GSS is skipped
+// (gssencmode=prefer) or the connect fails (require) with an error naming the file and the
+// problem.
+type Kerberos struct {
+	Krb5Conf     string // krb5.conf paths, colon-separated as KRB5_CONFIG
+	CCache       string // credential cache name, as KRB5CCNAME
+	ClientKeytab string // keytab to obtain credentials from when the cache holds none
+	Principal    string // client principal (user@REALM) in ClientKeytab; empty: its first entry
+}
+
+// WithKerberos sets where the Kerberos credentials for GSSAPI encryption and authentication are.
+// Default: the environment, as libpq. In a build with the pgconnector_nogss tag, a Kerberos with
+// any field set makes New fail with an error wrapping [ErrNoGSS].
+func WithKerberos(k Kerberos) Option {
+	return func(o *options) { o.kerberos = k }
+}
+
+// ErrNoGSS is wrapped by the errors that come from a build with the pgconnector_nogss tag, which
+// leaves out Kerberos (gokrb5 and this module's GSSAPI code) as libpq built without GSSAPI
+// leaves it out (libpq-connect.html, gssencmode): gssencmode=require (a [*ParseError] of New and
+// ParseSettings, as libpq's "gssencmode value "require" invalid when GSSAPI support is not
+// compiled in"), WithKerberos with a field set (an error of New), and a server's request for
+// GSSAPI authentication (a connect error, as libpq's "GSSAPI authentication not supported";
+// fe-auth.c, pg_fe_sendauth). gssencmode=prefer, the default, then never tries GSSAPI
+// encryption. Without the tag nothing returns it.
+var ErrNoGSS = connstring.ErrNoGSS
+
+// WithTracerProvider sets where spans go. Default: otel.GetTracerProvider() at the time of New.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
+}
+
+// WithMeterProvider sets where metrics go: the duration of each statement
+// (db.client.operation.duration), of each connect (db.client.connection.create_time), the
+// decision cache's hits and misses, the round trips and backends the cache saved, and, for a pool
+// opened with [Connector.OpenDB], its connections. Default: otel.GetMeterProvider() at the time
+// of New.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meterProvider = mp }
+}
+
+// WithStatementSpans sets whether the statements run on the connector's connections are traced:
+// one span of kind CLIENT per exec, query (until its rows are closed), prepare, prepared
+// statement exec or query, begin, commit, rollback and (WithPingSpans) ping, and one measurement of
+// db.client.operation.duration each. With false the connector returns pgx's connections as they
+// are, with neither. It also turns on or off, for pgx's own API, the statement spans and
+// measurements of the Tracer of [Connector.PgxConfig] (and so of [Connector.ConnectPgx]) and
+// [Connector.PgxPoolConfig] (a tracing.PgxTracer), and the pgxpool.acquire spans of the pools of
+// PgxPoolConfig and [Connector.OpenPool] (tracing.PoolTracer); their pool metrics stay.
+// Default: true.
+func WithStatementSpans(on bool) Option {
+	return func(o *options) { o.statementSpans = on }
+}
+
+// WithQueryText sets whether statement spans record the statement's text (db.query.text): as
+// written when the call is parameterized, that is when values among its arguments fill all the
+// $n placeholders of the text, else with every literal replaced by "?". pgx's options are not
+// values (pgx.QueryExecModeSimpleProtocol, pgx.QueryResultFormats, ...), and with pgx.NamedArgs
+// the placeholders are those of its @name rewrite: see tracing.StatementConfig.QueryText for the
+// whole rule. Parameter values are never recorded. Default: true.
+func WithQueryText(on bool) Option {
+	return func(o *options) { o.queryText = on }
+}
+
+// WithSpanNameFunc names statement spans: f receives the operation (db.operation.name: SELECT,
+// INSERT, ..., BEGIN, COMMIT, ROLLBACK, PREPARE, PING, RESET_SESSION; "" when unknown) and the text as
+// db.query.text would record it (whatever WithQueryText says; "" for the calls without one).
+// An empty result keeps the default name: the operation, or "postgresql" when it is unknown.
+// Default: none, the default name.
+func WithSpanNameFunc(f func(ctx context.Context, operation, query string) string) Option {
+	return func(o *options) { o.spanName = f }
+}
+
+// WithLogger sets where the connector logs its own decisions: each host's plan and each step
+// of an attempt (Debug), a fallback to the next method (GSS to TLS, direct TLS to SSLRequest, TLS
+// to plaintext), a refresh that changed or confirmed a remembered server answer and a failed
+// connect (Info: the caller has its error too), a server that broke the protocol, a failed
+// background refresh and unreadable Kerberos credentials (Warn). The records carry the spans'
+// attribute keys (server.address, server.port, pgconnector.*, error.type) and never a password,
+// ticket, key or statement; each level is asked of l.Enabled first, so a level l drops costs
+// nothing. tracing.NewLogTrace lists what each record holds. Statements are not logged.
+// Default: nil, no logs.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// The options below choose which statements make a span and what it holds. None of them changes
+// db.client.operation.duration: every call is measured as before. They do nothing with
+// WithStatementSpans(false). They shape the statement spans of pgx's own API too (the Tracer of
+// [Connector.PgxConfig] and [Connector.PgxPoolConfig]), except WithPingSpans: pgx runs no ping
+// through its tracer. A tracing.NewPgxTracer of your own takes the same fields of
+// tracing.StatementConfig.
+
+// WithPingSpans sets whether the calls that only check a connection make spans: Ping (PING:
+// DB.PingContext, Conn.PingContext) and ResetSession (RESET_SESSION: database/sql's check of a
+// pooled connection before reuse, where pgx pings a connection idle for more than a second).
+// Default: false, no span (a ping whose context holds no span, as an ORM's ping at start-up or a
+// health check's, would otherwise be a trace of its own). IsValid is never traced (no I/O).
+// PING is measured either way; RESET_SESSION never is.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// pgx runs no ping through its tracer: it concerns database/sql alone.
+func WithPingSpans(on bool) Option {
+	return func(o *options) { o.pingSpans = on }
+}
+
+// WithSpanFilter sets a function asked before each statement span: false makes no span for that
+// call. It receives the operation and text as WithSpanNameFunc does. The call is still measured
+// (db.client.operation.duration), as with otelsql's filter: the filter chooses spans, not
+// measurements. Default: none, every statement makes a span.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// It applies to database/sql and to pgx's API through [Connector.PgxConfig] and
+// [Connector.PgxPoolConfig].
+func WithSpanFilter(f func(ctx context.Context, operation, query string) bool) Option {
+	return func(o *options) { o.spanFilter = f }
+}
+
+// WithRootSpans sets whether a statement whose context holds no span (neither a local one nor a
+// remote one from propagated headers) makes a span: it would be the root of a trace of its own.
+// Default: true. With false such a statement is only measured. It concerns statement spans only:
+// a connect whose context holds no span (a pool's, an ORM's start-up) is still the root
+// postgresql.connect of its own trace, and a background refresh is always a root
+// postgresql.refresh.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// It applies to database/sql and to pgx's API through [Connector.PgxConfig] and
+// [Connector.PgxPoolConfig].
+func WithRootSpans(on bool) Option {
+	return func(o *options) { o.noRootSpans = !on }
+}
+
+// WithAttributesFunc sets a function whose attributes are added to each statement span at its
+// start (a sampler sees them), after the connector's own; it receives the operation and text as
+// WithSpanNameFunc does. The attributes are exported as they are: they must hold no secret (no
+// password, token or parameter value). They are not added to the measurement. Default: none.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// It applies to database/sql and to pgx's API through [Connector.PgxConfig] and
+// [Connector.PgxPoolConfig].
+func WithAttributesFunc(f func(ctx context.Context, operation, query string) []attribute.KeyValue) Option {
+	return func(o *options) { o.spanAttributes = f }
+}
+
+// WithCancelAsError sets whether a statement canceled by its context is an error span (status
+// Error). With false, a call that failed with context.Canceled, or with the server's
+// query_canceled (SQLSTATE 57014) while its context was canceled, leaves the status Unset; its
+// error.type (canceled, 57014) and db.response.status_code are still recorded, and so is the
+// measurement. A call whose deadline passed (context.DeadlineExceeded, error.type timeout) stays
+// an error: a timeout is a failure, a cancel is the caller giving up. Default: true.
+// Like the other statement-span options it does nothing with WithStatementSpans(false).
+// It applies to database/sql and to pgx's API through [Connector.PgxConfig] and
+// [Connector.PgxPoolConfig].
+func WithCancelAsError(on bool) Option {
+	return func(o *options) { o.cancelNotError = !on }
+}
+
+// WithSQLCommenter appends to the text of the execs and queries run through database/sql a
+// sqlcommenter comment carrying the trace context of their span,
+// /*traceparent='00-<trace id>-<span id>-01'*/, so that what the server shows of a statement
+// (pg_stat_activity.query, the log, auto_explain) can be joined to its trace; only sampled spans,
+// never inside a literal or a comment (see tracing.SQLCommentMode for where and when).
+// tracing.SQLCommentUncached comments only the statements pgx sends as text at every call
+// (simple protocol, exec mode, execs without values; the call's pgx.QueryExecMode, else the
+// connection string's default_query_exec_mode, not one WithBeforeConnect sets), at no cost
+// beyond the bytes; queries run
+// from pgx's statement cache (the default mode) are sent as written. tracing.SQLCommentAll
+// comments them too and runs them with pgx.QueryExecModeDescribeExec, so that the cache does not
+// fill with texts used once: two round trips per such query instead of one, and a parse and
+// plan on the server each time (measured on `select $1::int`: about twice the client's and three
+// times the server's CPU time of the cached query; commenting every text without the switch
+// costs as much, and keeps 512 prepared statements per connection on the server). Default:
+// tracing.SQLCommentOff.
+func WithSQLCommenter(mode tracing.SQLCommentMode) Option {
+	return func(o *options) { o.sqlComment = mode }
+}
+
+// WithCacheTTL sets how long a server's answer to SSLRequest (and, with Kerberos, to
+// GSSENCRequest) is trusted. Zero or less disables remembering: every connection then negotiates
+// as libpq does. Default: DefaultCacheTTL.
+func WithCacheTTL(d time.Duration) Option {
+	return func(o *options) { o.cacheTTL = d }
+}
+
+// WithLearnedDirectTLS turns on or off (default on) direct TLS for hosts known to take it.
+// A host whose server selected ALPN "postgresql" on a TLS connection and reported
+// server_version 17 or later takes a TLS ClientHello as its first bytes
+// (protocol-flow.html, "SSL Session Encryption"): later connections to it then skip the
+// SSLRequest round trip under every sslmode that uses TLS, including the default prefer. If a
+// direct handshake fails (a pooler put in front, a server downgraded or restarted without
+// TLS), the same connect goes on with SSLRequest on a new connection, and the host is
+// remembered as not taking direct TLS for the cache TTL; plaintext still comes only after the
+// server's 'N' to SSLRequest. Off, every TLS connection starts with SSLRequest unless
+// sslnegotiation=direct is written, as in libpq. It changes nothing when remembering is off
+// (WithCacheTTL of zero). Default: true.
+func WithLearnedDirectTLS(on bool) Option {
+	return func(o *options) { o.noLearnedDirect = !on }
+}
