@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -293,69 +292,6 @@ func fileProblem(err error) string {
 		path = "(path not shown)"
 	}
 	return " " + path + ": " + pe.Err.Error()
-}
-
-// netlocOf returns the host list of a postgres:// URL as libpq reads it (fe-connect.c,
-// conninfo_uri_parse_options): after the user information (up to the first "@" before any "/")
-// and up to the path ("/") or the query ("?").
-func netlocOf(dsn string) string {
-	p, ok := strings.CutPrefix(dsn, "postgresql://")
-	if !ok {
-		p, _ = strings.CutPrefix(dsn, "postgres://")
-	}
-	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
-		p = p[i+1:]
-	}
-	if i := strings.IndexAny(p, "/?"); i >= 0 {
-		p = p[:i]
-	}
-	return p
-}
-
-// urlPorts returns the ports of a postgres:// URL's hosts, comma-separated as pgx joins them
-// (pgconn/parse_url.go; "" for a host without one), percent-decoded; ok is false when no host has
-// a port or one does not decode. A port is the text after a ":" that follows a host name or a
-// bracketed IPv6 address.
-func urlPorts(dsn string) (ports string, ok bool) {
-	var list []string
-	found := false
-	for hp := range strings.SplitSeq(netlocOf(dsn), ",") {
-		if strings.HasPrefix(hp, "[") {
-			end := strings.IndexByte(hp, ']')
-			if end < 0 {
-				return "", false
-			}
-			hp = hp[end+1:]
-		}
-		_, port, has := strings.Cut(hp, ":")
-		found = found || has
-		list = append(list, port)
-	}
-	if !found {
-		return "", false
-	}
-	joined, err := url.PathUnescape(strings.Join(list, ","))
-	if err != nil {
-		return "", false
-	}
-	return joined, true
-}
-
-// urlPortMisplaced reports whether a postgres:// URL's port may be part of a password: an "@"
-// after the user information means a password with an "@", "/" or "?" that is not
-// percent-encoded, which libpq and pgx then read (in part) as a host and its port
-// (postgres://u:se/cret@h has the host "u" and the port "se").
-func urlPortMisplaced(dsn string) bool {
-	p, ok := strings.CutPrefix(dsn, "postgresql://")
-	if !ok {
-		if p, ok = strings.CutPrefix(dsn, "postgres://"); !ok {
-			return false
-		}
-	}
-	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
-		p = p[i+1:]
-	}
-	return strings.Contains(p, "@")
 }
 
 // serviceFileProblem is the error for a service file that pgx could not read (pgconn/config.go,
