@@ -233,7 +233,7 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 	// PGPASSWORD or the pgx configuration (PgxConfig); WithBeforeConnect, below, may still set one.
 	if cfg.Password == "" {
 		host, port, _ := negotiation.AttemptHost(ctx)
-		pw, err := c.settings.PasswordFromFile(ctx, host, port, cfg.Database, cfg.User)
+		pw, err := connstring.PasswordFromFile(ctx, c.settings, host, port, cfg.Database, cfg.User)
 		if err != nil {
 			return &negotiation.AbortError{Err: err}
 		}

@@ -152,7 +152,7 @@ func (c *Connector) PgxPoolConfig() (*pgxpool.Config, error) {
 // pgxPoolConfig is PgxPoolConfig, with the PoolTracer its Tracer holds.
 func (c *Connector) pgxPoolConfig() (*pgxpool.Config, *tracing.PoolTracer, error) {
 	cc := c.PgxConfig()
-	pc, err := c.settings.PoolConfig(cc)
+	pc, err := connstring.PoolConfig(c.settings, cc)
 	if err != nil {
 		return nil, nil, err
 	}

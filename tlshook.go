@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgconnector/pgconnector/internal/connstring"
 	"github.com/pgconnector/pgconnector/internal/pgxconfig"
 	"github.com/pgconnector/pgconnector/internal/tlspolicy"
 	"github.com/pgconnector/pgconnector/negotiation"
@@ -30,7 +31,7 @@ func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
 	}
 	host, port, _ := negotiation.AttemptHost(ctx)
 	i := slices.IndexFunc(c.settings.Hosts, func(h negotiation.Host) bool { return h.Host == host && h.Port == port })
-	if i < 0 || c.settings.Hosts[i].TLSConfig == nil || c.settings.TLSCheck(i) == nil { // a Settings not made by ParseSettings
+	if i < 0 || c.settings.Hosts[i].TLSConfig == nil || connstring.TLSCheck(c.settings, i) == nil { // a Settings not made by ParseSettings
 		return &negotiation.AbortError{Err: errors.New("pgconnector: the host's TLS configuration was not built by the connector")}
 	}
 	if c.certLoaders {
@@ -41,7 +42,7 @@ func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
 	if c.tlsConfigFunc == nil {
 		return nil
 	}
-	chk, mode := c.settings.TLSCheck(i), c.settings.Hosts[i].SSLMode
+	chk, mode := connstring.TLSCheck(c.settings, i), c.settings.Hosts[i].SSLMode
 	tc := cfg.TLSConfig
 	var pool *x509.CertPool // the function's RootCAs, set below before any handshake
 	ours := func(cs tls.ConnectionState) error {

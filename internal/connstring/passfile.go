@@ -163,7 +163,7 @@ func passfileIgnored(path string, fi fs.FileInfo) string {
 // libpq's warning for a file it does not read (not a plain file, group or world access) goes to
 // the note ctx carries (WithPassfileNote). The error is a file too large or unreadable, and
 // never holds the file's content.
-func (s *Settings) PasswordFromFile(ctx context.Context, host string, port uint16, dbname, user string) (string, error) {
+func PasswordFromFile(ctx context.Context, s *Settings, host string, port uint16, dbname, user string) (string, error) {
 	password, ignored, err := passwordFromFile(s.passfile, host, port, dbname, user)
 	notePassfile(ctx, ignored)
 	return password, err
@@ -178,7 +178,7 @@ type PassfileNote struct {
 
 type passfileNoteKey struct{}
 
-// WithPassfileNote returns ctx with a new note for Settings.PasswordFromFile to fill.
+// WithPassfileNote returns ctx with a new note for PasswordFromFile to fill.
 func WithPassfileNote(ctx context.Context) (context.Context, *PassfileNote) {
 	n := &PassfileNote{}
 	return context.WithValue(ctx, passfileNoteKey{}, n), n

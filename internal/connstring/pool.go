@@ -37,7 +37,7 @@ func (v *values) parsePgx(s string) (cfg *pgx.ConnConfig, pool *pgxpool.Config, 
 // ConnConfig: the pool_* keys (pgxpool/pool.go, ParseConfig) as Parse read them, and removed
 // from cc.RuntimeParams (they are not for the server). The error is a *ParseError naming the pool
 // key at fault, or an error for a Settings that Parse did not make.
-func (s *Settings) PoolConfig(cc *pgx.ConnConfig) (*pgxpool.Config, error) {
+func PoolConfig(s *Settings, cc *pgx.ConnConfig) (*pgxpool.Config, error) {
 	if s.poolErr != nil {
 		return nil, s.poolErr
 	}

@@ -148,10 +148,10 @@ func runtimeParams(pgxParams map[string]string) map[string]string {
 	return params
 }
 
-// TLSCheck returns the server check (root certificate file, chain, host name, CRLs) of Hosts[i]'s
+// TLSCheck returns the server check (root certificate file, chain, host name, CRLs) of s.Hosts[i]'s
 // TLS configuration, which a configuration changed by WithTLSConfigFunc is checked by again; nil
 // for a host without TLS or a Settings that Parse did not make.
-func (s *Settings) TLSCheck(i int) *tlspolicy.ServerCheck {
+func TLSCheck(s *Settings, i int) *tlspolicy.ServerCheck {
 	if i < 0 || i >= len(s.tlsChecks) {
 		return nil
 	}
