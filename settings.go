@@ -5,16 +5,29 @@ import (
 	"github.com/pgconnector/pgconnector/internal/keepalive"
 )
 
-// Settings is a parsed connection string (internal/connstring): Config is what pgx parsed,
-// without the libpq keys in RuntimeParams; Hosts are the hosts in order, each with its sslmode,
-// hostaddr and TLS configuration; GSSEncMode, GSSDelegation, TargetSessionAttrs,
-// LoadBalanceHosts, RequirePeer and Keepalives are the libpq keys of those names (or their PG*
-// environment variables). The password file is read at each connect, for each host apart.
+// Settings is a parsed connection string (made in internal/connstring). Its fields:
+//
+//	Config             *pgx.ConnConfig                // what pgx parsed, no libpq key in RuntimeParams
+//	Hosts              []negotiation.Host             // in order: host, port, sslmode, hostaddr, TLS configuration
+//	GSSEncMode         negotiation.GSSEncMode         // gssencmode, or PGGSSENCMODE
+//	GSSDelegation      bool                           // gssdelegation=1
+//	TargetSessionAttrs negotiation.TargetSessionAttrs // target_session_attrs, or PGTARGETSESSIONATTRS
+//	LoadBalanceHosts   bool                           // load_balance_hosts=random
+//	RequirePeer        string                         // requirepeer, or PGREQUIREPEER
+//	Keepalives         *Keepalives                    // nil when no keepalive key is given
+//
+// Config.Password is the string's or PGPASSWORD's only: the password file is read at each
+// connect, for each host apart.
 type Settings = connstring.Settings
 
 // Keepalives are libpq's TCP socket options (libpq-connect.html, keepalives to
-// tcp_user_timeout): Off (keepalives=0), Idle and Interval (seconds in the string), Count, and
-// UserTimeout (milliseconds in the string); a zero duration leaves the system's default.
+// tcp_user_timeout); a zero value leaves the system's default. Its fields:
+//
+//	Off         bool          // keepalives=0
+//	Idle        time.Duration // keepalives_idle (seconds in the string): TCP_KEEPIDLE
+//	Interval    time.Duration // keepalives_interval (seconds): TCP_KEEPINTVL
+//	Count       int           // keepalives_count: TCP_KEEPCNT
+//	UserTimeout time.Duration // tcp_user_timeout (milliseconds): TCP_USER_TIMEOUT, Linux
 type Keepalives = keepalive.Options
 
 // ParseSettings parses a connection string as New does: the string, the PG* environment
@@ -24,16 +37,24 @@ func ParseSettings(dsn string) (*Settings, error) { return connstring.Parse(dsn)
 
 // ParseError is every error of [ParseSettings], and of [New] but for WithKerberos in a build
 // with the pgconnector_nogss tag: a connection string, a PG* environment variable or a service
-// file entry that cannot be used. Key is the key at fault as libpq names it ("sslmode", "port",
-// ...; "" when the string is malformed where no key can be named), Env the environment variable
-// the bad value came from, or "". The message names the allowed values when there is a fixed
-// set. It never holds a secret: a value is shown only when it cannot be one. gssencmode=require
-// in a build with that tag unwraps to [ErrNoGSS]; no other ParseError unwraps.
+// file entry that cannot be used. Its fields:
+//
+//	Key string // the key at fault as libpq names it ("sslmode", "port", ...); "" when a malformed string names none
+//	Env string // the environment variable the bad value came from, or ""
+//
+// Error's message names the allowed values when there is a fixed set. It never holds a secret: a
+// value is shown only when it cannot be one (64 bytes at most, printable, without "=", a quote, a
+// backslash or white space). Unwrap gives [ErrNoGSS] for gssencmode=require in a build with that
+// tag, else nil.
 type ParseError = connstring.ParseError
 
-// Keyword is one libpq connection keyword (libpq-connect.html, "Parameter Key Words"): Name,
-// Env (its environment variable, or ""), Since (the libpq major version that added it), Status
-// and Note (how, or why not).
+// Keyword is one libpq connection keyword (libpq-connect.html, "Parameter Key Words"). Its fields:
+//
+//	Name   string // the key, as in a connection string or a URL query
+//	Env    string // the environment variable libpq reads for it, or ""
+//	Since  string // the libpq major version that added it: "15" for every key of 15 and before
+//	Status Status // Honoured, NoEffect or Rejected
+//	Note   string // how, or why not
 type Keyword = connstring.Keyword
 
 // Status says what the connector does with a libpq connection keyword.

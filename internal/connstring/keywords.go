@@ -39,6 +39,12 @@ type Keyword struct {
 // replication go in the StartupMessage in both).
 func Keywords() []Keyword { return append([]Keyword(nil), keywords...) }
 
+// keywords is the table. A new keyword is a row here (its Env is then read with libpq's
+// precedence, and the key is kept from the server unless sentToServer says otherwise), what it
+// does in Parse (settings.go, or tlskeys.go for a TLS key), a row in docs/connection-strings.md
+// (TestDocsKeywordTable), a value that parses in TestNoLibpqKeyIsSentToTheServer, and a case
+// beside psql in the root's conformance tests (TestKeywordsMatchPsql), which name what libpq
+// version they need.
 var keywords = []Keyword{
 	{"host", "PGHOST", "15", Honoured, "names, IP addresses or Unix-socket directories, comma-separated; with hostaddr, names the server for Kerberos, TLS and .pgpass"},
 	{"hostaddr", "PGHOSTADDR", "15", Honoured, "numeric addresses, one per host, used without DNS; an empty entry resolves its host; an address for a Unix-socket host is an error"},

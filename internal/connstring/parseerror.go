@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// ParseError is every error of [ParseSettings], and of [New] but for WithKerberos in a build with
-// the pgconnector_nogss tag: a connection string, a PG* environment variable or a service file
+// ParseError is every error of [Parse] (pgconnector.ParseSettings), and of pgconnector.New but
+// for WithKerberos in a build with the pgconnector_nogss tag: a connection string, a PG* environment variable or a service file
 // entry that cannot be used. Its message names the key at fault and, when the key takes one of a
 // fixed set of values, those values. gssencmode=require in a build with that tag unwraps to
 // [ErrNoGSS]; no other ParseError unwraps.

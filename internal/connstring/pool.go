@@ -13,7 +13,8 @@ import (
 // pgx.ParseConfig followed by the reading of pgxpool's keys from what pgx left in RuntimeParams.
 // pgx's configuration keeps those keys in RuntimeParams, as pgx.ParseConfig leaves them:
 // database/sql and ConnectPgx send them, pgxpool does not. A bad pgxpool key is an error of
-// PoolConfig alone: pgx's configuration is then parsed without pgxpool.
+// PoolConfig alone: pgx's configuration is then parsed a second time, without pgxpool (the
+// only case where the string is parsed twice).
 func (v *values) parsePgx(s string) (cfg *pgx.ConnConfig, pool *pgxpool.Config, poolErr, err error) {
 	pool, err = pgxpool.ParseConfig(s)
 	if err != nil {

@@ -180,50 +180,22 @@ func homeDir() string {
 	return home
 }
 
-// apply applies the keys to c, a TLS configuration pgx built (pgconn.Config.TLSConfig or a
-// fallback's) for host (as written in the connection string), and returns c and the check to
-// run before each handshake (negotiation.Host.BeforeTLS); nil (no TLS) gives nil, nil.
+// applyCheck applies the keys to c, a TLS configuration pgx built (pgconn.Config.TLSConfig or a
+// fallback's) for host (as written in the connection string), and returns c and the server check
+// it installed, whose BeforeTLS runs before each handshake (negotiation.Host.BeforeTLS); nil (no
+// TLS) gives nil, nil.
 //
-// The server's certificate is then checked by the connector, as libpq checks it (see
-// internal/tlspolicy), whatever pgx set: crypto/tls's own verification is off (InsecureSkipVerify,
-// no RootCAs, no VerifyPeerCertificate), ServerName is only the SNI, and VerifyConnection
-// verifies the chain against the root certificate file read for this connection.
+// The server's certificate is then checked by the connector, as libpq checks it, whatever pgx
+// set: crypto/tls's own verification is off (InsecureSkipVerify, no RootCAs, no
+// VerifyPeerCertificate), ServerName is only the SNI, and VerifyConnection runs
+// tlspolicy.ServerCheck: the chain against the root certificate file read for this connection,
+// the host name under verify-full, and the CRLs by the rules internal/tlspolicy's doc states.
 //
 // c is changed in place, not cloned: pgx finds the client certificate of sslcert and sslkey by
 // the *tls.Config pointer it built (pgconn.Config.clientCertificateLoaders), so a clone would
-// connect without it. Call apply once per configuration, before it is used, as ParseConfig
-// returned it (or after pgconn.Config.Copy, which keeps the certificate with its clones). The
-// clones a connect uses (the negotiator's, which offer ALPN "postgresql", and
-// WithTLSConfigFunc's) get the certificate through internal/pgxconfig.CloneTLSWithCert.
-//
-// When the chain is verified (the root certificate file exists) and sslrootcert is not
-// "system", the CRLs are checked at each handshake, after the chain, as OpenSSL does with
-// libpq's flags X509_V_FLAG_CRL_CHECK and X509_V_FLAG_CRL_CHECK_ALL:
-//   - sslcrl (else ~/.postgresql/root.crl, when sslcrldir is not given either) is read; when
-//     it does not exist, or holds neither CRL nor certificate, nothing is checked (libpq goes on
-//     silently too);
-//   - otherwise every certificate of the verified chain, the root included, needs a CRL from its
-//     issuer (the next certificate, or itself for the self-signed root), from sslcrl or from
-//     sslcrldir, whose files are looked up as OpenSSL does (<issuer name hash>.r0, .r1, ... as
-//     "openssl rehash" names them; other names are not read; a directory that does not exist
-//     has none). The CRL chosen is, as OpenSSL chooses, the one in time (thisUpdate <= now <=
-//     nextUpdate), in scope (the certificate's distribution points, their cRLIssuer and
-//     reasons, against the CRL's issuingDistributionPoint), without an unhandled critical
-//     extension, and the newest, among those whose authorityKeyIdentifier (key identifier,
-//     issuer name, serial number) matches the issuer's certificate; it must be signed by the
-//     issuer's key, the issuer's key usage (if any) must allow CRL signing, it must be in time
-//     (an expired CRL fails), and must not list the certificate. CRLs are chosen until they
-//     cover every reason of the distribution point they match. A certificate without a CRL
-//     fails ("unable to get certificate CRL"). Delta CRLs: see internal/tlspolicy.
-func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
-	c, s := k.applyCheck(c, host)
-	if s == nil {
-		return c, nil
-	}
-	return c, s.BeforeTLS
-}
-
-// applyCheck is apply, returning the server check it installed (nil without TLS).
+// connect without it. The clones a connect uses (the negotiator's, which offer ALPN
+// "postgresql", and WithTLSConfigFunc's) get the certificate through
+// internal/pgxconfig.CloneTLSWithCert.
 func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *tlspolicy.ServerCheck) {
 	if c == nil {
 		return nil, nil

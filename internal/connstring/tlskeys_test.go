@@ -50,8 +50,17 @@ func getFrom(dsn string) func(key, env string) (string, source, bool) {
 	}
 }
 
+// apply is applyCheck with the check's BeforeTLS (nil for no TLS), as Parse gives them to a host.
+func (k tlsKeys) apply(c *tls.Config, host string) (*tls.Config, func() error) {
+	c, s := k.applyCheck(c, host)
+	if s == nil {
+		return c, nil
+	}
+	return c, s.BeforeTLS
+}
+
 // pgxConfigWithTLSKeys parses dsn with pgx without the keys of tlsKeys, and applies them to the
-// TLS configurations pgx built: what the keyword framework of settings.go will do.
+// TLS configurations pgx built, as Parse does.
 func pgxConfigWithTLSKeys(t *testing.T, dsn string) (*pgx.ConnConfig, error) {
 	t.Helper()
 	keys, err := parseTLSKeys(getFrom(dsn))

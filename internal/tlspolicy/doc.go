@@ -44,4 +44,9 @@
 //
 // Reading the files (which files, with what limits, and the messages for one that cannot be
 // read) is the caller's: the store reads the directories' files through the ReadFunc it is given.
+//
+// The rules are tested here in part (the name hash, the distribution points' fuzz target) and as
+// a whole beside `openssl verify -crl_check_all` in internal/connstring's tlskeys_test.go
+// (TestCRLChecksMatchOpenSSL), where the connection-string keys build the checks; the fixtures
+// come from internal/testpki.
 package tlspolicy
