@@ -2,7 +2,6 @@ package tracing
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"log/slog"
 	"strings"
@@ -369,20 +368,10 @@ func (g *logger) tlsHandshakeDone(ctx context.Context, info negotiation.TLSHands
 	}
 	var r logAttrs
 	r.init()
-	if info.Version != 0 {
-		name, version := tlsVersion(info.Version)
-		if name != "" {
-			r.add(semconv.TLSProtocolNameKey.String(name))
-		}
-		r.add(semconv.TLSProtocolVersion(version))
+	var a [8]attribute.KeyValue
+	for _, kv := range tlsDoneAttributes(a[:0], info) {
+		r.add(kv)
 	}
-	if info.CipherSuite != 0 {
-		r.add(semconv.TLSCipher(tls.CipherSuiteName(info.CipherSuite)))
-	}
-	if info.ALPN != "" {
-		r.add(semconv.TLSNextProtocol(info.ALPN))
-	}
-	r.add(semconv.TLSEstablished(info.Err == nil))
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeTLS)
 	}

@@ -447,23 +447,8 @@ func (t *tracer) tlsHandshakeDone(ctx context.Context, info negotiation.TLSHands
 	if span == nil {
 		return
 	}
-	var a [5]attribute.KeyValue
-	kv := a[:0]
-	if info.Version != 0 {
-		name, version := tlsVersion(info.Version)
-		if name != "" {
-			kv = append(kv, semconv.TLSProtocolNameKey.String(name))
-		}
-		kv = append(kv, semconv.TLSProtocolVersion(version))
-	}
-	if info.CipherSuite != 0 {
-		kv = append(kv, semconv.TLSCipher(tls.CipherSuiteName(info.CipherSuite)))
-	}
-	if info.ALPN != "" {
-		// The protocol the server selected (RFC 7301): "postgresql" on PostgreSQL 17 and later.
-		kv = append(kv, semconv.TLSNextProtocol(info.ALPN))
-	}
-	kv = append(kv, semconv.TLSEstablished(info.Err == nil))
+	var a [8]attribute.KeyValue
+	kv := tlsDoneAttributes(a[:0], info)
 	span.SetAttributes(kv...)
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeTLS)
