@@ -1,13 +1,6 @@
 package tracing
 
-import (
-	"crypto/tls"
-
-	"go.opentelemetry.io/otel/attribute"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-
-	"github.com/pgconnector/pgconnector/negotiation"
-)
+import "go.opentelemetry.io/otel/attribute"
 
 // ScopeName is the instrumentation scope name of the tracer: the import path of this package.
 const ScopeName = "github.com/pgconnector/pgconnector/tracing"
@@ -163,24 +156,3 @@ const (
 	ErrorTypeConnectFailed  = "connect_failed"     // default of the connect and probe_wait spans
 	errorTypeRequestDefault = ErrorTypeNetwork     // default of the ssl_request span
 )
-
-// tlsDoneAttributes appends the attributes of a TLS handshake's outcome to dst, for its span and
-// its log record alike: tls.protocol.name and .version, tls.cipher, tls.next_protocol (the ALPN
-// protocol the server selected, RFC 7301: "postgresql" on PostgreSQL 17 and later) and
-// tls.established. A new attribute of the step goes here (and in docs/observability.md).
-func tlsDoneAttributes(dst []attribute.KeyValue, info negotiation.TLSHandshakeDoneInfo) []attribute.KeyValue {
-	if info.Version != 0 {
-		name, version := tlsVersion(info.Version)
-		if name != "" {
-			dst = append(dst, semconv.TLSProtocolNameKey.String(name))
-		}
-		dst = append(dst, semconv.TLSProtocolVersion(version))
-	}
-	if info.CipherSuite != 0 {
-		dst = append(dst, semconv.TLSCipher(tls.CipherSuiteName(info.CipherSuite)))
-	}
-	if info.ALPN != "" {
-		dst = append(dst, semconv.TLSNextProtocol(info.ALPN))
-	}
-	return append(dst, semconv.TLSEstablished(info.Err == nil))
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -157,12 +156,8 @@ func (g *logger) connectStart(ctx context.Context, info negotiation.ConnectStart
 		return ctx
 	}
 	var r logAttrs
-	r.init().server(info.Host, info.Port)
-	if info.Database != "" {
-		r.add(semconv.DBNamespace(info.Database))
-	}
-	r.add(SSLModeKey.String(info.SSLMode.String()), GSSEncModeKey.String(info.GSSEncMode.String()))
-	g.log(ctx, slog.LevelDebug, LogConnectStart, &r)
+	var a [5]attribute.KeyValue
+	g.log(ctx, slog.LevelDebug, LogConnectStart, r.init().add(connectStartAttributes(a[:0], info)...))
 	return ctx
 }
 
@@ -193,14 +188,8 @@ func (g *logger) connectDone(ctx context.Context, info negotiation.ConnectDoneIn
 		return
 	}
 	var r logAttrs
-	r.init().server(info.Host, info.Port)
-	if tr := info.Method.Transport(); tr != "" {
-		r.add(TransportKey.String(tr))
-	}
-	if info.Cache != negotiation.CacheUseNone {
-		r.add(CacheHitKey.Bool(info.Cache == negotiation.CacheUseHit))
-	}
-	r.add(AttemptsKey.Int(info.Attempts))
+	var a [5]attribute.KeyValue
+	r.init().add(connectDoneAttributes(a[:0], info)...)
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeConnectFailed)
 	}
@@ -212,21 +201,8 @@ func (g *logger) decision(ctx context.Context, info negotiation.DecisionInfo) {
 		return
 	}
 	var r logAttrs
-	r.init().server(info.Host, info.Port).add(PlanKey.String(info.Plan.String()))
-	if skipped := info.Plan.Skipped(); len(skipped) > 0 {
-		r.add(PlanSkippedKey.String(joinMethods(skipped)))
-	}
-	if info.Plan.LearnedDirect() {
-		r.add(PlanDirectLearnedKey.Bool(true))
-	}
-	if use := info.Plan.CacheUse(); use != negotiation.CacheUseNone {
-		r.add(CacheHitKey.Bool(use == negotiation.CacheUseHit))
-	}
-	r.add(ProbeWaitedKey.Bool(info.Waited))
-	if info.Input.GSSEncMode != negotiation.GSSEncModeDisable && !info.Input.UnixSocket {
-		r.add(GSSCredentialsKey.Bool(info.Input.GSSCredentials))
-	}
-	g.log(ctx, slog.LevelDebug, LogDecision, &r)
+	var a [8]attribute.KeyValue
+	g.log(ctx, slog.LevelDebug, LogDecision, r.init().add(decisionAttributes(a[:0], info)...))
 }
 
 func (g *logger) probeWaitStart(ctx context.Context, info negotiation.HostInfo) context.Context {
@@ -246,10 +222,8 @@ func (g *logger) gssCredentialsDone(ctx context.Context, info negotiation.GSSCre
 		return
 	}
 	var r logAttrs
-	r.init().add(GSSCredentialsValidKey.Bool(info.Valid), GSSCredentialsReusedKey.Bool(info.Reused))
-	if info.Source != "" {
-		r.add(GSSCredentialsSourceKey.String(info.Source))
-	}
+	var a [3]attribute.KeyValue
+	r.init().add(gssCredentialsAttributes(a[:0], info)...)
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeGSS)
 	}
@@ -276,14 +250,8 @@ func (g *logger) tcpConnectStart(ctx context.Context, info negotiation.DialInfo)
 		return ctx
 	}
 	var r logAttrs
-	r.init()
-	if info.Host != "" {
-		r.add(semconv.ServerAddress(info.Host))
-	}
-	var a [3]attribute.KeyValue
-	r.add(appendPeer(a[:0], info.Address)...)
-	r.add(MethodKey.String(info.Method.String()))
-	g.log(ctx, slog.LevelDebug, SpanTCPConnect, &r)
+	var a [5]attribute.KeyValue
+	g.log(ctx, slog.LevelDebug, SpanTCPConnect, r.init().add(tcpConnectAttributes(a[:0], info)...))
 	return ctx
 }
 
@@ -323,10 +291,8 @@ func (g *logger) serviceTicketDone(ctx context.Context, info negotiation.Service
 		return
 	}
 	var r logAttrs
-	r.init().add(GSSTicketFromCacheKey.Bool(info.FromCache))
-	if info.Enctype != "" {
-		r.add(GSSEnctypeKey.String(info.Enctype))
-	}
+	var a [2]attribute.KeyValue
+	r.init().add(serviceTicketAttributes(a[:0], info)...)
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeGSS)
 	}
@@ -342,20 +308,8 @@ func (g *logger) gssContextDone(ctx context.Context, info negotiation.GSSContext
 		return
 	}
 	var r logAttrs
-	r.init()
-	if info.Enctype != "" {
-		r.add(GSSEnctypeKey.String(info.Enctype))
-	}
-	if info.Delegated || info.DelegationErr != nil {
-		r.add(GSSDelegatedKey.Bool(info.Delegated))
-	}
-	if info.DelegationErr != nil {
-		why := "failed"
-		if errors.Is(info.DelegationErr, negotiation.ErrGSSNotForwardable) {
-			why = "not-forwardable"
-		}
-		r.add(GSSDelegationSkippedKey.String(why))
-	}
+	var a [3]attribute.KeyValue
+	r.init().add(gssContextAttributes(a[:0], info)...)
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeGSS)
 	}
@@ -367,11 +321,8 @@ func (g *logger) tlsHandshakeDone(ctx context.Context, info negotiation.TLSHands
 		return
 	}
 	var r logAttrs
-	r.init()
-	var a [8]attribute.KeyValue
-	for _, kv := range tlsDoneAttributes(a[:0], info) {
-		r.add(kv)
-	}
+	var a [5]attribute.KeyValue
+	r.init().add(tlsDoneAttributes(a[:0], info)...)
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeTLS)
 	}
@@ -383,16 +334,8 @@ func (g *logger) startupDone(ctx context.Context, info negotiation.StartupDoneIn
 		return
 	}
 	var r logAttrs
-	r.init()
-	if info.AuthMethod != "" {
-		r.add(AuthMethodKey.String(info.AuthMethod))
-	}
-	if m := info.SASLMechanism; m != "" {
-		r.add(AuthSASLMechanismKey.String(m))
-		if strings.HasPrefix(m, "SCRAM-") {
-			r.add(AuthKeyCachedKey.Bool(info.KeyCached))
-		}
-	}
+	var a [3]attribute.KeyValue
+	r.init().add(startupAttributes(a[:0], info)...)
 	if info.Err != nil {
 		r.err(info.Err, info.SQLState, ErrorTypeStartup)
 	}
@@ -412,16 +355,8 @@ func (g *logger) fallback(ctx context.Context, info negotiation.FallbackInfo) {
 		return
 	}
 	var r logAttrs
-	r.init()
-	if info.Host != "" {
-		r.add(semconv.ServerAddress(info.Host))
-	}
-	r.add(FallbackFromKey.String(info.From.String()))
-	if info.To != 0 {
-		r.add(FallbackToKey.String(info.To.String()))
-	}
-	r.add(FallbackReasonKey.String(info.Reason), FallbackNewConnectionKey.Bool(info.NewConnection))
-	g.log(ctx, slog.LevelInfo, LogFallback, &r)
+	var a [5]attribute.KeyValue
+	g.log(ctx, slog.LevelInfo, LogFallback, r.init().add(fallbackAttributes(a[:0], info)...))
 }
 
 func (g *logger) refreshStart(ctx context.Context, info negotiation.RefreshStartInfo) context.Context {
@@ -429,12 +364,8 @@ func (g *logger) refreshStart(ctx context.Context, info negotiation.RefreshStart
 		return ctx
 	}
 	var r logAttrs
-	r.init().server(info.Host, info.Port)
-	if info.Database != "" {
-		r.add(semconv.DBNamespace(info.Database))
-	}
-	r.add(RefreshMethodKey.String(info.Method.String()), RefreshAgeKey.Float64(info.Age.Seconds()))
-	g.log(ctx, slog.LevelDebug, LogRefreshStart, &r)
+	var a [5]attribute.KeyValue
+	g.log(ctx, slog.LevelDebug, LogRefreshStart, r.init().add(refreshStartAttributes(a[:0], info)...))
 	return ctx
 }
 

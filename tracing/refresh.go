@@ -39,12 +39,7 @@ type refreshKey struct{}
 // are traced even where the refresh span itself is not the current span.
 func (t *tracer) refreshStart(ctx context.Context, info negotiation.RefreshStartInfo) context.Context {
 	var a [6]attribute.KeyValue
-	kv := append(a[:0], semconv.DBSystemNamePostgreSQL)
-	kv = appendServer(kv, info.Host, info.Port)
-	if info.Database != "" {
-		kv = append(kv, semconv.DBNamespace(info.Database))
-	}
-	kv = append(kv, RefreshMethodKey.String(info.Method.String()), RefreshAgeKey.Float64(info.Age.Seconds()))
+	kv := refreshStartAttributes(append(a[:0], semconv.DBSystemNamePostgreSQL), info)
 	opts := []trace.SpanStartOption{t.internal[0], trace.WithNewRoot(), trace.WithAttributes(kv...)}
 	if info.Trigger != nil {
 		if sc := trace.SpanContextFromContext(info.Trigger); sc.IsValid() {

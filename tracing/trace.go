@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -199,12 +198,7 @@ func (t *tracer) connectStart(ctx context.Context, info negotiation.ConnectStart
 	// The attributes go in at start so that a sampler sees them (db.system.name is required at
 	// creation by the database semantic conventions).
 	var a [6]attribute.KeyValue
-	kv := append(a[:0], semconv.DBSystemNamePostgreSQL)
-	kv = appendServer(kv, info.Host, info.Port)
-	if info.Database != "" {
-		kv = append(kv, semconv.DBNamespace(info.Database))
-	}
-	kv = append(kv, SSLModeKey.String(info.SSLMode.String()), GSSEncModeKey.String(info.GSSEncMode.String()))
+	kv := connectStartAttributes(append(a[:0], semconv.DBSystemNamePostgreSQL), info)
 	opts := [2]trace.SpanStartOption{t.client[0], trace.WithAttributes(kv...)}
 	ctx, span := t.tracer.Start(ctx, SpanConnect, opts[:]...)
 	if span.IsRecording() {
@@ -220,15 +214,7 @@ func (t *tracer) connectDone(ctx context.Context, info negotiation.ConnectDoneIn
 	}
 	span := st.span
 	var a [5]attribute.KeyValue
-	kv := appendServer(a[:0], info.Host, info.Port)
-	if tr := info.Method.Transport(); tr != "" {
-		kv = append(kv, TransportKey.String(tr))
-	}
-	if info.Cache != negotiation.CacheUseNone {
-		kv = append(kv, CacheHitKey.Bool(info.Cache == negotiation.CacheUseHit))
-	}
-	kv = append(kv, AttemptsKey.Int(info.Attempts))
-	span.SetAttributes(kv...)
+	span.SetAttributes(connectDoneAttributes(a[:0], info)...)
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeConnectFailed)
 	}
@@ -244,23 +230,7 @@ func (t *tracer) decision(ctx context.Context, info negotiation.DecisionInfo) {
 	// span, whose attributes are about the connect as a whole (ConnectDone: the host connected
 	// to, its transport, the cache.hit of its plan, the sockets opened).
 	var a [8]attribute.KeyValue
-	kv := appendServer(a[:0], info.Host, info.Port)
-	kv = append(kv, PlanKey.String(info.Plan.String()))
-	if skipped := info.Plan.Skipped(); len(skipped) > 0 {
-		kv = append(kv, PlanSkippedKey.String(joinMethods(skipped)))
-	}
-	if info.Plan.LearnedDirect() {
-		kv = append(kv, PlanDirectLearnedKey.Bool(true))
-	}
-	if use := info.Plan.CacheUse(); use != negotiation.CacheUseNone {
-		kv = append(kv, CacheHitKey.Bool(use == negotiation.CacheUseHit))
-	}
-	kv = append(kv, ProbeWaitedKey.Bool(info.Waited))
-	if info.Input.GSSEncMode != negotiation.GSSEncModeDisable && !info.Input.UnixSocket {
-		// Only where the credentials count, as in Decide: GSS is allowed unless
-		// gssencmode=disable, and never over a Unix socket (where they are not even checked).
-		kv = append(kv, GSSCredentialsKey.Bool(info.Input.GSSCredentials))
-	}
+	kv := decisionAttributes(a[:0], info)
 	st.span.AddEvent(EventDecision, trace.WithAttributes(kv...))
 }
 
@@ -289,10 +259,8 @@ func (t *tracer) gssCredentialsDone(ctx context.Context, info negotiation.GSSCre
 	if span == nil {
 		return
 	}
-	span.SetAttributes(GSSCredentialsValidKey.Bool(info.Valid), GSSCredentialsReusedKey.Bool(info.Reused))
-	if info.Source != "" {
-		span.SetAttributes(GSSCredentialsSourceKey.String(info.Source))
-	}
+	var a [3]attribute.KeyValue
+	span.SetAttributes(gssCredentialsAttributes(a[:0], info)...)
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeGSS)
 	}
@@ -326,13 +294,7 @@ func (t *tracer) tcpConnectStart(ctx context.Context, info negotiation.DialInfo)
 	ctx, span := t.startStep(ctx, stepTCPConnect, SpanTCPConnect)
 	if span != nil {
 		var a [5]attribute.KeyValue
-		kv := a[:0]
-		if info.Host != "" {
-			kv = append(kv, semconv.ServerAddress(info.Host))
-		}
-		kv = appendPeer(kv, info.Address)
-		kv = append(kv, MethodKey.String(info.Method.String()))
-		span.SetAttributes(kv...)
+		span.SetAttributes(tcpConnectAttributes(a[:0], info)...)
 	}
 	return ctx
 }
@@ -388,11 +350,7 @@ func (t *tracer) serviceTicketDone(ctx context.Context, info negotiation.Service
 		return
 	}
 	var a [2]attribute.KeyValue
-	kv := append(a[:0], GSSTicketFromCacheKey.Bool(info.FromCache))
-	if info.Enctype != "" {
-		kv = append(kv, GSSEnctypeKey.String(info.Enctype))
-	}
-	span.SetAttributes(kv...)
+	span.SetAttributes(serviceTicketAttributes(a[:0], info)...)
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeGSS)
 	}
@@ -409,19 +367,8 @@ func (t *tracer) gssContextDone(ctx context.Context, info negotiation.GSSContext
 	if span == nil {
 		return
 	}
-	if info.Enctype != "" {
-		span.SetAttributes(GSSEnctypeKey.String(info.Enctype))
-	}
-	if info.Delegated || info.DelegationErr != nil {
-		span.SetAttributes(GSSDelegatedKey.Bool(info.Delegated))
-	}
-	if info.DelegationErr != nil {
-		why := "failed"
-		if errors.Is(info.DelegationErr, negotiation.ErrGSSNotForwardable) {
-			why = "not-forwardable"
-		}
-		span.SetAttributes(GSSDelegationSkippedKey.String(why))
-	}
+	var a [3]attribute.KeyValue
+	span.SetAttributes(gssContextAttributes(a[:0], info)...)
 	if info.Err != nil {
 		fail(span, info.Err, "", ErrorTypeGSS)
 	}
@@ -475,15 +422,8 @@ func (t *tracer) startupDone(ctx context.Context, info negotiation.StartupDoneIn
 	if span == nil {
 		return
 	}
-	if info.AuthMethod != "" {
-		span.SetAttributes(AuthMethodKey.String(info.AuthMethod))
-	}
-	if m := info.SASLMechanism; m != "" {
-		span.SetAttributes(AuthSASLMechanismKey.String(m))
-		if strings.HasPrefix(m, "SCRAM-") {
-			span.SetAttributes(AuthKeyCachedKey.Bool(info.KeyCached))
-		}
-	}
+	var a [3]attribute.KeyValue
+	span.SetAttributes(startupAttributes(a[:0], info)...)
 	if info.Err != nil {
 		fail(span, info.Err, info.SQLState, ErrorTypeStartup)
 	}
@@ -499,16 +439,7 @@ func (t *tracer) fallback(ctx context.Context, info negotiation.FallbackInfo) {
 	_, span := t.tracer.Start(ctx, SpanFallback, opts[:]...)
 	if span.IsRecording() {
 		var a [5]attribute.KeyValue
-		kv := a[:0]
-		if info.Host != "" {
-			kv = append(kv, semconv.ServerAddress(info.Host))
-		}
-		kv = append(kv, FallbackFromKey.String(info.From.String()))
-		if info.To != 0 {
-			kv = append(kv, FallbackToKey.String(info.To.String()))
-		}
-		kv = append(kv, FallbackReasonKey.String(info.Reason), FallbackNewConnectionKey.Bool(info.NewConnection))
-		span.SetAttributes(kv...)
+		span.SetAttributes(fallbackAttributes(a[:0], info)...)
 		// A decision takes no time; one microsecond keeps backends that reject zero-length
 		// spans (Jaeger warns of a negative duration) quiet.
 		span.End(trace.WithTimestamp(now.Add(time.Microsecond)))
