@@ -206,7 +206,7 @@ func (m *Metrics) ObserveDBStats(stats func() sql.DBStats) (unregister func()) {
 	idle := metric.WithAttributeSet(attribute.NewSet(m.pool, semconv.DBClientConnectionStateIdle))
 	used := metric.WithAttributeSet(attribute.NewSet(m.pool, semconv.DBClientConnectionStateUsed))
 	pool := metric.WithAttributeSet(attribute.NewSet(m.pool))
-	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	return m.observe(func(_ context.Context, o metric.Observer) error {
 		s := stats()
 		o.ObserveInt64(m.count.Inst(), int64(s.Idle), idle)
 		o.ObserveInt64(m.count.Inst(), int64(s.InUse), used)
@@ -217,15 +217,6 @@ func (m *Metrics) ObserveDBStats(stats func() sql.DBStats) (unregister func()) {
 		o.ObserveFloat64(m.waitTotal, s.WaitDuration.Seconds(), pool)
 		return nil
 	}, m.count.Inst(), m.max.Inst(), m.waits, m.waitTotal)
-	if err != nil {
-		otel.Handle(err)
-		return func() {}
-	}
-	return func() {
-		if err := reg.Unregister(); err != nil {
-			otel.Handle(err)
-		}
-	}
 }
 
 // metricsConnectKey marks the state of one logical connect in its context.
@@ -306,5 +297,20 @@ func (m *Metrics) connectDone(ctx context.Context, info negotiation.ConnectDoneI
 	}
 	if backends > 0 {
 		m.avoided.Add(ctx, backends, metric.WithAttributes(append(server, AvoidedKindKey.String(AvoidedBackend))...))
+	}
+}
+
+// observe registers cb for insts with the meter until the returned function is called; an
+// error of the meter goes to otel.Handle (and nothing is observed).
+func (m *Metrics) observe(cb metric.Callback, insts ...metric.Observable) (unregister func()) {
+	reg, err := m.meter.RegisterCallback(cb, insts...)
+	if err != nil {
+		otel.Handle(err)
+		return func() {}
+	}
+	return func() {
+		if err := reg.Unregister(); err != nil {
+			otel.Handle(err)
+		}
 	}
 }

@@ -210,7 +210,7 @@ func (m *Metrics) ObservePgxPool(p *pgxpool.Pool, t *PoolTracer) (unregister fun
 	if t != nil {
 		insts = append(insts, m.pending.Inst())
 	}
-	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	return m.observe(func(_ context.Context, o metric.Observer) error {
 		s := p.Stat()
 		o.ObserveInt64(m.count.Inst(), int64(s.IdleConns()), idle)
 		o.ObserveInt64(m.count.Inst(), int64(s.AcquiredConns()), used)
@@ -223,15 +223,6 @@ func (m *Metrics) ObservePgxPool(p *pgxpool.Pool, t *PoolTracer) (unregister fun
 		o.ObserveFloat64(m.waitTotal, s.EmptyAcquireWaitTime().Seconds(), pool)
 		return nil
 	}, insts...)
-	if err != nil {
-		otel.Handle(err)
-		return func() {}
-	}
-	return func() {
-		if err := reg.Unregister(); err != nil {
-			otel.Handle(err)
-		}
-	}
 }
 
 var (
