@@ -232,8 +232,7 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 	// connect (internal/connstring): only when no password was given, in the connection string,
 	// PGPASSWORD or the pgx configuration (PgxConfig); WithBeforeConnect, below, may still set one.
 	if cfg.Password == "" {
-		host, port, _ := negotiation.AttemptHost(ctx)
-		pw, err := connstring.PasswordFromFile(ctx, c.settings, host, port, cfg.Database, cfg.User)
+		pw, err := connstring.PasswordFromFile(ctx, c.settings, cfg.Database, cfg.User)
 		if err != nil {
 			return &negotiation.AbortError{Err: err}
 		}

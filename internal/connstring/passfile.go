@@ -156,14 +156,19 @@ func passfileIgnored(path string, fi fs.FileInfo) string {
 	return ""
 }
 
-// PasswordFromFile returns the password file's password for one attempt's host (as written in
-// the connection string) and port, for dbname and user, read now as libpq reads it at each
-// connect; "" when the connection string or PGPASSWORD gives the password (every host gets
-// that one), when there is no home directory to find ~/.pgpass in, or when the file has no entry.
-// libpq's warning for a file it does not read (not a plain file, group or world access) goes to
-// the note ctx carries (WithPassfileNote). The error is a file too large or unreadable, and
-// never holds the file's content.
-func PasswordFromFile(ctx context.Context, s *Settings, host string, port uint16, dbname, user string) (string, error) {
+// PasswordFromFile returns the password file's password for the attempt ctx carries
+// (negotiation.AttemptHost: its host as written in the connection string, and port), for dbname
+// and user, read now as libpq reads it at each connect; "" when the connection string or
+// PGPASSWORD gives the password (every host gets that one: nothing is looked up), when there is
+// no home directory to find ~/.pgpass in, or when the file has no entry. libpq's warning for a
+// file it does not read (not a plain file, group or world access) goes to the note ctx carries
+// (WithPassfileNote). The error is a file too large or unreadable, and never holds the file's
+// content.
+func PasswordFromFile(ctx context.Context, s *Settings, dbname, user string) (string, error) {
+	if s.passfile == "" {
+		return "", nil
+	}
+	host, port, _ := negotiation.AttemptHost(ctx)
 	password, ignored, err := passwordFromFile(s.passfile, host, port, dbname, user)
 	notePassfile(ctx, ignored)
 	return password, err
