@@ -23,8 +23,8 @@ type TLSConfigFunc func(ctx context.Context, host string, cfg *tls.Config) error
 
 // attemptTLS gives the attempt's configuration (cfg, after Negotiator.Configure gave it its
 // host's TLS configuration) a TLS configuration of its own when WithTLSConfigFunc is set or
-// when pgx loads a client certificate for it (sslcert and sslkey: see pgxconfig.CloneTLSWithCert), and runs
-// WithTLSConfigFunc on it.
+// when pgx loads a client certificate for it (sslcert and sslkey: see
+// pgxconfig.CloneTLSWithCert), and runs WithTLSConfigFunc on it.
 func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
 	if cfg.TLSConfig == nil || (c.tlsConfigFunc == nil && !c.certLoaders) {
 		return nil
