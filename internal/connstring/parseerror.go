@@ -125,19 +125,6 @@ func fromPgx(err error, v *values) *ParseError {
 		return invalid(key, src, must)
 	}
 	switch {
-	case msg == "failed to parse as keyword/value":
-		if strings.HasPrefix(innerMsg, "unterminated quoted string") {
-			if key := v.unclosed; keyName.MatchString(key) { // else a stray word, maybe a secret
-				return e(key, "malformed connection string: the quoted value of %s is not closed with '", key)
-			}
-		}
-		return e("", "malformed connection string: %s", keywordValueProblem(innerMsg))
-	case msg == "failed to parse as URL":
-		// pgx names the password, and only the password, instead of quoting it.
-		if strings.HasSuffix(innerMsg, " in password") || strings.Contains(innerMsg, " in password,") {
-			return e("password", "malformed connection URL: %s", urlProblem(innerMsg, "the password"))
-		}
-		return e("", "malformed connection URL: %s", urlProblem(innerMsg, "it"))
 	case msg == "failed to read service":
 		switch {
 		case strings.HasPrefix(innerMsg, "unable to find service: "):
@@ -188,20 +175,6 @@ func fromPgx(err error, v *values) *ParseError {
 	return e("", "invalid connection string (pgx's message is not shown: it may quote a value)")
 }
 
-// keywordValueProblem says what is wrong with a keyword/value string, from pgx's inner message
-// (pgconn/config.go, parseKeywordValueSettings), which quotes the text it stumbled on.
-func keywordValueProblem(inner string) string {
-	switch {
-	case strings.Contains(inner, "NUL byte"):
-		return "it holds a NUL byte"
-	case strings.HasPrefix(inner, `missing "=" after `):
-		return `a word without "=" (the form is ` + keywordValueExample + ")"
-	case strings.HasPrefix(inner, "unterminated quoted string"):
-		return "a quoted value is not closed with '"
-	}
-	return "expected " + keywordValueExample
-}
-
 // keyName is what a connection-string key (or a server setting passed as one) looks like.
 var keyName = regexp.MustCompile(`^[a-z_][a-z0-9_.]{0,63}$`)
 
@@ -224,29 +197,6 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
-}
-
-// urlProblem says what is wrong with a postgres:// URL, from pgx's inner message
-// (pgconn/parse_url.go), which may quote a part of the URL; subject is the part at fault, as far
-// as known ("it", "the password").
-func urlProblem(inner, subject string) string {
-	switch {
-	case strings.Contains(inner, "NUL byte"), strings.Contains(inner, "%00"):
-		return subject + " holds a NUL byte"
-	case strings.Contains(inner, "percent-encoded token"):
-		return subject + " has a bad percent-encoding (% must be followed by two hexadecimal digits)"
-	case strings.HasPrefix(inner, "unexpected spaces"):
-		return subject + " has white space (write %20)"
-	case strings.Contains(inner, "IPv6 host address"):
-		return "an IPv6 host address in [] is empty or not closed"
-	case strings.HasPrefix(inner, "unexpected character"):
-		return `an unexpected character after a host (expected ":" or "/")`
-	case strings.HasPrefix(inner, "missing key/value separator"):
-		return `a query parameter without "="`
-	case strings.HasPrefix(inner, "extra key/value separator"):
-		return `a query parameter with more than one "="`
-	}
-	return "not a valid postgres:// or postgresql:// URL"
 }
 
 // tlsProblem names the TLS key at fault (pgconn/config.go, configTLS). File errors keep their

@@ -1,7 +1,6 @@
 package connstring
 
 import (
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,29 +15,25 @@ type source struct {
 	value, env string
 	known      bool
 	service    bool // from the service file
+	quoted     bool // a keyword/value string's value in single quotes
 }
 
 // values is a connection string read once: the string's keys in the order written, the named
 // service's section of the service file, and the environment, looked up with libpq's precedence
 // (fe-connect.c, conninfo_add_defaults): the string, then the service file, then the environment
-// variable. Everything Parse decides, and every error it writes, reads its keys here; only pgx
-// parses the string again, for its own configuration.
+// variable. Everything Parse decides, every error it writes and the configuration pgx builds
+// (pgxString) read its keys here: pgx never sees the connection string itself.
 type values struct {
 	dsn   string
 	isURL bool
 
-	// str are the string's keys in the order written (the last one of a key wins, as in libpq).
-	// A URL's host list and ports come first, as host and port, then its query parameters.
+	// str are the string's keys in the order written (the last one of a key wins, as in libpq),
+	// each value as libpq reads it (a URL's parts percent-decoded). A URL's user, password, host
+	// list, ports and database come first, then its query parameters.
 	str []struct {
 		key string
 		src source
 	}
-	// unclosed is the key whose quoted value is not closed (keyword/value); malformed says the
-	// reading stopped before the end (pgx then fails before it reads any file); emptyLast says
-	// the string ends with a key and "=" and nothing after.
-	unclosed  string
-	malformed bool
-	emptyLast bool
 	// portMisplaced: a URL whose port may be part of a password (see urlPortMisplaced).
 	portMisplaced bool
 
@@ -48,17 +43,20 @@ type values struct {
 	serviceErr  error             // why it could not be read (its messages name no line's text)
 }
 
-// read reads dsn, the service file it names (service, else PGSERVICE: servicefile, else
-// PGSERVICEFILE, else ~/.pg_service.conf, as pgx finds it) and nothing else: the environment
-// is looked up per key. The error is a *ParseError for a service file that exists but is not a
-// regular file (a FIFO would hold pgx's read forever); other problems with the file are kept for
-// the message of pgx's error (serviceFileProblem).
+// read reads dsn as libpq reads it (keyword/value or URL: a malformed string is an error here,
+// before any file is read), checks its keys (checkKeys: a key libpq does not know is an error
+// unless it is one of pgx's or a server parameter), then the service file it names (service,
+// else PGSERVICE: servicefile, else PGSERVICEFILE, else ~/.pg_service.conf, as pgx finds it) and
+// nothing else: the environment is looked up per key. The error is a *ParseError; a service file
+// that exists but is not a regular file is one too (a FIFO would hold pgx's read forever); other
+// problems with the file are kept for the message of pgx's error (serviceFileProblem).
 func read(dsn string) (*values, error) {
 	v := &values{dsn: dsn, isURL: isURL(dsn)}
-	if v.isURL {
-		v.readURL()
-	} else {
-		v.readKeywordValue()
+	if err := v.readString(); err != nil {
+		return nil, err
+	}
+	if err := v.checkKeys(); err != nil {
+		return nil, err
 	}
 	name, ok := v.inString("service")
 	if !ok {
@@ -95,8 +93,27 @@ func read(dsn string) (*values, error) {
 	}
 	if s, err := f.GetService(name.value); err == nil {
 		v.service = s.Settings
+		if err := v.checkServiceKeys(); err != nil {
+			return nil, err
+		}
 	}
 	return v, nil
+}
+
+// readString reads the string itself, keyword/value or URL.
+func (v *values) readString() *ParseError {
+	if strings.IndexByte(v.dsn, 0) >= 0 {
+		// libpq reads a C string, which ends at a NUL; a Go string goes on, and the server would
+		// take the NUL for the end of a startup parameter.
+		if v.isURL {
+			return &ParseError{msg: "malformed connection URL: it holds a NUL byte"}
+		}
+		return &ParseError{msg: "malformed connection string: it holds a NUL byte"}
+	}
+	if v.isURL {
+		return v.readURL()
+	}
+	return v.readKeywordValue()
 }
 
 func (v *values) add(key string, src source) {
@@ -108,108 +125,220 @@ func (v *values) add(key string, src source) {
 
 // readKeywordValue reads a keyword/value string as libpq does (fe-connect.c, conninfo_parse):
 // white space between pairs and around "=", values in single quotes or up to white space, a
-// backslash taking the next character literally; up to the first malformed part.
-func (v *values) readKeywordValue() {
-	pairs, unclosed, complete := scanKeywordValue(v.dsn)
+// backslash taking the next character literally. A malformed string is an error that names no
+// part of it but a key name (a stray word may be a secret).
+func (v *values) readKeywordValue() *ParseError {
+	pairs, unclosed, complete := scanPairs(v.dsn)
 	for _, p := range pairs {
-		v.add(p[0], source{value: p[1], known: true})
+		v.add(p.key, source{value: p.value, known: true, quoted: p.quoted})
 	}
-	v.unclosed, v.malformed = unclosed, !complete
-	// An unpaired backslash at the end escapes the end of the string: libpq and pgx drop it.
-	end := v.dsn
-	if n := len(end) - len(strings.TrimRight(end, `\`)); n%2 == 1 {
-		end = end[:len(end)-1]
+	switch {
+	case unclosed != "" && keyName.MatchString(unclosed):
+		return &ParseError{Key: unclosed, msg: "malformed connection string: the quoted value of " + unclosed + " is not closed with '"}
+	case unclosed != "":
+		return &ParseError{msg: "malformed connection string: a quoted value is not closed with '"}
+	case !complete:
+		return &ParseError{msg: `malformed connection string: a word without "=" (the form is ` + keywordValueExample + ")"}
 	}
-	v.emptyLast = unclosed == "" && len(pairs) > 0 && pairs[len(pairs)-1][1] == "" &&
-		strings.HasSuffix(strings.TrimRight(end, " \t\n\r\v\f"), "=")
+	return nil
 }
 
-// readURL reads a postgres:// URL's host list, ports and query parameters, decoded as pgx and
-// libpq decode them (pgconn/parse_url.go; fe-connect.c, conninfo_uri_parse_options).
-func (v *values) readURL() {
-	netloc := netlocOf(v.dsn)
-	var hosts []string
-	for hp := range strings.SplitSeq(netloc, ",") {
-		h := hp
-		if strings.HasPrefix(hp, "[") {
-			if end := strings.IndexByte(hp, ']'); end >= 0 {
-				h = hp[:end+1]
-			}
-		} else if i := strings.IndexByte(hp, ':'); i >= 0 {
-			h = hp[:i]
-		}
-		if h != "" {
-			hosts = append(hosts, h)
-		}
-	}
-	if len(hosts) > 0 {
-		v.add("host", source{value: strings.Join(hosts, ","), known: true})
-	}
-	if ports, ok := urlPorts(v.dsn); ok {
-		v.add("port", source{value: ports, known: true})
-	} else if strings.Contains(netloc, ":") {
-		v.add("port", source{}) // a port that does not decode
+// readURL reads a postgres:// or postgresql:// URL as libpq does (fe-connect.c,
+// conninfo_uri_parse_options and conninfo_uri_parse_params):
+//
+//	postgresql://[user[:password]@][host][:port][,...][/dbname][?key=value&...]
+//
+// The user information ends at the first "@" before any "/" (so "?", "&" and "=" may stand in a
+// password unencoded; "@" and "/" may not), the user at its first ":"; a host ends at ":", "/",
+// "?" or ",", or is an IPv6 address in brackets; a port ends at "/", "?" or ","; the database
+// at "?"; the query is split at "&", each parameter at its one "="; every part is then
+// percent-decoded (a "%" must be followed by two hexadecimal digits; %00 is refused; "+" is a
+// plus sign). ssl=true is sslmode=require. An empty user, password or database is not set.
+func (v *values) readURL() *ParseError {
+	rest, ok := strings.CutPrefix(v.dsn, "postgresql://")
+	if !ok {
+		rest, _ = strings.CutPrefix(v.dsn, "postgres://")
 	}
 	v.portMisplaced = urlPortMisplaced(v.dsn)
-	if _, query, ok := strings.Cut(v.dsn, "?"); ok {
-		for param := range strings.SplitSeq(query, "&") {
-			k, val, _ := strings.Cut(param, "=")
-			d, err := url.QueryUnescape(val)
-			v.add(k, source{value: d, known: err == nil})
+	add := func(key, raw string) *ParseError {
+		d, problem := uriDecode(raw)
+		if problem != "" {
+			return urlError(key, problem)
 		}
+		v.add(key, source{value: d, known: true})
+		return nil
 	}
-}
-
-// netlocOf returns the host list of a postgres:// URL as libpq reads it (fe-connect.c,
-// conninfo_uri_parse_options): after the user information (up to the first "@" before any "/")
-// and up to the path ("/") or the query ("?").
-func netlocOf(dsn string) string {
-	p, ok := strings.CutPrefix(dsn, "postgresql://")
-	if !ok {
-		p, _ = strings.CutPrefix(dsn, "postgres://")
-	}
-	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
-		p = p[i+1:]
-	}
-	if i := strings.IndexAny(p, "/?"); i >= 0 {
-		p = p[:i]
-	}
-	return p
-}
-
-// urlPorts returns the ports of a postgres:// URL's hosts, comma-separated as pgx joins them
-// (pgconn/parse_url.go; "" for a host without one), percent-decoded; ok is false when no host has
-// a port or one does not decode. A port is the text after a ":" that follows a host name or a
-// bracketed IPv6 address.
-func urlPorts(dsn string) (ports string, ok bool) {
-	var list []string
-	found := false
-	for hp := range strings.SplitSeq(netlocOf(dsn), ",") {
-		if strings.HasPrefix(hp, "[") {
-			end := strings.IndexByte(hp, ']')
-			if end < 0 {
-				return "", false
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		user, password, hasPassword := strings.Cut(rest[:i], ":")
+		rest = rest[i+1:]
+		if user != "" {
+			if err := add("user", user); err != nil {
+				return err
 			}
-			hp = hp[end+1:]
 		}
-		_, port, has := strings.Cut(hp, ":")
-		found = found || has
-		list = append(list, port)
+		if hasPassword && password != "" {
+			if err := add("password", password); err != nil {
+				return err
+			}
+		}
 	}
-	if !found {
-		return "", false
+	var hosts, ports strings.Builder
+	var term byte // what ended the last part read: 0 at the end of the URL
+	next := func(stops string) string {
+		i := strings.IndexAny(rest, stops)
+		if i < 0 {
+			part := rest
+			rest, term = "", 0
+			return part
+		}
+		part := rest[:i]
+		rest, term = rest[i+1:], rest[i]
+		return part
 	}
-	joined, err := url.PathUnescape(strings.Join(list, ","))
-	if err != nil {
-		return "", false
+	for {
+		if strings.HasPrefix(rest, "[") {
+			end := strings.IndexByte(rest, ']')
+			switch {
+			case end < 0:
+				return urlError("host", "an IPv6 host address in [] is not closed")
+			case end == 1:
+				return urlError("host", "an IPv6 host address in [] is empty")
+			}
+			hosts.WriteString(rest[1:end])
+			rest = rest[end+1:]
+			if rest != "" && !strings.ContainsRune(":/?,", rune(rest[0])) {
+				return urlError("host", `an unexpected character after a host (expected ":" or "/")`)
+			}
+			term = 0
+			if rest != "" {
+				rest, term = rest[1:], rest[0]
+			}
+		} else {
+			hosts.WriteString(next(":/?,"))
+		}
+		if term == ':' {
+			ports.WriteString(next("/?,"))
+		}
+		if term != ',' {
+			break
+		}
+		hosts.WriteByte(',')
+		ports.WriteByte(',')
 	}
-	return joined, true
+	if hosts.Len() > 0 {
+		if err := add("host", hosts.String()); err != nil {
+			return err
+		}
+	}
+	if ports.Len() > 0 {
+		if err := add("port", ports.String()); err != nil {
+			return err
+		}
+	}
+	if term == '/' {
+		if db := next("?"); db != "" {
+			if err := add("dbname", db); err != nil {
+				return err
+			}
+		}
+	}
+	if term != '?' {
+		return nil
+	}
+	for rest != "" {
+		param := next("&")
+		k, val, ok := strings.Cut(param, "=")
+		switch {
+		case !ok:
+			return urlError("", `a query parameter without "="`)
+		case strings.Contains(val, "="):
+			return urlError("", `a query parameter with more than one "="`)
+		}
+		key, problem := uriDecode(k)
+		if problem != "" {
+			return urlError("", problem)
+		}
+		value, problem := uriDecode(val)
+		if problem != "" {
+			if !keyName.MatchString(key) {
+				key = "" // not a key name: not shown
+			}
+			return urlError(key, problem)
+		}
+		if key == "ssl" && value == "true" { // libpq's (and JDBC's) alias
+			key, value = "sslmode", "require"
+		}
+		v.add(key, source{value: value, known: true})
+	}
+	return nil
+}
+
+// uriDecode percent-decodes a part of a URL as libpq does (fe-connect.c, conninfo_uri_decode):
+// "%" and two hexadecimal digits (either case) is a byte, %00 is refused, anything else is kept
+// as it is ("+" too). problem says what is wrong, without quoting the part.
+func uriDecode(s string) (decoded, problem string) {
+	if !strings.Contains(s, "%") {
+		return s, ""
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		hi, okHi := unhex(s, i+1)
+		lo, okLo := unhex(s, i+2)
+		if !okHi || !okLo {
+			return "", "has a bad percent-encoding (% must be followed by two hexadecimal digits)"
+		}
+		if c := hi<<4 | lo; c == 0 {
+			return "", "holds a NUL byte (%00)"
+		} else {
+			b.WriteByte(c)
+		}
+		i += 2
+	}
+	return b.String(), ""
+}
+
+func unhex(s string, i int) (byte, bool) {
+	if i >= len(s) {
+		return 0, false
+	}
+	switch c := s[i]; {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// urlError is the error for a malformed URL: key is the part at fault ("" when not known),
+// problem what is wrong with it; nothing of the URL is quoted.
+func urlError(key, problem string) *ParseError {
+	subject := "it"
+	switch key {
+	case "user", "password", "host", "port":
+		subject = "the " + key
+	case "dbname":
+		subject = "the database name"
+	case "":
+	default:
+		subject = "the value of " + key
+	}
+	if strings.HasPrefix(problem, "has ") || strings.HasPrefix(problem, "holds ") {
+		problem = subject + " " + problem
+	}
+	return &ParseError{Key: key, msg: "malformed connection URL: " + problem}
 }
 
 // urlPortMisplaced reports whether a postgres:// URL's port may be part of a password: an "@"
-// after the user information means a password with an "@", "/" or "?" that is not
-// percent-encoded, which libpq and pgx then read (in part) as a host and its port
-// (postgres://u:se/cret@h has the host "u" and the port "se").
+// after the user information means a password with an "@" or "/" that is not percent-encoded,
+// which libpq (and pgx) then read (in part) as a host and its port (postgres://u:se/cret@h has
+// the host "u" and the port "se").
 func urlPortMisplaced(dsn string) bool {
 	p, ok := strings.CutPrefix(dsn, "postgresql://")
 	if !ok {
@@ -271,6 +400,21 @@ func (v *values) after(key, later string) bool {
 // first malformed part; unclosed is the key of a quoted value that is not closed; complete says
 // the whole string was read.
 func scanKeywordValue(s string) (pairs [][2]string, unclosed string, complete bool) {
+	read, unclosed, complete := scanPairs(s)
+	for _, p := range read {
+		pairs = append(pairs, [2]string{p.key, p.value})
+	}
+	return pairs, unclosed, complete
+}
+
+// pair is a key and its value as scanPairs reads them; quoted says the value was in quotes.
+type pair struct {
+	key, value string
+	quoted     bool
+}
+
+// scanPairs is scanKeywordValue, with whether each value was quoted.
+func scanPairs(s string) (pairs []pair, unclosed string, complete bool) {
 	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' }
 	i := 0
 	skip := func() {
@@ -311,7 +455,7 @@ func scanKeywordValue(s string) (pairs [][2]string, unclosed string, complete bo
 		if quoted && i >= len(s) {
 			return pairs, key, false
 		}
-		pairs = append(pairs, [2]string{key, v.String()})
+		pairs = append(pairs, pair{key, v.String(), quoted})
 		if i++; i >= len(s) {
 			return pairs, "", true
 		}

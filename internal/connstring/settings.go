@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -75,10 +74,10 @@ func Parse(dsn string) (*Settings, error) {
 	if err != nil {
 		return nil, err
 	}
-	// An empty passfile: pgx would look the password file up for the first host and give that
-	// password to every host; the connector looks it up per host (passfile.go).
-	pgxString, noPassfile := v.pgxString(extra)
-	cfg, pool, poolErr, err := v.parsePgx(pgxString)
+	// pgx parses what was read, never the string itself, with an empty passfile: pgx would look
+	// the password file up for the first host and give that password to every host; the
+	// connector looks it up per host (passfile.go).
+	cfg, pool, poolErr, err := v.parsePgx(v.pgxString(extra))
 	if err != nil {
 		return nil, fromPgx(err, v)
 	}
@@ -90,7 +89,7 @@ func Parse(dsn string) (*Settings, error) {
 		return nil, invalid("sslnegotiation", source{value: cfg.SSLNegotiation, env: src.env, known: true}, "one of postgres, direct")
 	}
 	s := &Settings{Config: cfg, pool: pool, poolErr: poolErr}
-	if noPassfile && cfg.Password == "" { // libpq: a password set but empty reads the file too
+	if cfg.Password == "" { // libpq: a password set but empty reads the file too
 		s.passfile = passfilePath(v)
 	}
 	gssenc, src, _ := v.get("gssencmode", "PGGSSENCMODE", false)
@@ -366,51 +365,31 @@ func (o *values) libpqRewrites() ([][2]string, error) {
 	return extra, nil
 }
 
-// pgxString returns the string pgx parses: the connection string with pairs added at its end,
-// where they win over earlier ones, and passfile=” (which keeps pgx from reading the password
-// file) when the string is well formed; noPassfile says it was added. For a malformed string (a
-// quote not closed, a word without "=") pgx fails before it reads any file.
-func (v *values) pgxString(pairs [][2]string) (dsn string, noPassfile bool) {
-	dsn = v.dsn
-	if !v.isURL && v.malformed {
-		return appendKeys(dsn, v.emptyLast, pairs), false
-	}
-	return appendKeys(dsn, v.emptyLast, append(pairs, [2]string{"passfile", ""})), true
-}
-
-// appendKeys returns dsn with the pairs added at its end; emptyLast: a keyword/value dsn whose
-// last key has nothing after its "=".
-func appendKeys(dsn string, emptyLast bool, pairs [][2]string) string {
-	if len(pairs) == 0 {
-		return dsn
-	}
-	if !isURL(dsn) {
-		// An unpaired backslash at the end escapes the end of the string, and libpq (and pgx)
-		// drop it: drop it here, or it would escape what is added.
-		n := len(dsn) - len(strings.TrimRight(dsn, `\`))
-		if n%2 == 1 {
-			dsn = dsn[:len(dsn)-1]
-		}
-		// A last key with nothing after its "=" has the empty value; written so, or the pair
-		// added would become its value (white space after "=" is skipped).
-		if emptyLast {
-			dsn = strings.TrimRight(dsn, " \t\n\r\v\f") + "''"
-		}
-	}
+// pgxString returns what pgx parses, built from what was read and never the connection string
+// itself: a keyword/value string of the string's keys in the order written (a URL's parts
+// decoded as libpq decodes them), then the pairs added (which win over earlier ones), then
+// an empty passfile (which keeps pgx from reading the password file: the connector reads it per host).
+// Every value is quoted, ' and \ escaped, so pgx's reading (pgconn/config.go,
+// parseKeywordValueSettings) is this one. requiressl, which pgx does not know, is left out: its
+// sslmode is among the pairs (libpqRewrites).
+func (v *values) pgxString(pairs [][2]string) string {
 	var b strings.Builder
-	b.WriteString(dsn)
-	for _, p := range pairs {
-		if isURL(dsn) {
-			if strings.Contains(b.String(), "?") {
-				b.WriteString("&")
-			} else {
-				b.WriteString("?")
-			}
-			b.WriteString(url.QueryEscape(p[0]) + "=" + url.QueryEscape(p[1]))
-			continue
+	quote := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+	write := func(k, val string) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
 		}
-		b.WriteString(" " + p[0] + "='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(p[1]) + "'")
+		b.WriteString(k + "='" + quote.Replace(val) + "'")
 	}
+	for _, e := range v.str {
+		if e.key != "requiressl" {
+			write(e.key, e.src.value)
+		}
+	}
+	for _, p := range pairs {
+		write(p[0], p[1])
+	}
+	write("passfile", "")
 	return b.String()
 }
 
