@@ -157,3 +157,17 @@ func editDistance(a, b string) int {
 	}
 	return d[len(a)][len(b)]
 }
+
+// IsServerParameter reports whether name is in the list of server parameters a connection
+// string may carry (serverParameters, any letter case); for the test that checks the list
+// against the installed servers.
+func IsServerParameter(name string) bool { return serverParameters[strings.ToLower(name)] }
+
+// ServerParameters returns the list, lower-cased, in no order.
+func ServerParameters() []string {
+	names := make([]string, 0, len(serverParameters))
+	for n := range serverParameters {
+		names = append(names, n)
+	}
+	return names
+}

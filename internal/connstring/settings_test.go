@@ -297,6 +297,10 @@ func FuzzParseSettings(f *testing.F) {
 		"host=a ssl_min_protocol_version=",
 		"host=a ssl_max_protocol_version=",
 		"host=a sslcert=/nonexistent sslkey=",
+		"postgres://u:pa?ss@a/db?sslmode=verify-full",
+		"postgres://a/db?ssl%6Dode=require&sslrootcert=/x+y&",
+		"postgres://a/db?",
+		"host=a search_path=x myapp.tenant=1 sslmdoe=require",
 	} {
 		f.Add(s, "s3cr3t")
 	}
@@ -324,6 +328,16 @@ func FuzzParseSettings(f *testing.F) {
 			}
 			if len(s.Hosts) == 0 {
 				t.Fatal("no host and no error")
+			}
+			// pgx's configuration is built from the connector's reading: they agree.
+			v, err := read(d)
+			if err != nil {
+				t.Fatalf("Parse succeeded, read failed: %v", err)
+			}
+			for key, got := range map[string]string{"password": s.Config.Password, "user": s.Config.User, "dbname": s.Config.Database} {
+				if src, ok := v.inString(key); ok && src.value != "" && src.value != got { // "": pgx takes its default
+					t.Fatalf("%s read as %q, pgx has %q", key, src.value, got)
+				}
 			}
 			for _, h := range s.Hosts {
 				if h.SSLMode == 0 {
