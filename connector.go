@@ -83,7 +83,10 @@ func hookError(hook string, err error) error {
 // the connector does with it (pgx parses most; gssencmode, hostaddr, keepalives, requirepeer,
 // target_session_attrs, load_balance_hosts and the other keys pgx does not know are the
 // connector's). No libpq key is sent to the server as a run-time parameter unless libpq sends it
-// too; a key libpq does not know is, as pgx does (search_path=... sets search_path).
+// too. A key libpq does not know is refused, naming the nearest keyword, unless it is one of
+// pgx's keys or a server parameter a client may set at connection start (search_path=... sets
+// search_path, as with pgx), or a dotted custom one (docs/connection-strings.md, "Keys libpq does
+// not know"). A URL is read as libpq reads it ("?" may stand in a password, "+" is a plus sign).
 func New(dsn string, opts ...Option) (*Connector, error) {
 	o := options{cacheTTL: DefaultCacheTTL, statementSpans: true, queryText: true}
 	for _, opt := range opts {

@@ -4,7 +4,9 @@
 // the string, then the service file's section, then the environment). What is read is one
 // ordered set of (key, value, where it came from); the validation, the error messages (a
 // [ParseError] never shows a secret), the libpq keyword table ([Keywords]), the pgx
-// configuration and the negotiation's per-host settings ([Settings].Hosts) all read that set.
+// configuration and the negotiation's per-host settings ([Settings].Hosts) all read that set:
+// pgx is given a keyword/value string built from it (pgxString), never the string itself. A key
+// that libpq does not know is refused unless it is pgx's or a server parameter (keys.go).
 //
 // It is the connector's package: the root package pgconnector re-exports [Parse] as
 // ParseSettings and the types a user meets (Settings, ParseError, Keyword).
