@@ -152,8 +152,8 @@ func (v *values) readKeywordValue() *ParseError {
 // password unencoded; "@" and "/" may not), the user at its first ":"; a host ends at ":", "/",
 // "?" or ",", or is an IPv6 address in brackets; a port ends at "/", "?" or ","; the database
 // at "?"; the query is split at "&", each parameter at its one "="; every part is then
-// percent-decoded (a "%" must be followed by two hexadecimal digits; %00 is refused; "+" is a
-// plus sign). ssl=true is sslmode=require. An empty user, password or database is not set.
+// decoded as libpq 18 decodes it (uriDecode: spaces around it dropped, a space inside refused, a
+// "%" followed by two hexadecimal digits, %00 refused, "+" a plus sign). ssl=true is sslmode=require. An empty user, password or database is not set.
 func (v *values) readURL() *ParseError {
 	rest, ok := strings.CutPrefix(v.dsn, "postgresql://")
 	if !ok {
@@ -273,10 +273,17 @@ func (v *values) readURL() *ParseError {
 	return nil
 }
 
-// uriDecode percent-decodes a part of a URL as libpq does (fe-connect.c, conninfo_uri_decode):
-// "%" and two hexadecimal digits (either case) is a byte, %00 is refused, anything else is kept
-// as it is ("+" too). problem says what is wrong, without quoting the part.
+// uriDecode percent-decodes a part of a URL as libpq 18 does (fe-connect.c, conninfo_uri_decode):
+// spaces before and after the part are dropped, a space within it is refused (percent-encode it
+// as %20), "%" and two hexadecimal digits (either case) is a byte, %00 is refused, anything else
+// is kept as it is ("+" too). problem says what is wrong, without quoting the part.
 func uriDecode(s string) (decoded, problem string) {
+	s = strings.TrimLeft(s, " ")
+	if end := strings.TrimRight(s, " "); strings.Contains(end, " ") {
+		return "", "has white space inside (write %20)"
+	} else {
+		s = end
+	}
 	if !strings.Contains(s, "%") {
 		return s, ""
 	}

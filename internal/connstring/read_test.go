@@ -77,9 +77,9 @@ func TestURLReadAsLibpq(t *testing.T) {
 			}
 			return ""
 		}},
-		{"white space in the password", "postgres://u:a b@h/app", func(s *Settings) string {
-			if s.Config.Password != "a b" {
-				return "password not read"
+		{"spaces around parts (libpq 18)", "postgres://u: a%20b @h/app?  sslmode = disable ", func(s *Settings) string {
+			if s.Config.Password != "a b" || s.Hosts[0].SSLMode != negotiation.SSLModeDisable {
+				return "password or sslmode not read"
 			}
 			return ""
 		}},

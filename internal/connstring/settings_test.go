@@ -192,6 +192,7 @@ func TestParseErrors(t *testing.T) {
 		{"URL bad percent-encoding", "postgres://u:" + secret + "%zz@a/db", nil, "password", []string{"percent-encoding"}},
 		{"URL NUL", "postgres://u:" + secret + "%00@a/db", nil, "password", []string{"NUL"}},
 		{"URL bad percent-encoding in a parameter", "postgres://u:" + secret + "@a/db?application_name=%zz", nil, "application_name", []string{"percent-encoding"}},
+		{"URL spaces inside the password", "postgres://u:" + secret + " x@a/db", nil, "password", []string{"white space inside"}},
 		{"URL bad percent-encoding in a key", "postgres://u:" + secret + "@a/db?application%zzname=a", nil, "", []string{"percent-encoding"}},
 		{"URL IPv6", "postgres://u:" + secret + "@[::1/db", nil, "host", []string{"IPv6"}},
 		{"URL character after host", "postgres://u:" + secret + "@[::1]x/db", nil, "host", []string{"after a host"}},
