@@ -355,25 +355,23 @@ func TestURIReadingMatchesLibpq(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	ctx := context.Background()
 
-	libpq := func(t *testing.T, dsn string) (map[string]string, *harness.LibpqRefusal) {
-		t.Helper()
-		keys, err := harness.LibpqConninfoParse(ctx, dsn)
-		var refusal *harness.LibpqRefusal
-		if errors.As(err, &refusal) {
-			return nil, refusal
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return keys, nil
-	}
-
 	var cases []uriCase
 	for _, c := range libpqURICases {
-		name := fmt.Sprintf("uri-%02d", c.n)
-		cases = append(cases, uriCase{name, c.uri})
-		t.Run("libpq/"+name, func(t *testing.T) {
-			keys, refusal := libpq(t, c.uri)
+		cases = append(cases, uriCase{fmt.Sprintf("uri-%02d", c.n), c.uri})
+	}
+	cases = append(cases, uriCorpus()...)
+	dsns := make([]string, len(cases))
+	for i, c := range cases {
+		dsns[i] = c.dsn
+	}
+	parses, err := harness.LibpqConninfoParseAll(ctx, dsns)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for i, c := range libpqURICases {
+		t.Run("libpq/"+cases[i].name, func(t *testing.T) {
+			keys, refusal := parses[i].Keys, parses[i].Refusal
 			if c.refusal != "" {
 				if refusal == nil || refusal.Message != c.refusal {
 					t.Errorf("%s: libpq 18 gives %s, %v; 001_uri.pl expects the refusal %q", c.uri, showKeys(keys), refusal, c.refusal)
@@ -397,7 +395,6 @@ func TestURIReadingMatchesLibpq(t *testing.T) {
 			}
 		})
 	}
-	cases = append(cases, uriCorpus()...)
 	names := map[string]bool{}
 	for _, c := range cases {
 		if names[c.name] {
@@ -411,9 +408,9 @@ func TestURIReadingMatchesLibpq(t *testing.T) {
 		}
 	}
 
-	for _, c := range cases {
+	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			lib, refusal := libpq(t, c.dsn)
+			lib, refusal := parses[i].Keys, parses[i].Refusal
 			con, conErr := connectorReading(c.dsn)
 			_, parseErr := Parse(c.dsn)
 			libOutcome := "accepts " + showKeys(lib)

@@ -22,14 +22,16 @@ type LibpqRefusal struct {
 
 func (e *LibpqRefusal) Error() string { return "libpq refuses the connection string: " + e.Message }
 
-// libpqParseSource is the oracle program: it parses its one argument with libpq's
-// PQconninfoParse (libpq-fe.h; fe-connect.c, parse_connection_string without defaults: no
-// environment, no service file) and writes each keyword whose value is not NULL, then its value,
-// each followed by a NUL byte; or, when libpq refuses the string, libpq's errmsg on standard error
-// with the exit status 1. libpq's headers are not installed: the few declarations it needs are
+// libpqParseSource is the oracle program. It reads connection strings from standard input, each
+// ended by a NUL byte, parses each with libpq's PQconninfoParse (libpq-fe.h; fe-connect.c,
+// parse_connection_string without defaults: no environment, no service file) and writes, per
+// string, 'P' then each keyword whose value is not NULL and its value, each followed by a NUL
+// byte, then a NUL byte (no keyword is empty); or, when libpq refuses the string, 'E', libpq's
+// errmsg and a NUL byte. libpq's headers are not installed: the few declarations it needs are
 // written here, the option struct as libpq-fe.h lays it out.
 const libpqParseSource = `#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
 	char *keyword;
@@ -45,30 +47,51 @@ extern conninfo_option *PQconninfoParse(const char *conninfo, char **errmsg);
 extern void PQconninfoFree(conninfo_option *options);
 extern void PQfreemem(void *ptr);
 
-int main(int argc, char **argv)
+static void put(const char *s)
 {
-	char *errmsg = NULL;
-	conninfo_option *options, *o;
+	fputs(s, stdout);
+	putchar('\0');
+}
 
-	if (argc != 2)
+int main(void)
+{
+	size_t len = 0, cap = 1 << 16, n, start;
+	char *in = malloc(cap);
+
+	if (in == NULL)
+		return 2;
+	while ((n = fread(in + len, 1, cap - len, stdin)) > 0) {
+		len += n;
+		if (len == cap && (in = realloc(in, cap *= 2)) == NULL)
+			return 2;
+	}
+	if (ferror(stdin))
 		return 3;
-	options = PQconninfoParse(argv[1], &errmsg);
-	if (options == NULL) {
-		if (errmsg == NULL)
-			return 2; /* out of memory */
-		fputs(errmsg, stderr);
-		PQfreemem(errmsg);
-		return 1;
-	}
-	for (o = options; o->keyword != NULL; o++) {
-		if (o->val == NULL)
+	for (start = 0; start < len; start += strlen(in + start) + 1) {
+		char *errmsg = NULL;
+		conninfo_option *options, *o;
+
+		if (memchr(in + start, '\0', len - start) == NULL)
+			return 3; /* the last string is not ended */
+		options = PQconninfoParse(in + start, &errmsg);
+		if (options == NULL) {
+			if (errmsg == NULL)
+				return 2; /* out of memory */
+			putchar('E');
+			put(errmsg);
+			PQfreemem(errmsg);
 			continue;
-		fputs(o->keyword, stdout);
+		}
+		putchar('P');
+		for (o = options; o->keyword != NULL; o++) {
+			if (o->val != NULL) {
+				put(o->keyword);
+				put(o->val);
+			}
+		}
 		putchar('\0');
-		fputs(o->val, stdout);
-		putchar('\0');
+		PQconninfoFree(options);
 	}
-	PQconninfoFree(options);
 	return fflush(stdout) == 0 ? 0 : 4;
 }
 `
@@ -132,36 +155,97 @@ func libpqParseProgram(ctx context.Context) (prog string, env []string, err erro
 // last value. When libpq refuses the string the error is a *LibpqRefusal holding libpq's message;
 // other errors (libpq 18 not installed, wrapping ErrNotInstalled; no C compiler) mean the oracle
 // could not run. The program is built once per process in the harness's directory (see TempDir),
-// which Cleanup removes. Safe for concurrent use.
+// which Cleanup removes. Safe for concurrent use; LibpqConninfoParseAll reads many strings with
+// one run of the program.
 func LibpqConninfoParse(ctx context.Context, conninfo string) (map[string]string, error) {
-	if strings.IndexByte(conninfo, 0) >= 0 {
-		return nil, errors.New("harness: LibpqConninfoParse: a connection string cannot hold a NUL byte (libpq reads a C string)")
+	all, err := LibpqConninfoParseAll(ctx, []string{conninfo})
+	if err != nil {
+		return nil, err
+	}
+	if all[0].Refusal != nil {
+		return nil, all[0].Refusal
+	}
+	return all[0].Keys, nil
+}
+
+// LibpqParse is libpq 18's reading of one connection string: Keys as LibpqConninfoParse returns
+// them, or Refusal when libpq refuses the string.
+type LibpqParse struct {
+	Keys    map[string]string
+	Refusal *LibpqRefusal
+}
+
+// LibpqConninfoParseAll is LibpqConninfoParse for each of conninfos, in their order, with one run
+// of the oracle program. The error means the oracle could not run (see LibpqConninfoParse).
+func LibpqConninfoParseAll(ctx context.Context, conninfos []string) ([]LibpqParse, error) {
+	var in bytes.Buffer
+	for i, s := range conninfos {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("harness: LibpqConninfoParse: connection string %d holds a NUL byte (libpq reads a C string)", i)
+		}
+		in.WriteString(s)
+		in.WriteByte(0)
 	}
 	prog, env, err := libpqParseProgram(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, prog, conninfo)
+	cmd := exec.CommandContext(ctx, prog)
 	cmd.Env = env // PQconninfoParse reads no environment variable
 	cmd.Dir = filepath.Dir(prog)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.ExitCode() == 1 && ctx.Err() == nil:
-		return nil, &LibpqRefusal{Message: strings.TrimSuffix(stderr.String(), "\n")}
-	default:
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = &in, &stdout, &stderr
+	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("harness: the libpq 18 parse program: %w (%s)", err, strings.TrimSpace(stderr.String()))
 	}
-	fields := strings.Split(stdout.String(), "\x00")
-	if len(fields)%2 != 1 || fields[len(fields)-1] != "" {
-		return nil, fmt.Errorf("harness: the libpq 18 parse program wrote %d fields, not keyword and value pairs", len(fields)-1)
+	out := stdout.Bytes()
+	field := func() (string, bool) {
+		i := bytes.IndexByte(out, 0)
+		if i < 0 {
+			return "", false
+		}
+		f := string(out[:i])
+		out = out[i+1:]
+		return f, true
 	}
-	parsed := make(map[string]string, len(fields)/2)
-	for i := 0; i+1 < len(fields); i += 2 {
-		parsed[fields[i]] = fields[i+1]
+	bad := errors.New("harness: the libpq 18 parse program's output is cut short or malformed")
+	parses := make([]LibpqParse, len(conninfos))
+	for i := range parses {
+		if len(out) == 0 {
+			return nil, bad
+		}
+		kind := out[0]
+		out = out[1:]
+		switch kind {
+		case 'E':
+			msg, ok := field()
+			if !ok {
+				return nil, bad
+			}
+			parses[i].Refusal = &LibpqRefusal{Message: strings.TrimSuffix(msg, "\n")}
+		case 'P':
+			keys := map[string]string{}
+			for {
+				k, ok := field()
+				if !ok {
+					return nil, bad
+				}
+				if k == "" {
+					break
+				}
+				v, ok := field()
+				if !ok {
+					return nil, bad
+				}
+				keys[k] = v
+			}
+			parses[i].Keys = keys
+		default:
+			return nil, bad
+		}
 	}
-	return parsed, nil
+	if len(out) != 0 {
+		return nil, bad
+	}
+	return parses, nil
 }

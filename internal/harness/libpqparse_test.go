@@ -53,3 +53,37 @@ func TestLibpqConninfoParse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// LibpqConninfoParseAll reads many strings, including values with line breaks and the empty
+// string, in one run, each as LibpqConninfoParse reads it alone.
+func TestLibpqConninfoParseAll(t *testing.T) {
+	ctx := context.Background()
+	in := []string{"", "host='a\nb'", "uzer=x", "postgresql://", "application_name='\x01\xff'", "postgresql://h?sslmode=disable&"}
+	all, err := LibpqConninfoParseAll(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(in) {
+		t.Fatalf("%d parses of %d strings", len(all), len(in))
+	}
+	for i, s := range in {
+		keys, err := LibpqConninfoParse(ctx, s)
+		var r *LibpqRefusal
+		errors.As(err, &r)
+		if err != nil && r == nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(keys, all[i].Keys) || (r == nil) != (all[i].Refusal == nil) || r != nil && r.Message != all[i].Refusal.Message {
+			t.Errorf("%q: alone %q, %v; among others %q, %v", s, keys, err, all[i].Keys, all[i].Refusal)
+		}
+	}
+	if got := all[1].Keys["host"]; got != "a\nb" {
+		t.Errorf("host='a\\nb': %q", got)
+	}
+	if all[2].Refusal == nil {
+		t.Errorf("uzer=x: accepted")
+	}
+	if _, err := LibpqConninfoParseAll(ctx, []string{"host=a\x00b"}); err == nil {
+		t.Errorf("a NUL byte: no error")
+	}
+}
