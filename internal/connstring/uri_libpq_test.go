@@ -930,7 +930,7 @@ var uriDifferences = map[string]string{
 	"x-empty-query-key":               "libpq refuses it (invalid URI query parameter: \"\"); the connector accepts it, reading {=\"x\" host=\"h\"}",
 	"x-hosts-ports":                   "dbname: libpq \"db\", connector none",
 	"x-hosts-one-port":                "dbname: libpq \"db\", connector none",
-	"x-hosts-no-port": "dbname: libpq \"db\", connector none; port: libpq \",\", connector none",
+	"x-hosts-no-port":                 "dbname: libpq \"db\", connector none; port: libpq \",\", connector none",
 	"x-hosts-ipv6":                    "dbname: libpq \"db\", connector none; host: libpq \"::1,h2\", connector \"[::1],h2\"",
 	"x-hosts-empty-entry":             "dbname: libpq \"db\", connector none; host: libpq \"h1,,h3\", connector \"h1,h3\"; port: libpq \",,\", connector none",
 	"x-host-and-query-host":           "dbname: libpq \"db\", connector none",
