@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -356,5 +358,82 @@ func TestBeforeConnectOtherAttemptsFunctions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The configuration PgxConfig returns is the caller's: changing it, in place too (its run-time
+// parameters, its TLS configurations and their slices, its fallbacks), changes nothing of the
+// connector's. The connector's TLS rules still hold for a ConnectPgx given the changed
+// configuration, and for the connects after it; the run-time parameters are the given
+// configuration's.
+func TestPgxConfigChangesStayInIt(t *testing.T) {
+	plain, tlsSrv := servers(t)
+	// Neither host's name is in the certificate.
+	dsn := tlsSrv.DSN("host=other-name.invalid,other-name-2.invalid", "hostaddr=127.0.0.1,127.0.0.1", "port="+strconv.Itoa(tlsSrv.Port),
+		"sslmode=verify-full", "sslrootcert="+tlsSrv.CAFile)
+	spoil := func(tc *tls.Config) {
+		if tc == nil {
+			return
+		}
+		tc.VerifyConnection, tc.MinVersion, tc.ServerName = nil, tls.VersionTLS10, "localhost"
+		for i := range tc.NextProtos {
+			tc.NextProtos[i] = "h2"
+		}
+	}
+	c := newConnector(t, dsn)
+	defer c.Close()
+	hosts := func() []tlsView {
+		var v []tlsView
+		for _, h := range c.Settings().Hosts {
+			v = append(v, viewOf(h.TLSConfig))
+		}
+		return v
+	}
+	wantHosts := hosts()
+	cfg := c.PgxConfig()
+	spoil(cfg.TLSConfig)
+	for _, fb := range cfg.Fallbacks {
+		spoil(fb.TLSConfig)
+		fb.Port = 1
+	}
+	if len(cfg.Fallbacks) == 0 {
+		t.Fatal("PgxConfig has no fallbacks for the second host")
+	}
+	if v := viewOf(c.PgxConfig().TLSConfig); !v.verify || v.min == tls.VersionTLS10 {
+		t.Errorf("a second PgxConfig's TLS configuration is the changed one: %+v", v)
+	}
+	if got := hosts(); !slices.Equal(got, wantHosts) {
+		t.Errorf("the hosts' TLS configurations became %+v, were %+v", got, wantHosts)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, given := range []*pgx.ConnConfig{cfg, nil, cfg} {
+		conn, err := c.ConnectPgx(ctx, given)
+		var tlsErr *negotiation.TLSRefusedError
+		if err == nil {
+			conn.Close(ctx)
+		}
+		if !errors.As(err, &tlsErr) || !strings.Contains(err.Error(), "other-name.invalid") {
+			t.Errorf("ConnectPgx (given a configuration: %v): %v, want the certificate refused", given != nil, err)
+		}
+	}
+
+	p := newConnector(t, plain.DSN("sslmode=disable", "application_name=fromdsn"))
+	defer p.Close()
+	pcfg := p.PgxConfig()
+	pcfg.RuntimeParams["application_name"] = "changed"
+	if app := p.PgxConfig().RuntimeParams["application_name"]; app != "fromdsn" {
+		t.Errorf("a second PgxConfig has application_name %q", app)
+	}
+	for _, given := range []*pgx.ConnConfig{pcfg, nil} {
+		conn, err := p.ConnectPgx(ctx, given)
+		if err != nil {
+			t.Fatal(err)
+		}
+		app, err := queryText(ctx, conn, "select current_setting('application_name')")
+		conn.Close(ctx)
+		if want := map[bool]string{true: "changed", false: "fromdsn"}[given != nil]; err != nil || app != want {
+			t.Errorf("ConnectPgx (given a configuration: %v): application_name %q (%v), want %q", given != nil, app, err, want)
+		}
 	}
 }
