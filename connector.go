@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sync"
 	"time"
 
@@ -223,10 +224,16 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 }
 
 // configureAttempt configures one connection attempt of a negotiation, for database/sql (the
-// stdlib connector's BeforeConnect) and for pgx (negotiatePgx) alike: cfg must be a copy.
+// stdlib connector's BeforeConnect) and for pgx (negotiatePgx) alike: cfg must be a copy of the
+// configuration's struct (the stdlib connector's is shallow). Before any hook runs, cfg gets its
+// own run-time parameters and TLS configuration (Negotiator.Configure gives it no Fallbacks), so
+// that what the hooks change, accepted or refused, stays in this attempt.
 func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if err := c.negotiator.Configure(ctx, &cfg.Config); err != nil {
 		return err
+	}
+	if cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams); cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
 	}
 	if err := c.attemptTLS(ctx, &cfg.Config); err != nil {
 		return err
@@ -249,6 +256,7 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 		if what := fields.ChangedBy(cfg); what != "" {
 			return hookError("WithBeforeConnect", errors.New("it changed "+what+", which the connector sets for each attempt"))
 		}
+		fields.Restore(cfg)
 	}
 	// Last: the authentication exchange is the negotiator's, with what the hooks left.
 	return c.negotiator.ConfigureAuth(ctx, &cfg.Config)

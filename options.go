@@ -105,24 +105,51 @@ func WithDialFunc(f pgconn.DialFunc) Option {
 // away from the host under verify-full (the name the certificate is checked against),
 // lowered MinVersion below the connector's (ssl_min_protocol_version, else TLS 1.2), raised
 // MaxVersion above ssl_max_protocol_version, or removed ALPN "postgresql" from NextProtos. An
-// error of f fails the connect the same way, wrapped in one that names WithTLSConfigFunc. It
-// runs before [WithBeforeConnect], which may not change TLS settings. f may be called from
-// several goroutines at once (concurrent connects, a background refresh). Default (nil): the
-// connector's configuration is used as built.
+// error of f fails the connect the same way, wrapped in one that names WithTLSConfigFunc. What f
+// changes, refused or not, is the attempt's clone's alone (its slices too: NextProtos,
+// CipherSuites, Certificates... are copies). It runs before [WithBeforeConnect], which may not
+// change TLS settings. f may be called from several goroutines at once (concurrent connects, a
+// background refresh). Default (nil): the connector's configuration is used as built.
 func WithTLSConfigFunc(f TLSConfigFunc) Option {
 	return func(o *options) { o.tlsConfigFunc = f }
 }
 
 // WithBeforeConnect sets a function called for each connection attempt, after the connector
-// chose its host, address and method, before pgx opens the socket: it may change cfg (a
-// password or token valid for this connection, run-time parameters). The host, port,
-// Fallbacks, DialFunc, LookupFunc and TLSConfig (and the fields of the TLS configuration that
-// carry libpq's rules: InsecureSkipVerify, VerifyConnection, RootCAs, ServerName, MinVersion,
-// MaxVersion, NextProtos) are the connector's: a change to any of them fails the connect with
-// an error that names WithBeforeConnect and the field; use [WithDialFunc] and
-// [WithTLSConfigFunc] instead. Its time is inside the connect span. An error fails the
-// connect, no other host or method tried, with an error that names WithBeforeConnect. As pgx's
-// stdlib.OptionBeforeConnect. Default: none.
+// chose its host, address and method and after [WithTLSConfigFunc], before pgx opens the socket.
+// cfg is the attempt's own: its RuntimeParams map and its TLS configuration (with its slices)
+// are copies made for the attempt, so what f changes, whether the connector takes the change or
+// refuses it, applies to this attempt only and never reaches another connect, a retry, a pool's
+// other connections or the connector's settings.
+//
+// f may change the user, password and database (a password or token valid for this
+// connection), RuntimeParams, RequireAuth, ChannelBinding, OAuthTokenProvider,
+// MinProtocolVersion, MaxProtocolVersion and SSLCertMode (the negotiation reads them after f),
+// the client certificate (TLSConfig's Certificates or GetClientCertificate), ConnectTimeout (a
+// bound of this attempt, besides connect_timeout), and pgx's OnNotice, OnPgError,
+// OnNotification, AfterConnect, BuildContextWatcherHandler, Tracer and statement settings. For
+// database/sql these are the connection's; for [Connector.ConnectPgx] and pools the attempt is
+// pgconn's and the connection pgx returns has the configuration's own hooks, Tracer and
+// statement settings ([Connector.PgxConfig]).
+//
+// What the connector sets for the attempt is its own; a change to it fails the connect (no
+// other host, method or plaintext tried, nothing sent) with an error that names
+// WithBeforeConnect, the field and what to use instead:
+//   - Host, Port and Fallbacks: the hosts of the connection string;
+//   - DialFunc: [WithDialFunc]; LookupFunc: hostaddr, or addresses mapped in WithDialFunc;
+//   - TLSConfig, and the fields of it that carry libpq's rules (InsecureSkipVerify,
+//     VerifyConnection, RootCAs, ServerName, MinVersion, MaxVersion, NextProtos): WithTLSConfigFunc;
+//   - BuildFrontend (the authentication exchange, which enforces require_auth and
+//     channel_binding): Password, RequireAuth and ChannelBinding;
+//   - AfterNetConnect (the TLS handshake, the direct-TLS ALPN check, requirepeer): a connection
+//     wrapped by WithDialFunc;
+//   - ValidateConnect (target_session_attrs): target_session_attrs in the connection string, or
+//     a check in [WithAfterConnect];
+//   - SSLNegotiation: sslnegotiation; KerberosSrvName and KerberosSpn: krbsrvname.
+//
+// The connector's functions are recognised by their code: one of another attempt's put back
+// (kept from an earlier call) is not refused, and the attempt runs with its own. Its time is
+// inside the connect span. An error of f fails the connect, no other host or method tried, with
+// an error that names WithBeforeConnect. As pgx's stdlib.OptionBeforeConnect. Default: none.
 func WithBeforeConnect(f func(ctx context.Context, cfg *pgx.ConnConfig) error) Option {
 	return func(o *options) { o.beforeConnect = f }
 }

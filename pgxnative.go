@@ -68,7 +68,10 @@ import (
 // the first statement).
 //
 // Of the connector's options, WithBeforeConnect runs for each attempt as for database/sql (after
-// the hooks of the configuration); WithAfterConnect and WithResetSession are database/sql's only
+// the hooks of the configuration), on a copy of the configuration made for the attempt: what it
+// changes is that attempt's (its password, run-time parameters, the notices of its startup), and
+// its changes to the hooks, Tracer and statement settings do not reach the connection pgx
+// returns, nor this configuration; WithAfterConnect and WithResetSession are database/sql's only
 // (pgxpool's AfterConnect and PrepareConn are their counterparts). The connect hooks
 // (pgx.ConnectTracer) of the Tracer, the connector's or yours, are not called: pgx's own connect
 // is only the handover of the session the connector established, and the connector's connect

@@ -22,11 +22,17 @@ import (
 type TLSConfigFunc func(ctx context.Context, host string, cfg *tls.Config) error
 
 // attemptTLS gives the attempt's configuration (cfg, after Negotiator.Configure gave it its
-// host's TLS configuration) a TLS configuration of its own when WithTLSConfigFunc is set or
-// when pgx loads a client certificate for it (sslcert and sslkey: see
-// pgxconfig.CloneTLSWithCert), and runs WithTLSConfigFunc on it.
+// host's TLS configuration, which every attempt to the host shares) a TLS configuration of its
+// own, sharing no slice with the host's (pgxconfig.CloneTLS; pgxconfig.CloneTLSWithCert when pgx
+// loads a client certificate for it, from sslcert and sslkey), and runs WithTLSConfigFunc on it.
+// Whatever WithTLSConfigFunc and WithBeforeConnect change in it, refused or not, is this
+// attempt's alone.
 func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
-	if cfg.TLSConfig == nil || (c.tlsConfigFunc == nil && !c.certLoaders) {
+	if cfg.TLSConfig == nil {
+		return nil
+	}
+	if c.tlsConfigFunc == nil && !c.certLoaders {
+		cfg.TLSConfig = pgxconfig.CloneTLS(cfg.TLSConfig)
 		return nil
 	}
 	host, port, _ := negotiation.AttemptHost(ctx)
@@ -37,7 +43,7 @@ func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
 	if c.certLoaders {
 		pgxconfig.CloneTLSWithCert(cfg, &c.settings.Config.Config, c.settings.Hosts[i].TLSConfig)
 	} else {
-		cfg.TLSConfig = cfg.TLSConfig.Clone()
+		cfg.TLSConfig = pgxconfig.CloneTLS(cfg.TLSConfig)
 	}
 	if c.tlsConfigFunc == nil {
 		return nil
