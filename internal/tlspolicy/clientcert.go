@@ -33,7 +33,8 @@ import (
 //     world access, except read access for the group when root owns it (0640);
 //   - the key is PEM (PKCS#1, SEC 1, PKCS#8), else DER (the same, as libpq tries
 //     SSL_FILETYPE_ASN1 when PEM fails); an encrypted key (legacy PEM "Proc-Type: 4,ENCRYPTED",
-//     PKCS#8 "ENCRYPTED PRIVATE KEY" in PEM or DER) is decrypted with sslpassword;
+//     PKCS#8 "ENCRYPTED PRIVATE KEY") is decrypted with sslpassword; an encrypted PKCS#8 key in
+//     DER is refused, as libpq cannot read it (it reports "no start line");
 //   - the key must be the certificate's ("certificate does not match private key file").
 //
 // The certificate is then sent whenever the server asks for one, whatever CAs its
@@ -42,9 +43,9 @@ import (
 // does to libpq.
 //
 // What differs from libpq: libpq, given no sslpassword, lets OpenSSL prompt on the terminal for
-// an encrypted key; the connector fails with "the key is encrypted and sslpassword is empty". A
-// wrong sslpassword for an encrypted DER key is reported as such, where libpq reports its failed
-// PEM attempt ("no start line"). PBKDF2 iteration counts above MaxKeyIterations and scrypt
+// an encrypted key; the connector fails with "the key is encrypted and sslpassword is empty". An
+// encrypted DER key is refused naming what it is, where libpq reports its failed PEM attempt
+// ("no start line"). PBKDF2 iteration counts above MaxKeyIterations and scrypt
 // parameters needing more than 32 MiB (OpenSSL's own scrypt limit) are refused unread. Keys
 // crypto/tls cannot sign with (DSA) fail to load. Files are read as the root certificate file
 // is: regular files only, opened without blocking, at most MaxClientFile bytes.
@@ -247,7 +248,7 @@ func parseKey(data, password []byte) (crypto.Signer, error) {
 		pemErr = err
 		break
 	}
-	if key, encrypted, err := derKey(data, password); err == nil {
+	if key, encrypted, err := derKey(data); err == nil {
 		return key, nil
 	} else if encrypted {
 		return nil, err
@@ -285,18 +286,18 @@ func pemKey(b *pem.Block, password []byte) (crypto.Signer, error) {
 	return plainKey(der)
 }
 
-// derKey reads data as a DER key; encrypted tells that it is an encrypted PKCS#8 key (whose
-// error then is the one to report).
-func derKey(data, password []byte) (key crypto.Signer, encrypted bool, err error) {
+// derKey reads data as a DER key; encrypted tells that it is an encrypted PKCS#8 key, which
+// libpq does not read in DER (OpenSSL's SSL_FILETYPE_ASN1 takes no password): its error is then
+// the one to report.
+func derKey(data []byte) (key crypto.Signer, encrypted bool, err error) {
 	if key, err := plainKey(data); err == nil {
 		return key, false, nil
 	}
 	var info encryptedKeyInfo
-	if rest, err := asn1.Unmarshal(data, &info); err != nil || len(rest) != 0 {
-		return nil, false, errors.New("not a DER key")
+	if rest, err := asn1.Unmarshal(data, &info); err == nil && len(rest) == 0 {
+		return nil, true, errors.New("the key is an encrypted DER key: libpq reads an encrypted key in PEM only (\"ENCRYPTED PRIVATE KEY\")")
 	}
-	key, err = encryptedPKCS8(data, password)
-	return key, true, err
+	return nil, false, errors.New("not a DER key")
 }
 
 // plainKey parses an unencrypted DER key: PKCS#1 (RSA), PKCS#8, SEC 1 (EC), as crypto/tls's
