@@ -2,13 +2,20 @@ package pgconnector_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"database/sql"
 	"encoding/pem"
 	"errors"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/youmark/pkcs8"
 
@@ -115,7 +122,7 @@ func TestClientCertificateSentWhateverTheServerLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, stranger := newClientCA(t), newClientCA(t)
+	ca, stranger := newClientCA(t), namedClientCA(t, "another client CA")
 	srv := harness.StartT(t, harness.Options{TLS: true, Auth: "scram-sha-256"})
 	if err := srv.SetClientCA(ca.pem); err != nil {
 		t.Fatal(err)
@@ -144,4 +151,30 @@ func TestClientCertificateSentWhateverTheServerLists(t *testing.T) {
 		t.Error("timed out")
 	}
 	t.Logf("connector: %v\npsql: %v", err, psqlErr)
+}
+
+// namedClientCA is newClientCA's CA with the subject name cn: a server that lists newClientCA's
+// does not list it.
+func namedClientCA(t *testing.T, cn string) *clientCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &clientCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
