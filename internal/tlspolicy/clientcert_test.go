@@ -43,7 +43,7 @@ func TestKeyFileAccessRefused(t *testing.T) {
 }
 
 // keyPair is a self-signed certificate with its RSA key.
-func keyPair(t *testing.T) ([]byte, *rsa.PrivateKey) {
+func keyPair(t testing.TB) ([]byte, *rsa.PrivateKey) {
 	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -245,5 +245,22 @@ func TestClientCertFiles(t *testing.T) {
 	second, err := c.GetClientCertificate(&tls.CertificateRequestInfo{})
 	if err != nil || second == first || !second.Leaf.PublicKey.(*rsa.PublicKey).Equal(&key2.PublicKey) {
 		t.Fatalf("after rotation: %v, %v", second, err)
+	}
+}
+
+// What a connection pays for the client certificate: the two files read again (and the key's
+// permissions checked), the parse kept while their content is the same.
+func BenchmarkClientCertLoad(b *testing.B) {
+	dir := b.TempDir()
+	certPEM, key := keyPair(b)
+	certFile, keyFile := filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key")
+	os.WriteFile(certFile, certPEM, 0o644)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
+	c := &ClientCert{CertFile: certFile, KeyFile: keyFile}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Load(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
