@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -408,3 +409,18 @@ func checkKDF(der []byte) error {
 	}
 	return nil
 }
+
+// IsClientCertLoader reports whether f is a ClientCert's GetClientCertificate (of any
+// ClientCert): an attempt's TLS configuration whose Certificates an application set (through
+// WithTLSConfigFunc) while it still holds such an f must drop f, or crypto/tls would send the
+// files' certificate and never look at Certificates.
+func IsClientCertLoader(f func(*tls.CertificateRequestInfo) (*tls.Certificate, error)) bool {
+	if f == nil {
+		return false
+	}
+	return reflect.ValueOf(f).Pointer() == loaderPointer
+}
+
+// loaderPointer is the code of a ClientCert's GetClientCertificate method value, the same for
+// every ClientCert.
+var loaderPointer = reflect.ValueOf((&ClientCert{}).GetClientCertificate).Pointer()

@@ -264,3 +264,15 @@ func BenchmarkClientCertLoad(b *testing.B) {
 		}
 	}
 }
+
+// The loader of any ClientCert is told from an application's function.
+func TestIsClientCertLoader(t *testing.T) {
+	a, b := &ClientCert{CertFile: "a"}, &ClientCert{CertFile: "b"}
+	if !IsClientCertLoader(a.GetClientCertificate) || !IsClientCertLoader(b.GetClientCertificate) {
+		t.Error("a ClientCert's loader not recognised")
+	}
+	app := func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return nil, nil }
+	if IsClientCertLoader(app) || IsClientCertLoader(nil) {
+		t.Error("an application's function (or nil) taken for the loader")
+	}
+}
