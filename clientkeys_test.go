@@ -178,3 +178,24 @@ func namedClientCA(t *testing.T, cn string) *clientCA {
 	}
 	return &clientCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
+
+// The files are read at each connection: a certificate and key replaced on disk are what the
+// next connection sends, without a new connector, as libpq reads them for each connection.
+func TestClientCertificateFilesRotated(t *testing.T) {
+	ca := newClientCA(t)
+	srv := clientCertServer(t, ca)
+	a, b := ca.issue(t, srv.User), ca.issue(t, srv.User)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	db := sql.OpenDB(newConnector(t, srv.DSN("sslmode=require", "sslcert="+certFile, "sslkey="+keyFile)))
+	defer db.Close()
+	db.SetMaxIdleConns(0)
+	for i, c := range []*clientCert{a, b, a} {
+		if os.WriteFile(certFile, c.certPEM, 0o644) != nil || os.WriteFile(keyFile, c.keyPEM, 0o600) != nil {
+			t.Fatal("writing the client certificate")
+		}
+		if got, err := sqlSerial(db); err != nil || got != c.serial {
+			t.Fatalf("connect %d: serial %q (%v), want %s", i, got, err, c.serial)
+		}
+	}
+}
