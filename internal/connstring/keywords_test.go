@@ -92,7 +92,13 @@ func TestKeywordValues(t *testing.T) {
 		{"host=a fallback_application_name=f", func(s *Settings) bool { return s.Config.RuntimeParams["application_name"] == "f" }},
 		{"host=a application_name=x fallback_application_name=f", func(s *Settings) bool { return s.Config.RuntimeParams["application_name"] == "x" }},
 		{"host=a sslcert=/nonexistent/client.crt sslkey=/nonexistent/client.key sslmode=require", func(s *Settings) bool {
-			return s.Hosts[0].TLSConfig != nil && len(s.Hosts[0].TLSConfig.Certificates) == 0 && s.Hosts[0].TLSConfig.GetClientCertificate == nil
+			// No certificate file: nothing read before the handshake, no certificate sent.
+			tc := s.Hosts[0].TLSConfig
+			if tc == nil || len(tc.Certificates) != 0 || tc.GetClientCertificate == nil || s.Hosts[0].BeforeTLS() != nil {
+				return false
+			}
+			cert, err := tc.GetClientCertificate(nil)
+			return err == nil && len(cert.Certificate) == 0
 		}},
 	} {
 		s, err := Parse(tt.dsn)

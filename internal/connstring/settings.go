@@ -2,9 +2,7 @@ package connstring
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net/netip"
 	"os"
@@ -48,6 +46,9 @@ type Settings struct {
 	// tlsChecks are the server checks of Hosts' TLS configurations (internal/tlspolicy), one per host,
 	// nil for a host without TLS: WithTLSConfigFunc's configurations are checked by them.
 	tlsChecks []*tlspolicy.ServerCheck
+	// clientCert is the client certificate of sslcert and sslkey, which every host's TLS
+	// configuration sends (tlspolicy.ClientCert); nil under sslcertmode=disable.
+	clientCert *tlspolicy.ClientCert
 
 	// passfile is the password file to look each host up in at connect time (passfile.go), or ""
 	// when the connection string or PGPASSWORD gives the password, which every host gets.
@@ -157,6 +158,32 @@ func TLSCheck(s *Settings, i int) *tlspolicy.ServerCheck {
 	return s.tlsChecks[i]
 }
 
+// ClientCertCheck returns the check of the client certificate files (sslcert, sslkey) that
+// Hosts' BeforeTLS runs after the server check's, as libpq loads them before its ClientHello
+// (tlspolicy.ClientCert.BeforeTLS); nil when there is none to load (sslcertmode=disable, or a
+// Settings that Parse did not make). A caller that replaces a host's BeforeTLS for one attempt
+// (the root certificates given in memory) runs it in its place.
+func ClientCertCheck(s *Settings) func() error {
+	if s.clientCert == nil {
+		return nil
+	}
+	return s.clientCert.BeforeTLS
+}
+
+// beforeTLS is a host's check before its ClientHello, in libpq's order (initialize_SSL): the
+// root certificate file, then the client certificate and key.
+func beforeTLS(server *tlspolicy.ServerCheck, client *tlspolicy.ClientCert) func() error {
+	if client == nil {
+		return server.BeforeTLS
+	}
+	return func() error {
+		if err := server.BeforeTLS(); err != nil {
+			return err
+		}
+		return client.BeforeTLS()
+	}
+}
+
 // libpqKeys applies the libpq keys pgx does not know, other than hostaddr.
 func (s *Settings) libpqKeys(vals *values) error {
 	for _, k := range keywords {
@@ -217,11 +244,12 @@ func (s *Settings) tlsKeys(vals *values, extra [][2]string, cfg *pgx.ConnConfig)
 	k.sslmode = mode
 	// The configurations of s.Hosts are those of cfg and its fallbacks (hostsOf), one per host.
 	s.tlsChecks = make([]*tlspolicy.ServerCheck, len(s.Hosts))
+	s.clientCert = k.client
 	for i := range s.Hosts {
 		h := &s.Hosts[i]
 		h.TLSConfig, s.tlsChecks[i] = k.applyCheck(h.TLSConfig, h.Host)
 		if s.tlsChecks[i] != nil {
-			h.BeforeTLS = s.tlsChecks[i].BeforeTLS
+			h.BeforeTLS = beforeTLS(s.tlsChecks[i], k.client)
 		}
 	}
 	rootcert, _, _ := get("sslrootcert", "PGSSLROOTCERT")
@@ -280,9 +308,8 @@ func (s *Settings) hostaddrs(vals *values) error {
 
 // libpqRewrites returns the keys to add at the end of the connection string so that pgx parses
 // what libpq would:
-//   - no client certificate when the sslcert file does not exist or only sslkey is given: libpq
-//     then sends none and does not read sslkey (fe-secure-openssl.c, initialize_SSL), where pgx
-//     fails on the missing file;
+//   - no sslcert and sslkey for pgx: the connector reads them at each connection
+//     (tlspolicy.ClientCert), as libpq does (fe-secure-openssl.c, initialize_SSL);
 //   - no sslrootcert for pgx (unless "system"): the connector reads the file (internal/tlspolicy);
 //   - hostaddr's addresses as the hosts when no host is given (libpq's PQhost);
 //   - sslmode for requiressl (fe-connect.c, conninfo_storeval: "1..." is require, anything else
@@ -294,23 +321,17 @@ func (o *values) libpqRewrites() ([][2]string, error) {
 	cert, certSrc, certOK := o.get("sslcert", "PGSSLCERT", false)
 	key, keySrc, keyOK := o.get("sslkey", "PGSSLKEY", false)
 	if home, err := os.UserHomeDir(); err == nil {
-		if !certOK {
-			cert = filepath.Join(home, ".postgresql", "postgresql.crt") // libpq's and pgx's default
+		if !certOK || cert == "" {
+			cert = filepath.Join(home, ".postgresql", "postgresql.crt") // libpq's default, also for an empty value
 		}
-		if !keyOK {
+		if !keyOK || key == "" {
 			key = filepath.Join(home, ".postgresql", "postgresql.key")
 		}
 	}
-	if certOK || keyOK {
-		missing := cert == ""
-		if !missing {
-			_, err := os.Stat(cert)
-			missing = errors.Is(err, fs.ErrNotExist)
-		}
-		if missing {
-			extra = append(extra, [2]string{"sslcert", ""}, [2]string{"sslkey", ""})
-		}
-	}
+	// The client certificate is the connector's (tlspolicy.ClientCert, read at each connection):
+	// pgx gets neither file, or it would read them here, once, and refuse what libpq reads
+	// (DER keys, encrypted PKCS#8, an sslkey missing with no sslcert file).
+	extra = append(extra, [2]string{"sslcert", ""}, [2]string{"sslkey", ""})
 	// The root certificate file is the connector's, read at each connection (internal/tlspolicy): pgx
 	// would read it once, here, and fail on a file that does not exist, where libpq goes on
 	// without verifying under sslmode prefer, allow and require. pgx also reads its default,
@@ -343,9 +364,9 @@ func (o *values) libpqRewrites() ([][2]string, error) {
 			extra = append(extra, [2]string{"sslmode", "require"})
 		}
 	}
-	// Unless sslmode is disable, pgx reads both files with os.ReadFile when sslcert exists: a
-	// FIFO or a device would hold ParseSettings (and New) forever. sslkey is read only with a
-	// certificate, by libpq too.
+	// Unless sslmode is disable, the files are read at each connection, without blocking; one
+	// that is not a regular file already fails here (libpq would wait on a FIFO of sslcert for
+	// good). sslkey is read only with a certificate, by libpq too.
 	mode, _, _ := o.get("sslmode", "PGSSLMODE", false)
 	for _, kv := range extra {
 		if kv[0] == "sslmode" {

@@ -114,13 +114,6 @@ func TestParseErrors(t *testing.T) {
 		}
 		return p
 	}
-	notPEM := write("not.pem", "not a certificate\n")
-	certPEM, keyPEM, encKeyPEM := testCertAndKeys(t, secret)
-	cert := write("client.crt", certPEM)
-	_, otherKeyPEM, _ := testCertAndKeys(t, secret)
-	_ = write("client.key", keyPEM)
-	wrongKey := write("other.key", otherKeyPEM)
-	encKey := write("enc.key", encKeyPEM)
 	services := write("pg_service.conf", "[known]\nhost=a\n[bad]\nhost=a\nsslmode=sometimes\n")
 	badServices := write("bad_service.conf", "host=a\n")
 
@@ -171,12 +164,6 @@ func TestParseErrors(t *testing.T) {
 		{"port count", "host=a,b port=1,2,3", nil, "port", []string{"3 ports for 2 hosts"}},
 		{"connect_timeout", "host=a connect_timeout= password=" + secret, nil, "connect_timeout", []string{"seconds"}},
 		{"sslcertmode", "host=a sslcertmode=sometimes", nil, "sslcertmode", []string{"disable, allow, require"}},
-		{"sslcert without sslkey", "host=a sslcert=" + cert + " sslkey=", nil, "sslkey", []string{"together"}},
-		{"sslkey missing", "host=a sslcert=" + cert + " sslkey=" + filepath.Join(dir, "missing.key"), nil, "sslkey", []string{"no such file"}},
-		{"sslkey not PEM", "host=a sslcert=" + cert + " sslkey=" + notPEM, nil, "sslkey", []string{"no PEM key"}},
-		{"sslkey of another certificate", "host=a sslcert=" + cert + " sslkey=" + wrongKey, nil, "sslcert", []string{"do not make"}},
-		{"sslkey encrypted without sslpassword", "host=a sslcert=" + cert + " sslkey=" + encKey, nil, "sslpassword", []string{"no sslpassword"}},
-		{"sslkey encrypted, wrong sslpassword", "host=a sslcert=" + cert + " sslkey=" + encKey + " sslpassword=not-" + secret, nil, "sslpassword", []string{"cannot be decrypted"}},
 		{"service unknown", "service=nosuch servicefile=" + services + " password=" + secret, nil, "service", []string{`"nosuch"`, "not in the service file"}},
 		{"service file missing", "service=known servicefile=" + filepath.Join(dir, "missing.conf") + " password=" + secret, nil, "service",
 			[]string{"cannot read the service file " + strconv.Quote(filepath.Join(dir, "missing.conf")) + ` for service "known": no such file or directory`}},
@@ -231,6 +218,76 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("%q does not start with pgconnector: ", msg)
 			}
 		})
+	}
+}
+
+// sslcert, sslkey and sslpassword are read at each connection, before the ClientHello, as libpq
+// reads them (tlspolicy.ClientCert): Parse accepts what only a connection can tell (a key
+// missing, not a key, of another certificate, encrypted without or with a wrong sslpassword),
+// and every host's BeforeTLS refuses it with libpq's message, which holds no password. An empty
+// sslkey is libpq's default key file, not an error; pgx gets neither file.
+func TestClientCertKeysAtConnect(t *testing.T) {
+	clearPGEnv(t)
+	const secret = "s3cr3t-pw"
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	notPEM := write("not.pem", "not a certificate\n")
+	certPEM, keyPEM, encKeyPEM := testCertAndKeys(t, secret)
+	cert := write("client.crt", certPEM)
+	_, otherKeyPEM, _ := testCertAndKeys(t, secret)
+	key := write("client.key", keyPEM)
+	wrongKey := write("other.key", otherKeyPEM)
+	encKey := write("enc.key", encKeyPEM)
+	defaultKey := filepath.Join(dir, ".postgresql", "postgresql.key")
+	for _, tc := range []struct{ name, dsn, want string }{
+		{"sslkey empty: the default key file", "host=a,b sslcert=" + cert + " sslkey=''", `certificate present, but not private key file "` + defaultKey + `"`},
+		{"sslkey missing", "host=a,b sslcert=" + cert + " sslkey=" + filepath.Join(dir, "missing.key"), "certificate present, but not private key file"},
+		{"sslkey not a key", "host=a,b sslcert=" + cert + " sslkey=" + notPEM, `could not load private key file "` + notPEM + `": no PEM private key found`},
+		{"sslkey of another certificate", "host=a,b sslcert=" + cert + " sslkey=" + wrongKey, "certificate does not match private key file"},
+		{"sslkey encrypted without sslpassword", "host=a,b sslcert=" + cert + " sslkey=" + encKey, "the key is encrypted and sslpassword is empty"},
+		{"sslkey encrypted, wrong sslpassword", "host=a,b sslcert=" + cert + " sslkey=" + encKey + " sslpassword=not-" + secret, "bad decrypt"},
+		{"sslcert not a certificate", "host=a,b sslcert=" + notPEM + " sslkey=" + key, `could not read certificate file "` + notPEM + `": no PEM certificate found`},
+		{"right sslpassword", "host=a,b sslcert=" + cert + " sslkey=" + encKey + " sslpassword=" + secret, ""},
+		{"no sslcert file: sslkey unread", "host=a,b sslcert=" + filepath.Join(dir, "none.crt") + " sslkey=" + notPEM, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse(tc.dsn + " sslmode=require")
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if pgx := s.Config.TLSConfig; pgx == nil || pgx.GetClientCertificate == nil || pgx.Certificates != nil {
+				t.Fatal("the host's TLS configuration has no GetClientCertificate of the connector's")
+			}
+			for i, h := range s.Hosts {
+				err := h.BeforeTLS()
+				if tc.want == "" {
+					if err != nil {
+						t.Errorf("host %d: %v", i, err)
+					}
+					continue
+				}
+				var tr *negotiation.TLSRefusedError
+				if !errors.As(err, &tr) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("host %d: %v, want a TLSRefusedError with %q", i, err, tc.want)
+				}
+				if err != nil && strings.Contains(err.Error(), secret) {
+					t.Errorf("%q holds the password", err)
+				}
+			}
+		})
+	}
+	// sslcertmode=disable: nothing read, nothing sent.
+	s, err := Parse("host=a sslmode=require sslcertmode=disable sslcert=" + cert + " sslkey=" + notPEM)
+	if err != nil || s.Hosts[0].BeforeTLS() != nil || ClientCertCheck(s) != nil {
+		t.Errorf("sslcertmode=disable: %v", err)
 	}
 }
 

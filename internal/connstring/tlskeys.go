@@ -56,6 +56,10 @@ type tlsKeys struct {
 	sni      bool   // sslsni=1 (the default)
 
 	keyLogFile string // sslkeylogfile
+
+	// client is the client certificate of sslcert, sslkey and sslpassword, read at each
+	// connection (internal/tlspolicy, ClientCert); nil under sslcertmode=disable.
+	client *tlspolicy.ClientCert
 }
 
 // parseTLSKeys reads ssl_min_protocol_version (env PGSSLMINPROTOCOLVERSION),
@@ -140,7 +144,28 @@ func parseTLSKeys(get func(key, env string) (value string, src source, ok bool))
 	if v, _, ok := get("sslkeylogfile", ""); ok {
 		k.keyLogFile = v
 	}
+	k.client = parseClientCert(get)
 	return k, nil
+}
+
+// parseClientCert reads sslcert (PGSSLCERT), sslkey (PGSSLKEY), sslpassword (no environment
+// variable in libpq) and sslcertmode (PGSSLCERTMODE): the files of the client certificate, read
+// at each connection (tlspolicy.ClientCert); nil under sslcertmode=disable, where libpq reads
+// neither. An empty sslcert or sslkey is libpq's default, ~/.postgresql/postgresql.crt and
+// ~/.postgresql/postgresql.key (fe-secure-openssl.c, initialize_SSL).
+func parseClientCert(get func(key, env string) (string, source, bool)) *tlspolicy.ClientCert {
+	if v, _, _ := get("sslcertmode", "PGSSLCERTMODE"); v == "disable" {
+		return nil
+	}
+	c := &tlspolicy.ClientCert{}
+	if c.CertFile, _, _ = get("sslcert", "PGSSLCERT"); c.CertFile == "" {
+		c.CertFile = homeFile("postgresql.crt")
+	}
+	if c.KeyFile, _, _ = get("sslkey", "PGSSLKEY"); c.KeyFile == "" {
+		c.KeyFile = homeFile("postgresql.key")
+	}
+	c.Password, _, _ = get("sslpassword", "")
+	return c
 }
 
 // defaultCRLFile is libpq's default sslcrl: ~/.postgresql/root.crl (%APPDATA%\postgresql\root.crl
@@ -191,11 +216,11 @@ func homeDir() string {
 // tlspolicy.ServerCheck: the chain against the root certificate file read for this connection,
 // the host name under verify-full, and the CRLs by the rules internal/tlspolicy's doc states.
 //
-// c is changed in place, not cloned: pgx finds the client certificate of sslcert and sslkey by
-// the *tls.Config pointer it built (pgconn.Config.clientCertificateLoaders), so a clone would
-// connect without it. The clones a connect uses (the negotiator's, which offer ALPN
-// "postgresql", and WithTLSConfigFunc's) get the certificate through
-// internal/pgxconfig.CloneTLSWithCert.
+// The client certificate of sslcert and sslkey is the connector's too (pgx is given neither):
+// GetClientCertificate is tlspolicy.ClientCert's, which reads the files at each handshake and
+// sends the certificate whatever CAs the server lists; the clones a connect uses (the
+// negotiator's, which offer ALPN "postgresql", and WithTLSConfigFunc's) keep it, and a
+// GetClientCertificate that WithTLSConfigFunc sets replaces it. c is changed in place.
 func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *tlspolicy.ServerCheck) {
 	if c == nil {
 		return nil, nil
@@ -215,6 +240,9 @@ func (k tlsKeys) applyCheck(c *tls.Config, host string) (*tls.Config, *tlspolicy
 	c.VerifyPeerCertificate = nil
 	c.ServerName = tlspolicy.SNIName(host, k.sni)
 	c.VerifyConnection = s.VerifyConnection
+	if k.client != nil {
+		c.GetClientCertificate = k.client.GetClientCertificate
+	}
 	return c, s
 }
 

@@ -6,6 +6,8 @@
 //   - the certificate revocation lists of sslcrl and sslcrldir (CRLStore), which libpq loads
 //     into OpenSSL's X509_STORE with X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL
 //     (initialize_SSL);
+//   - the client certificate and key of sslcert, sslkey and sslpassword, read at each connection
+//     and sent whatever CAs the server lists (ClientCert; see clientcert.go for the rules);
 //   - the key log file of sslkeylogfile (KeyLogFile; libpq 18, SSL_CTX_keylog_cb);
 //   - the SNI of sslsni (SNIName; initialize_SSL);
 //   - the values and the range of ssl_min_protocol_version and ssl_max_protocol_version

@@ -10,3 +10,8 @@ const openNonBlocking = 0
 type fileIdentity struct{}
 
 func identityOf(fs.FileInfo) fileIdentity { return fileIdentity{} }
+
+// ownerOf has no owner to give: libpq checks no key file permissions on Windows.
+func ownerOf(fs.FileInfo) (uint32, bool) { return 0, false }
+
+func isNotDir(error) bool { return false }

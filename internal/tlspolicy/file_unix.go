@@ -3,6 +3,7 @@
 package tlspolicy
 
 import (
+	"errors"
 	"io/fs"
 	"syscall"
 )
@@ -19,3 +20,14 @@ func identityOf(fi fs.FileInfo) fileIdentity {
 	}
 	return fileIdentity{}
 }
+
+// ownerOf is the user id owning the file fi describes.
+func ownerOf(fi fs.FileInfo) (uint32, bool) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Uid, true
+	}
+	return 0, false
+}
+
+// isNotDir tells a path of which a component is not a directory (ENOTDIR).
+func isNotDir(err error) bool { return errors.Is(err, syscall.ENOTDIR) }
