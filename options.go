@@ -81,7 +81,7 @@ func WithDialFunc(f pgconn.DialFunc) Option {
 // connection string. f may change the clone for this attempt (a CancelRequest of the session
 // uses the session's):
 //   - Certificates or GetClientCertificate: the client certificate, in place of sslcert and
-//     sslkey (which pgx loads when both are left empty): a certificate rotated without
+//     sslkey (which the connector loads at each connection when both are left as they are): a certificate rotated without
 //     reconnecting the pool, or one held in memory;
 //   - RootCAs: the trust anchors, in place of sslrootcert's file (or the system's roots); the
 //     connector checks the server's certificate against them as libpq checks it against the

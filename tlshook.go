@@ -79,9 +79,22 @@ func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
 			return nil
 		}
 	}
-	if pool != nil {
-		// The trust anchors are in memory: no root certificate file to look for first.
+	// The function's client certificate: Certificates alone would not be used while the
+	// connector's GetClientCertificate (sslcert and sslkey) is there, which crypto/tls prefers.
+	if tc.Certificates != nil && tlspolicy.IsClientCertLoader(tc.GetClientCertificate) {
+		tc.GetClientCertificate = nil
+	}
+	ownCert := !tlspolicy.IsClientCertLoader(tc.GetClientCertificate) && (tc.GetClientCertificate != nil || tc.Certificates != nil)
+	switch {
+	case pool != nil && ownCert:
+		// The trust anchors and the certificate are in memory: no file to look for first.
 		return c.negotiator.SetBeforeTLS(ctx, nil)
+	case pool != nil:
+		// No root certificate file to look for; the client certificate's files still are.
+		return c.negotiator.SetBeforeTLS(ctx, connstring.ClientCertCheck(c.settings))
+	case ownCert:
+		// sslcert and sslkey are not used: only the root certificate file is checked first.
+		return c.negotiator.SetBeforeTLS(ctx, chk.BeforeTLS)
 	}
 	return nil
 }

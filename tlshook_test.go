@@ -345,3 +345,31 @@ func TestTLSConfigFuncErrorAndCheck(t *testing.T) {
 		}
 	}
 }
+
+// A client certificate that WithTLSConfigFunc puts in Certificates is the one sent, in place of
+// the files of sslcert and sslkey (whose GetClientCertificate crypto/tls would otherwise prefer),
+// and those files are then not read: a key file that libpq would refuse (group-readable) does not
+// fail the connect.
+func TestTLSConfigFuncCertificatesWinOverFiles(t *testing.T) {
+	ca := newClientCA(t)
+	srv := clientCertServer(t, ca)
+	fromFiles, fromFunc := ca.issue(t, srv.User), ca.issue(t, srv.User)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	if err := os.WriteFile(certFile, fromFiles.certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, fromFiles.keyPEM, 0o644); err != nil { // refused by libpq's rule
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("sslmode=require", "sslcert="+certFile, "sslkey="+keyFile)
+	c := newConnector(t, dsn, pgconnector.WithTLSConfigFunc(func(_ context.Context, _ string, cfg *tls.Config) error {
+		cfg.Certificates = []tls.Certificate{fromFunc.tls}
+		return nil
+	}))
+	db := sql.OpenDB(c)
+	defer db.Close()
+	if got, err := sqlSerial(db); err != nil || got != fromFunc.serial {
+		t.Fatalf("serial %q (%v), want the function's %s (the files': %s)", got, err, fromFunc.serial, fromFiles.serial)
+	}
+}
