@@ -2,11 +2,19 @@
 
 package tlspolicy
 
-import "io/fs"
+import (
+	"io/fs"
+	"time"
+)
 
 const openNonBlocking = 0
 
-// fileIdentity is empty here: size and modification time tell files apart.
+// fileIdentity is empty here: without a status-change time, a stat cannot tell a file
+// replaced in place from the one read before, and the file is read at every connection.
 type fileIdentity struct{}
 
 func identityOf(fs.FileInfo) fileIdentity { return fileIdentity{} }
+
+func (fileIdentity) known() bool { return false }
+
+func (fileIdentity) changed() time.Time { return time.Time{} }
