@@ -65,7 +65,6 @@ func newRootSet(certs []*x509.Certificate) *rootSet {
 	return rs
 }
 
-
 // selfSigned is OpenSSL's X509_self_signed(c, 0) (see above).
 func selfSigned(c *x509.Certificate) bool {
 	subject, err := canonicalName(c.RawSubject)
@@ -178,19 +177,24 @@ func diagnose(peer, store []*x509.Certificate, goErr error, now time.Time) error
 	inStore := func(c *x509.Certificate) bool {
 		return slices.ContainsFunc(store, func(s *x509.Certificate) bool { return bytes.Equal(s.Raw, c.Raw) })
 	}
+	// The server's certificate counts as untrusted even when the file holds it; once a
+	// certificate of the file is in the chain, issuers are looked for in the file only.
 	chain := []*x509.Certificate{peer[0]}
-	trusted := inStore(peer[0])
+	trusted := false
 	for len(chain) < maxChainDepth && !selfSigned(chain[len(chain)-1]) {
 		cur := chain[len(chain)-1]
-		issuer, fromStore := findIssuer(cur, store, chain, now), true
-		if issuer == nil {
-			issuer, fromStore = findIssuer(cur, peer[1:], chain, now), false
+		issuer := findIssuer(cur, store, chain, now)
+		if issuer == nil && !trusted {
+			if issuer = findIssuer(cur, peer[1:], chain, now); issuer != nil && inStore(issuer) {
+				trusted = true
+			}
+		} else if issuer != nil {
+			trusted = true
 		}
 		if issuer == nil {
 			break
 		}
 		chain = append(chain, issuer)
-		trusted = trusted || fromStore || inStore(issuer)
 	}
 	top, depth := chain[len(chain)-1], len(chain)-1
 	ss := selfSigned(top)
