@@ -2,7 +2,12 @@
 // where libpq's behaviour differs from crypto/tls's (libpq-connect.html, "Parameter Key Words";
 // fe-secure-openssl.c):
 //   - the check of the server's certificate against the root certificate file (sslrootcert) or
-//     the system's roots, under sslmode (ServerCheck; see server.go for the rules);
+//     the system's roots, under sslmode (ServerCheck; see server.go for the rules): the chain
+//     must end at a self-signed certificate of the file, as OpenSSL without
+//     X509_V_FLAG_PARTIAL_CHAIN (chain.go), then CRLs, then under verify-full the host name by
+//     libpq's rules, the Common Name only without a subjectAltName of the host's kind
+//     (hostname.go); the parsed file is reused only while its stat (ctime included) or its
+//     content is unchanged (RootCache);
 //   - the certificate revocation lists of sslcrl and sslcrldir (CRLStore), which libpq loads
 //     into OpenSSL's X509_STORE with X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL
 //     (initialize_SSL);

@@ -2,11 +2,15 @@
 
 package tlspolicy
 
-import "io/fs"
+import (
+	"io/fs"
+	"time"
+)
 
 const openNonBlocking = 0
 
-// fileIdentity is empty here: size and modification time tell files apart.
+// fileIdentity is empty here: without a status-change time, a stat cannot tell a file
+// replaced in place from the one read before, and the file is read at every connection.
 type fileIdentity struct{}
 
 func identityOf(fs.FileInfo) fileIdentity { return fileIdentity{} }
@@ -15,3 +19,7 @@ func identityOf(fs.FileInfo) fileIdentity { return fileIdentity{} }
 func ownerOf(fs.FileInfo) (uint32, bool) { return 0, false }
 
 func isNotDir(error) bool { return false }
+
+func (fileIdentity) known() bool { return false }
+
+func (fileIdentity) changed() time.Time { return time.Time{} }

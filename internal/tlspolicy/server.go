@@ -1,6 +1,7 @@
 package tlspolicy
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -23,14 +24,20 @@ import (
 //     used); sslrootcert=system takes the system's (crypto/x509's SystemCertPool, which honours
 //     SSL_CERT_FILE and SSL_CERT_DIR as OpenSSL does), and nothing else ever does: pgx's
 //     configuration, whose nil RootCAs would mean the system's, is not used;
+//   - a chain must end at a self-signed certificate of the file (or of the system's roots), as
+//     OpenSSL without X509_V_FLAG_PARTIAL_CHAIN requires: an intermediate CA in the file may
+//     complete a chain but is no trust anchor (chain.go states the rules and the reasons named);
 //   - when the root file exists, the chain is verified (and the CRLs checked) under every
 //     sslmode, prefer, allow and require included (require then acts as verify-ca); a
 //     certificate that does not verify fails the TLS attempt, and prefer (allow) goes on in
 //     plaintext on a new connection, as libpq;
 //   - when it does not exist, verify-ca and verify-full fail before the TLS handshake, with
 //     libpq's message; the other modes connect without verifying;
-//   - verify-full also checks the host name (as written in the connection string, also with
-//     hostaddr) against the certificate (crypto/x509's rules: subjectAltName only);
+//   - verify-full then checks the host name (as written in the connection string, also with
+//     hostaddr) against the certificate by libpq's rules, after the chain and the CRLs as in
+//     libpq, where OpenSSL verifies the chain in the handshake and libpq the name after it:
+//     subjectAltName dNSName and iPAddress entries, the Common Name when there is no
+//     subjectAltName of the host's kind (hostname.go states the rules);
 //   - the host name is sent as SNI only with sslsni=1 (the default) and when it is not an IP
 //     address, by libpq's test (digits and dots only, or a colon); sslsni=0 sends none, and
 //     verify-full still checks the name.
@@ -63,14 +70,28 @@ type ServerCheck struct {
 }
 
 // RootCache is the last root certificate file read, kept for the handshakes that find the file
-// unchanged (the same file, size and modification time, from one stat): a bundle of every
-// public CA (200 KiB) is then neither opened nor parsed again, which would cost milliseconds
-// twice per connection (before the handshake and in it).
+// unchanged: a bundle of every public CA (200 KiB) is then neither opened nor parsed again,
+// which would cost milliseconds twice per connection (before the handshake and in it).
+//
+// Unchanged is, from one stat, the same device, inode, size, modification time and
+// status-change time (ctime, which every write, rename onto the path and chmod or utimes sets to
+// the current time and which nothing can set back), for a file whose times were at least
+// settleTime older than the moment it was read (so that a change within the file system's clock
+// tick gives another ctime). Otherwise the file is read again, and parsed again unless its
+// content (SHA-256) is the one parsed before. A file replaced in place with the same size and
+// modification time (cp -p, rsync --inplace -t, tar) is therefore read again. Where the system
+// has no ctime (not unix), the file is read at every connection.
 type RootCache struct {
 	mu    sync.Mutex
 	stamp fileStamp
-	pool  *x509.CertPool
+	fast  bool     // stamp may be trusted without reading the file
+	sum   [32]byte // SHA-256 of the content parsed
+	set   *rootSet
 }
+
+// settleTime is how much older than its read a file's times must be for its stat to stand for
+// its content (a file system's timestamps move by clock ticks of up to a few milliseconds).
+var settleTime = 2 * time.Second
 
 // fileStamp tells a file apart from the one read before: another file (inode) or new content.
 type fileStamp struct {
@@ -79,74 +100,87 @@ type fileStamp struct {
 	id    fileIdentity
 }
 
-// roots returns the trust anchors for one connection; nil (and no error) when there are none
-// and sslmode does not need them: the server is then not verified, as in libpq.
-func (s *ServerCheck) roots() (*x509.CertPool, error) {
+func stampOf(fi fs.FileInfo) fileStamp {
+	return fileStamp{size: fi.Size(), mtime: fi.ModTime(), id: identityOf(fi)}
+}
+
+// trustOf is the chain check's trust for the anchors of one connection; roots nil is none.
+func trustOf(rs *rootSet) chainTrust {
+	return chainTrust{anchors: rs.anchors, others: rs.others, store: rs.certs}
+}
+
+// roots returns the trust anchors for one connection; ok false (and no error) when there are
+// none and sslmode does not need them: the server is then not verified, as in libpq.
+func (s *ServerCheck) roots() (t chainTrust, ok bool, err error) {
 	if s.System {
 		pool, err := x509.SystemCertPool()
 		if err != nil {
-			return nil, refused(fmt.Errorf("could not load system root certificate paths: %w", err))
+			return t, false, refused(fmt.Errorf("could not load system root certificate paths: %w", err))
 		}
-		return pool, nil
+		return chainTrust{anchors: pool, filter: true}, true, nil
 	}
 	if s.RootFile == "" {
 		if s.Verify {
-			return nil, refused(errors.New("could not get home directory to locate root certificate file\n" + RootHint))
+			return t, false, refused(errors.New("could not get home directory to locate root certificate file\n" + RootHint))
 		}
-		return nil, nil
+		return t, false, nil
 	}
 	// libpq: any failure of stat() is a file that does not exist.
 	fi, err := os.Stat(s.RootFile)
 	if err != nil {
 		if s.Verify {
-			return nil, refused(fmt.Errorf("root certificate file %q does not exist\n%s", s.RootFile, RootHint))
+			return t, false, refused(fmt.Errorf("root certificate file %q does not exist\n%s", s.RootFile, RootHint))
 		}
-		return nil, nil
+		return t, false, nil
 	}
 	// The file unchanged since the last read: this stat is the only system call.
-	if pool := s.Cache.unchanged(fi); pool != nil {
-		return pool, nil
+	if rs := s.Cache.unchanged(fi); rs != nil {
+		return trustOf(rs), true, nil
 	}
-	pool, err := s.Cache.read(s.RootFile)
+	rs, err := s.Cache.read(s.RootFile)
 	if err != nil {
-		return nil, refused(fmt.Errorf("could not read root certificate file %q: %w", s.RootFile, err))
+		return t, false, refused(fmt.Errorf("could not read root certificate file %q: %w", s.RootFile, err))
 	}
-	return pool, nil
+	return trustOf(rs), true, nil
 }
 
 // BeforeTLS is negotiation.Host.BeforeTLS: what libpq's initialize_SSL refuses before its
 // ClientHello (no root file under verify-*, a root file that cannot be read).
 func (s *ServerCheck) BeforeTLS() error {
-	_, err := s.roots()
+	_, _, err := s.roots()
 	return err
 }
 
 // VerifyConnection is tls.Config.VerifyConnection: the chain against the roots of this
-// connection, the host name under verify-full, then the CRLs.
+// connection, the CRLs, then the host name under verify-full.
 func (s *ServerCheck) VerifyConnection(cs tls.ConnectionState) error {
-	roots, err := s.roots()
-	if err != nil || roots == nil {
+	t, ok, err := s.roots()
+	if err != nil || !ok {
 		return err
 	}
-	return s.VerifyChain(cs, roots)
+	return s.verify(cs, t)
 }
 
-// VerifyChain is VerifyConnection with the trust anchors given (not nil): the chain, the host
-// name under verify-full, then the CRLs.
+// VerifyChain is VerifyConnection with the trust anchors given (not nil; an application's pool,
+// whose certificates cannot be listed: a chain that ends at one that is not self-signed is
+// refused): the chain, the CRLs, then the host name under verify-full.
 func (s *ServerCheck) VerifyChain(cs tls.ConnectionState, roots *x509.CertPool) error {
-	if len(cs.PeerCertificates) == 0 {
-		return refused(errors.New("certificate verify failed: the server sent no certificate"))
-	}
-	opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool(), DNSName: s.Host}
-	for _, c := range cs.PeerCertificates[1:] {
-		opts.Intermediates.AddCert(c)
-	}
-	chains, err := cs.PeerCertificates[0].Verify(opts)
+	return s.verify(cs, chainTrust{anchors: roots, filter: true})
+}
+
+func (s *ServerCheck) verify(cs tls.ConnectionState, t chainTrust) error {
+	now := time.Now()
+	chains, err := verifyChain(cs.PeerCertificates, t, now)
 	if err != nil {
-		return refused(fmt.Errorf("certificate verify failed: %w", err))
+		return refused(err)
 	}
 	if s.CRL != nil {
-		if err := s.CRL.Check(chains, time.Now()); err != nil {
+		if err := s.CRL.Check(chains, now); err != nil {
+			return refused(err)
+		}
+	}
+	if s.Host != "" {
+		if err := checkHostName(cs.PeerCertificates[0], s.Host); err != nil {
 			return refused(err)
 		}
 	}
@@ -155,55 +189,70 @@ func (s *ServerCheck) VerifyChain(cs tls.ConnectionState, roots *x509.CertPool) 
 
 func refused(err error) error { return &negotiation.TLSRefusedError{Err: err} }
 
-// ReadRootFile reads the PEM certificates of a root certificate file. The file must be a
-// regular file of at most MaxRootFile bytes (checked on the open file, which is opened without
+// ReadRootFile reads the PEM certificates of a root certificate file and returns its trust
+// anchors: the self-signed ones (the others only complete chains, see chain.go). The file must be
+// a regular file of at most MaxRootFile bytes (checked on the open file, which is opened without
 // blocking, so that a FIFO or a device is refused, not read), with at least one certificate.
 func ReadRootFile(path string) (*x509.CertPool, error) {
-	return (&RootCache{}).read(path)
+	rs, err := (&RootCache{}).read(path)
+	if err != nil {
+		return nil, err
+	}
+	return rs.anchors, nil
 }
 
-// unchanged returns the pool of the last read when fi, a stat of the file, shows it unchanged
-// (the same file, size and modification time); nil otherwise, or for a nil cache.
-func (rc *RootCache) unchanged(fi fs.FileInfo) *x509.CertPool {
+// unchanged returns the root set of the last read when fi, a stat of the file, shows it unchanged
+// (see RootCache); nil otherwise, or for a nil cache.
+func (rc *RootCache) unchanged(fi fs.FileInfo) *rootSet {
 	if rc == nil || !fi.Mode().IsRegular() {
 		return nil
 	}
-	stamp := fileStamp{size: fi.Size(), mtime: fi.ModTime(), id: identityOf(fi)}
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.pool == nil || rc.stamp != stamp {
+	stamp := stampOf(fi)
+	if !stamp.id.known() {
 		return nil
 	}
-	return rc.pool
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.set == nil || !rc.fast || rc.stamp != stamp {
+		return nil
+	}
+	return rc.set
 }
 
-// read is ReadRootFile, with the pool of the last read when the file is unchanged; a nil
-// cache reads the file every time.
-func (rc *RootCache) read(path string) (*x509.CertPool, error) {
+// read is ReadRootFile's reading, with the root set of the last read when the content is the
+// same; a nil cache reads and parses the file every time.
+func (rc *RootCache) read(path string) (*rootSet, error) {
 	if rc == nil {
 		rc = &RootCache{}
 	}
+	readAt := time.Now()
 	f, st, err := openRegular(path, MaxRootFile)
 	if err != nil {
 		return nil, fileError(err)
 	}
 	defer f.Close()
-	stamp := fileStamp{size: st.Size(), mtime: st.ModTime(), id: identityOf(st)}
-	rc.mu.Lock()
-	pool := rc.pool
-	if rc.stamp != stamp {
-		pool = nil
-	}
-	rc.mu.Unlock()
-	if pool != nil {
-		return pool, nil
-	}
+	stamp := stampOf(st)
 	data, err := readAtMost(f, MaxRootFile)
 	if err != nil {
 		return nil, fileError(err)
 	}
-	pool = x509.NewCertPool()
-	n := 0
+	sum := sha256.Sum256(data)
+	// The stat stands for the content when it was taken of the content read (the size agrees)
+	// and the file's times are older than the read by more than a clock tick.
+	fast := int64(len(data)) == stamp.size && stamp.id.known() &&
+		readAt.Sub(stamp.mtime) > settleTime && readAt.Sub(stamp.id.changed()) > settleTime
+	rc.mu.Lock()
+	rs := rc.set
+	if rc.sum != sum {
+		rs = nil
+	} else if rs != nil {
+		rc.stamp, rc.fast = stamp, fast
+	}
+	rc.mu.Unlock()
+	if rs != nil {
+		return rs, nil
+	}
+	var certs []*x509.Certificate
 	for rest := data; ; {
 		var b *pem.Block
 		b, rest = pem.Decode(rest)
@@ -217,18 +266,16 @@ func (rc *RootCache) read(path string) (*x509.CertPool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("a certificate does not parse: %w", err)
 		}
-		pool.AddCert(c)
-		n++
+		certs = append(certs, c)
 	}
-	if n == 0 {
+	if len(certs) == 0 {
 		return nil, errors.New("no certificate found") // OpenSSL: "no certificate or crl found"
 	}
-	if int64(len(data)) == stamp.size {
-		rc.mu.Lock()
-		rc.stamp, rc.pool = stamp, pool
-		rc.mu.Unlock()
-	}
-	return pool, nil
+	rs = newRootSet(certs)
+	rc.mu.Lock()
+	rc.stamp, rc.fast, rc.sum, rc.set = stamp, fast, sum, rs
+	rc.mu.Unlock()
+	return rs, nil
 }
 
 // openRegular opens a local file for reading, without blocking (a FIFO with no writer, a

@@ -121,7 +121,7 @@ func TestReadRootFile(t *testing.T) {
 		if how == "unchanged" {
 			continue
 		}
-		if _, err := ca.Verify(x509.VerifyOptions{Roots: pool}); err != nil {
+		if _, err := ca.Verify(x509.VerifyOptions{Roots: pool.anchors}); err != nil {
 			t.Errorf("%d, file %s: the pool is not the file's: %v", i, how, err)
 		}
 	}
