@@ -29,6 +29,9 @@ type sslSuiteCase struct {
 	// message is too general to say it: a revoked certificate is "certificate verify
 	// failed" in libpq's words. Empty: the class of libpq's message.
 	reason string
+	// scram: the server's pg_hba.conf and passwords are 002_scram.pl's (scram-sha-256, the
+	// password "pass" in PGPASSWORD) rather than 001_ssltests.pl's (trust).
+	scram bool
 }
 
 // The suite's common strings (001_ssltests.pl's $default_ssl_connstr and $common_connstr).
@@ -41,6 +44,7 @@ const (
 	sslCertdb       = sslDefaults + "sslrootcert=ssl/root+server_ca.crt sslmode=require dbname=certdb hostaddr=127.0.0.1 host=localhost "
 	sslVerifydb     = sslDefaults + "sslrootcert=ssl/root+server_ca.crt sslmode=require dbname=verifydb hostaddr=127.0.0.1 host=localhost "
 	sslInterm       = sslDefaults + "user=ssltestuser dbname=certdb sslkey=ssl/client.key sslrootcert=ssl/root+server_ca.crt hostaddr=127.0.0.1 host=localhost "
+	sslScram        = "dbname=trustdb sslmode=require sslcert=invalid sslrootcert=invalid hostaddr=127.0.0.1 host=localhost "
 	sslVerifyFailed = `SSL error: certificate verify failed`
 	sslUnknownCA    = `SSL error: tlsv1 alert unknown ca`
 	sslRevokedAlert = `SSL error: ssl[a-z0-9/]* alert certificate revoked`
@@ -64,7 +68,7 @@ func sslSuiteCases() []sslSuiteCase {
 	interm := harness.SSLSuiteCert{CertFile: "server-cn-only", CAFile: "root_ca"}
 	untrusted := harness.SSLSuiteCert{CertFile: "server-cn-only", CAFile: "server-cn-only"}
 	crldir := harness.SSLSuiteCert{CertFile: "server-cn-only", CRLDir: "root+client-crldir"}
-	return []sslSuiteCase{
+	cases := []sslSuiteCase{
 		// Client side: sslmode, the root file and CRLs against server-cn-only.
 		fails("001:186 server doesn't accept non-SSL connections", cn, sslClient+"sslmode=disable", `no pg_hba\.conf entry`),
 		ok("001:193 connect without server root cert sslmode=require", cn, sslClient+"sslrootcert=invalid sslmode=require"),
@@ -171,6 +175,25 @@ func sslSuiteCases() []sslSuiteCase {
 		fails("001:904 intermediate client certificate is untrusted", untrusted, sslInterm+"sslmode=require sslcert=ssl/client+client_ca.crt", sslUnknownCA),
 		fails("001:924 certificate authorization fails with revoked client cert with server-side CRL directory", crldir, sslInterm+"user=ssltestuser sslcert=ssl/client-revoked.crt sslkey=ssl/client-revoked.key", sslRevokedAlert),
 	}
+	// 002_scram.pl: SCRAM and channel binding over TLS, against server-cn-only.
+	scram := []sslSuiteCase{
+		ok("002:82 Basic SCRAM authentication with SSL", cn, sslScram+"user=ssltestuser"),
+		fails("002:87 SCRAM with SSL and channel_binding=invalid_value", cn, sslScram+"user=ssltestuser channel_binding=invalid_value", `invalid channel_binding value: "invalid_value"`),
+		ok("002:91 SCRAM with SSL and channel_binding=disable", cn, sslScram+"user=ssltestuser channel_binding=disable"),
+		ok("002:95 SCRAM with SSL and channel_binding=require", cn, sslScram+"user=ssltestuser channel_binding=require"),
+		fails("002:110 MD5 with SSL and channel_binding=require", cn, sslScram+"user=md5testuser channel_binding=require", `channel binding required but not supported by server's authentication request`),
+		fails("002:128 Cert authentication and channel_binding=require", cn, "sslcert=ssl/client.crt sslkey=ssl/client.key sslrootcert=invalid hostaddr=127.0.0.1 host=localhost dbname=certdb user=ssltestuser channel_binding=require",
+			`channel binding required, but server authenticated client without channel binding`),
+		ok("002:136 SCRAM with clientcert=verify-full", cn, "sslcert=ssl/client.crt sslkey=ssl/client.key sslrootcert=invalid hostaddr=127.0.0.1 host=localhost dbname=verifydb user=ssltestuser"),
+		ok("002:144 SCRAM with SSL, channel_binding=disable, and require_auth=scram-sha-256", cn, sslScram+"user=ssltestuser channel_binding=disable require_auth=scram-sha-256"),
+		fails("002:148 channel_binding can fail even when require_auth succeeds", cn, sslScram+"user=md5testuser require_auth=md5 channel_binding=require", `channel binding required but not supported by server's authentication request`),
+		ok("002:156 SCRAM with SSL, channel_binding=require, and require_auth=scram-sha-256", cn, sslScram+"user=ssltestuser channel_binding=require require_auth=scram-sha-256"),
+	}
+	for _, c := range scram {
+		c.scram = true
+		cases = append(cases, c)
+	}
+	return cases
 }
 
 // sslSuiteDifferences are the suite's cases where the connector's outcome, or the reason its
@@ -217,6 +240,7 @@ var sslReasons = []struct{ class, pattern string }{
 	{"protocol bounds", `protocol version|ssl_m(in|ax)_protocol_version`},
 	{"weak sslmode", `weak sslmode`},
 	{"server sent no certificate request", `server accepted connection without a valid SSL certificate|sslcertmode`},
+	{"channel binding", `channel binding|channel_binding`},
 	{"client certificate required", `connection requires a valid client certificate`},
 	{"certificate authentication", `certificate authentication failed|"trust" authentication failed`},
 	{"revoked", `revoked`},
@@ -278,8 +302,14 @@ func TestSSLSuiteMatchesLibpq18(t *testing.T) {
 		}
 	}
 	counts := map[string]int{}
-	current := cases[0].server
+	current, scram := cases[0].server, false
 	for _, c := range cases {
+		if c.scram && !scram {
+			if err := srv.SetSSLSuiteAuth(ctx, "scram-sha-256", "pass"); err != nil {
+				t.Fatal(err)
+			}
+			scram = true
+		}
 		if c.server != current {
 			if err := srv.SwitchServerCert(c.server); err != nil {
 				t.Fatalf("%s: %v", c.name, err)
@@ -289,6 +319,11 @@ func TestSSLSuiteMatchesLibpq18(t *testing.T) {
 		// The suite passes the port in PGPORT.
 		conninfo := "port=" + strconv.Itoa(srv.Port) + " " + strings.ReplaceAll(c.conninfo, "ssl/", dir+"/")
 		t.Run(c.name, func(t *testing.T) {
+			env := env
+			if c.scram {
+				t.Setenv("PGPASSWORD", "pass")
+				env = append(env[:len(env):len(env)], "PGPASSWORD=pass")
+			}
 			_, perr := harness.Psql(ctx, env, conninfo, "SELECT 1")
 			if c.ok && perr != nil {
 				t.Fatalf("libpq 18 refuses where the suite connects (the set-up is wrong): %v", perr)

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -32,9 +34,7 @@ const SSLSuiteDir = "sslsuite"
 // for the method "trust": it writes files (name -> content, names as in src/test/ssl/ssl/,
 // keys 0600) under DataDir/SSLSuiteDir, creates the roles ssltestuser, md5testuser,
 // anotheruser and yetanotheruser and the databases trustdb, certdb and verifydb, and writes
-// pg_hba.conf's hostssl lines for 127.0.0.1/32: trustdb trust (md5 for md5testuser), verifydb
-// trust with clientcert=verify-full for ssltestuser and anotheruser and clientcert=verify-ca
-// for yetanotheruser, certdb cert. It then switches to first. The server must have been
+// pg_hba.conf as SetSSLSuiteAuth(ctx, "trust", "") does. It then switches to first. The server must have been
 // started with Options.TLS.
 func (p *Postgres) InstallSSLSuite(ctx context.Context, files map[string][]byte, first SSLSuiteCert) error {
 	base := filepath.Join(p.DataDir, SSLSuiteDir)
@@ -66,22 +66,12 @@ func (p *Postgres) InstallSSLSuite(ctx context.Context, files map[string][]byte,
 		"CREATE DATABASE trustdb",
 		"CREATE DATABASE certdb",
 		"CREATE DATABASE verifydb",
-		// md5testpassword, stored as its MD5 hash (md5 of password then user name).
-		"ALTER ROLE md5testuser PASSWORD 'md5db81d29e017312a0bd9323218b197091'",
 	} {
 		if err := p.ExecAdmin(ctx, sql); err != nil {
 			return err
 		}
 	}
-	const cidr = "127.0.0.1/32"
-	if err := p.SetHBA(
-		"hostssl trustdb md5testuser "+cidr+" md5",
-		"hostssl trustdb all "+cidr+" trust",
-		"hostssl verifydb ssltestuser "+cidr+" trust clientcert=verify-full",
-		"hostssl verifydb anotheruser "+cidr+" trust clientcert=verify-full",
-		"hostssl verifydb yetanotheruser "+cidr+" trust clientcert=verify-ca",
-		"hostssl certdb all "+cidr+" cert",
-	); err != nil {
+	if err := p.SetSSLSuiteAuth(ctx, "trust", ""); err != nil {
 		return err
 	}
 	return p.SwitchServerCert(first)
@@ -132,4 +122,42 @@ func (p *Postgres) SwitchServerCert(c SSLSuiteCert) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return p.reload(ctx)
+}
+
+// SetSSLSuiteAuth writes pg_hba.conf as configure_test_server_for_ssl does for method
+// ("trust" for 001_ssltests.pl, "scram-sha-256" for 002_scram.pl) and, when password is not
+// empty, gives ssltestuser, anotheruser and yetanotheruser that password as SCRAM-SHA-256 and
+// md5testuser as MD5, as the script's password and password_enc arguments do. The lines, for
+// 127.0.0.1/32: hostssl trustdb md5testuser md5; hostssl trustdb all <method>; hostssl verifydb
+// ssltestuser and anotheruser <method> clientcert=verify-full, yetanotheruser <method>
+// clientcert=verify-ca; hostssl certdb all cert.
+func (p *Postgres) SetSSLSuiteAuth(ctx context.Context, method, password string) error {
+	if strings.ContainsAny(method, " \t\n") || strings.ContainsAny(password, "'\\") {
+		return errors.New("harness: SetSSLSuiteAuth: a method is one word and a password has no quote or backslash")
+	}
+	if password != "" {
+		sum := md5.Sum([]byte(password + "md5testuser"))
+		for _, sql := range []string{
+			"ALTER ROLE md5testuser PASSWORD 'md5" + hex.EncodeToString(sum[:]) + "'",
+		} {
+			if err := p.ExecAdmin(ctx, sql); err != nil {
+				return err
+			}
+		}
+		for _, role := range []string{"ssltestuser", "anotheruser", "yetanotheruser"} {
+			// Stored as SCRAM-SHA-256: password_encryption's default.
+			if err := p.ExecAdmin(ctx, "ALTER ROLE "+role+" PASSWORD '"+password+"'"); err != nil {
+				return err
+			}
+		}
+	}
+	const cidr = "127.0.0.1/32"
+	return p.SetHBA(
+		"hostssl trustdb md5testuser "+cidr+" md5",
+		"hostssl trustdb all "+cidr+" "+method,
+		"hostssl verifydb ssltestuser "+cidr+" "+method+" clientcert=verify-full",
+		"hostssl verifydb anotheruser "+cidr+" "+method+" clientcert=verify-full",
+		"hostssl verifydb yetanotheruser "+cidr+" "+method+" clientcert=verify-ca",
+		"hostssl certdb all "+cidr+" cert",
+	)
 }
