@@ -14,6 +14,9 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -299,4 +302,34 @@ func NameHash(rawName []byte) uint32 {
 	}
 	sum := sha1.Sum(canon)
 	return binary.LittleEndian.Uint32(sum[:4])
+}
+
+// SSLSuiteRSAPSS adds to files the suite's server-rsapss.crt and server-rsapss.key: a
+// self-signed certificate (CN common-name.pg-ssltest.test, O PGDG) whose key is an RSASSA-PSS
+// key (RFC 4055: the rsassaPss public key algorithm), as src/test/ssl/sslfiles.mk makes it
+// with `openssl genpkey -algorithm rsa-pss`. crypto/x509 cannot write such a key, so the
+// openssl program does; the test fails without it.
+func SSLSuiteRSAPSS(t testing.TB, files map[string][]byte) {
+	t.Helper()
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Fatal("the RSA-PSS certificate needs the openssl program: ", err)
+	}
+	dir := t.TempDir()
+	key, crt := filepath.Join(dir, "server-rsapss.key"), filepath.Join(dir, "server-rsapss.crt")
+	for _, args := range [][]string{
+		{"genpkey", "-algorithm", "rsa-pss", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key},
+		{"req", "-new", "-x509", "-key", key, "-subj", "/CN=common-name.pg-ssltest.test/O=PGDG", "-days", "3650", "-out", crt},
+	} {
+		if out, err := exec.Command(openssl, args...).CombinedOutput(); err != nil {
+			t.Fatalf("openssl %s: %v: %s", args[0], err, out)
+		}
+	}
+	for name, path := range map[string]string{"server-rsapss.key": key, "server-rsapss.crt": crt} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
 }
