@@ -201,31 +201,16 @@ func sslSuiteCases() []sslSuiteCase {
 // refusal names, differs from libpq 18's, by case name, with the reason. A listed case that no
 // longer differs fails, so the list stays true.
 var sslSuiteDifferences = map[string]string{
-	"001:215 connect with wrong server root cert sslmode=verify-full":                         "Go checks the host name before the chain: the refusal names the legacy Common Name, not the unverified chain",
-	"001:222 connect with server CA cert, without root CA":                                    "a root file holding only an intermediate CA is a trust anchor for Go's pool; OpenSSL needs the chain to end at a self-signed root of the file",
-	"001:234 connect with correct server CA cert file sslmode=verify-full":                    sslNoCNFallback,
 	"001:271 CRL belonging to a different CA":                                                 sslCRLv1,
 	"001:284 CRL with a non-revoked cert":                                                     sslCRLv1,
-	"001:317 IP address in the Common Name":                                                   sslNoCNFallback,
-	"001:331 IP address in a dNSName":                                                         "an IP host is not compared with the DNS SANs (libpq compares the string)",
-	"001:397 host matching an IPv4 address in alternate form (Subject Alternative Name 1)":    "the host 192.000.002.001 is not read as an IPv4 address (libpq reads it with inet_aton)",
-	"001:463 certificate with both a CN and IP SANs matches CN":                               sslNoCNFallback,
-	"001:488 certificate with both an IP CN and DNS SANs matches CN":                          sslNoCNFallback,
-	"001:525 sslrootcert=system does not connect with private CA":                             "Go checks the host name before the chain: the refusal names the legacy Common Name, not the unverified chain",
 	"001:567 does not connect with client-side CRL file":                                      sslCRLv1 + ": the refusal names the CRL, not the revocation",
 	"001:573 does not connect with client-side CRL directory":                                 "the version 1 CRLs of the directory are skipped: the refusal names a missing CRL, not the revocation",
-	"001:634 certificate authorization succeeds with correct client cert in DER format":       "a DER sslkey is not read (libpq falls back to DER after PEM)",
-	"001:801 certificate authorization fails because of file permissions":                     "an sslkey readable by group or others is used (libpq refuses it: fe-secure-openssl.c)",
-	"001:876 intermediate client certificate is missing":                                      sslNoUnknownCA,
-	"001:904 intermediate client certificate is untrusted":                                    sslNoUnknownCA,
 	"002:177 SCRAM with SSL and channel_binding=require, server certificate uses 'rsassaPss'": "Go's crypto/tls cannot use a certificate whose key is RSASSA-PSS (rsassaPss): the handshake fails",
 }
 
 // Reasons shared by several differences.
 const (
-	sslNoCNFallback = "no Common Name fallback: the certificate has no SAN of the host's kind, and libpq then checks the CN (fe-secure-common.c)"
-	sslCRLv1        = "the suite's CRLs are version 1, which x509.ParseRevocationList refuses"
-	sslNoUnknownCA  = "the client certificate is not sent when the server's list of CAs does not name its issuer: the server says the certificate is missing, where libpq sends it and gets \"unknown ca\""
+	sslCRLv1 = "the suite's CRLs are version 1, which x509.ParseRevocationList refuses"
 )
 
 // sslSuiteStricter are the suite's cases where the connector refuses on purpose where libpq
