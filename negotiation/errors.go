@@ -105,6 +105,10 @@ func cause(err error) error {
 	if errors.As(err, &lb) {
 		return lb
 	}
+	// A TLS alert of the server (a client certificate it refused, say), in libpq's words.
+	if msg, ok := serverAlert(err); ok {
+		return &labeled{err: err, msg: msg}
+	}
 	// Say what happened to the connection as libpq does, not as the system calls saw it.
 	switch {
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):

@@ -30,6 +30,8 @@ import (
 //     at all. A file that exists but cannot be read or holds a CRL that does not parse fails
 //     the connection; libpq then silently checks nothing. Certificates in sslcrl count as
 //     loaded (they turn the check on, as in libpq) but, unlike in libpq, are not trusted.
+//     Version 1 and 2 CRLs are read, as OpenSSL reads them; a CRL of another version does not
+//     parse (OpenSSL 3.0 reads it).
 //   - Indirect CRLs and CRLs for some reasons only are never used, as by OpenSSL without
 //     X509_V_FLAG_EXTENDED_CRL_SUPPORT. A delta CRL is taken for a complete one as OpenSSL 3.0
 //     takes it (the newest CRL may be a delta, which then decides), and the chain must also pass

@@ -443,6 +443,8 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 		// OpenSSL refuses this leaf with or without CRLs (setup_dp fails, the certificate is
 		// invalid and no issuer is found for it); crypto/x509 takes it, the CRL check refuses it.
 		"DP without name or cRLIssuer": "invalid or inconsistent certificate extension: cRLDistributionPoints @0",
+		// RFC 5280 knows versions v1 and v2 of a CRL; OpenSSL 3.0 reads any version number.
+		"version v3 written": "a certificate revocation list does not parse: x509: unsupported crl version: 2",
 	}
 	for _, tt := range []struct {
 		name string
@@ -552,6 +554,66 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 		})
 	}
 
+	// Version 1 CRLs (RFC 5280, 5.1.2.1: no version field, no extensions), as "openssl ca
+	// -gencrl" writes them without crl_extensions (PostgreSQL's src/test/ssl), beside version 2
+	// ones; and the version v1 written out, which OpenSSL reads too.
+	v1 := func(s testpki.CRLSpec) []byte { return testpki.MakeCRLv1(t, s) }
+	v2 := func(s testpki.CRLSpec) []byte { return testpki.MakeCRL(t, s) }
+	explicitV1 := func(s testpki.CRLSpec) []byte { return testpki.MakeCRLVersion(t, s, 0) }
+	for _, tt := range []struct {
+		name string
+		pki  *testpki.PKI // p when nil
+		crls [][]byte
+	}{
+		{"v1: none revoked", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter}), v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1: leaf revoked", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{leafSN}}), v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1: intermediate revoked", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter}), v1(testpki.CRLSpec{By: &p.Root, Revoke: []*big.Int{interSN}})}},
+		{"v1: root revokes itself", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter}), v1(testpki.CRLSpec{By: &p.Root, Revoke: []*big.Int{rootSN}})}},
+		{"v1: no CRL of the root's", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter})}},
+		{"v1: expired", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, This: -2 * time.Hour, Next: -time.Hour}), v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1: not yet valid", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, This: time.Hour, Next: 2 * time.Hour}), v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1: signed with another key", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, Signer: &otherKey}), v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1: issuer without CRLSign", noCRLSign, [][]byte{v1(testpki.CRLSpec{By: &noCRLSign.Inter}), v1(testpki.CRLSpec{By: &noCRLSign.Root})}},
+		{"v1: older revoking, newer not", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{leafSN}, This: -3 * time.Hour}),
+			v1(testpki.CRLSpec{By: &p.Inter, This: -time.Hour}), v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1 newer revoking over v2", nil, [][]byte{v2(testpki.CRLSpec{By: &p.Inter, This: -3 * time.Hour}),
+			v1(testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{leafSN}}), v2(testpki.CRLSpec{By: &p.Root})}},
+		{"v2 newer not revoking over v1", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{leafSN}, This: -3 * time.Hour}),
+			v2(testpki.CRLSpec{By: &p.Inter}), v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1 for the intermediate, v2 for the root", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter}), v2(testpki.CRLSpec{By: &p.Root})}},
+		{"v1 DP of a URI, no IDP", dpPlain, [][]byte{v1(testpki.CRLSpec{By: &dpPlain.Inter}), v1(testpki.CRLSpec{By: &dpPlain.Root})}},
+		{"v1 version written out: leaf revoked", nil, [][]byte{explicitV1(testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{leafSN}}),
+			explicitV1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1 version written out: none revoked", nil, [][]byte{explicitV1(testpki.CRLSpec{By: &p.Inter}), explicitV1(testpki.CRLSpec{By: &p.Root})}},
+		// Extensions and entry extensions belong to version 2 (5.1.2.1); OpenSSL reads them in a
+		// CRL without a version too.
+		{"v1 with an unhandled critical extension", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, Ext: crit(asn1.ObjectIdentifier{1, 2, 3, 4}, []byte{5, 0})}),
+			v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1 with IDP onlyContainsCACerts", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, Ext: crit(testpki.OIDIDP, []byte{0x30, 3, 0x82, 1, 0xff})}),
+			v1(testpki.CRLSpec{By: &p.Root})}},
+		{"v1 with removeFromCRL", nil, [][]byte{v1(testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{leafSN}, Reason: 8}), v1(testpki.CRLSpec{By: &p.Root})}},
+		{"version v3 written", nil, [][]byte{testpki.MakeCRLVersion(t, testpki.CRLSpec{By: &p.Inter}, 2), v1(testpki.CRLSpec{By: &p.Root})}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := p
+			if tt.pki != nil {
+				p = tt.pki
+			}
+			want := opensslVerify(t, p, tt.crls, "")
+			got := ourVerify(t, p, tt.crls, "")
+			t.Logf("OpenSSL: %q", want)
+			if ours, ok := differs[tt.name]; ok {
+				if !strings.Contains(got, ours) {
+					t.Errorf("got %q, want %q", got, ours)
+				}
+				return
+			}
+			if !strings.EqualFold(got, want) {
+				t.Errorf("got %q, OpenSSL %q", got, want)
+			}
+		})
+	}
+
 	// sslcrldir: looked up by the hash of the issuer's name, .r0, .r1, ... until one is missing.
 	t.Run("directory", func(t *testing.T) {
 		rootCRL := testpki.MakeCRL(t, testpki.CRLSpec{By: &p.Root})
@@ -569,6 +631,11 @@ func TestCRLChecksMatchOpenSSL(t *testing.T) {
 			{"revoking in .r2 after a gap", map[string][]byte{interHash + ".r0": interOK,
 				interHash + ".r2": interRev, rootHash + ".r0": rootCRL}},
 			{"not hashed", map[string][]byte{"inter.pem": interRev, rootHash + ".r0": rootCRL}},
+			{"v1, hashed", map[string][]byte{interHash + ".r0": testpki.MakeCRLv1(t, testpki.CRLSpec{By: &p.Inter}),
+				rootHash + ".r0": testpki.MakeCRLv1(t, testpki.CRLSpec{By: &p.Root})}},
+			{"v1, revoking in .r1", map[string][]byte{interHash + ".r0": testpki.MakeCRLv1(t, testpki.CRLSpec{By: &p.Inter, This: -2 * time.Hour}),
+				interHash + ".r1": testpki.MakeCRLv1(t, testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{leafSN}}),
+				rootHash + ".r0":  testpki.MakeCRLv1(t, testpki.CRLSpec{By: &p.Root})}},
 			{"empty", nil},
 		} {
 			t.Run(tt.name, func(t *testing.T) {

@@ -52,7 +52,11 @@ func NewCRLStore(file []byte, dirs []string, read ReadFunc) (s *CRLStore, object
 // Check checks the verified chains of the server's certificate (each leaf first, root last)
 // against the CRLs: nil when one chain passes (see checkChain), else the error of the first,
 // "pgconnector: server certificate verify failed: REASON (certificate at depth N, SUBJECT)"
-// with OpenSSL's reason (X509_verify_cert_error_string).
+// with OpenSSL's reason (X509_verify_cert_error_string). Every certificate of a chain needs a
+// CRL of its issuer, the root's included: a chain must end at a self-signed (self-issued)
+// certificate, as OpenSSL builds it without X509_V_FLAG_PARTIAL_CHAIN; one that ends at another
+// fails there with "unable to get CRL issuer certificate" when CRLs of that certificate's issuer
+// are loaded, else "unable to get certificate CRL".
 func (s *CRLStore) Check(chains [][]*x509.Certificate, now time.Time) error {
 	if len(chains) == 0 {
 		return errors.New("pgconnector: server certificate verify failed: no verified chain to check against the CRLs")
@@ -289,7 +293,7 @@ const allReasons = 0x807f
 const reasonRemoveFromCRL = 8
 
 func parseCRL(der []byte) (*crl, error) {
-	rl, err := x509.ParseRevocationList(der)
+	rl, err := parseRevocationList(der)
 	if err != nil {
 		return nil, fmt.Errorf("a certificate revocation list does not parse: %w", err)
 	}
@@ -326,6 +330,53 @@ func parseCRL(der []byte) (*crl, error) {
 		}
 	}
 	return c, nil
+}
+
+// parseRevocationList parses the DER CRL der (RFC 5280, 5.1) of version 1 or 2, as OpenSSL reads
+// both (x_crl.c: the version is OPTIONAL). crypto/x509 parses version 2 only ("unsupported crl
+// version"): a CRL without a version field, as "openssl ca -gencrl" writes one when it adds no
+// extension, or with the version v1 (0) written out, is handed to it with the version v2 put in
+// its TBSCertList, which leaves every other field as it is; the list returned keeps the CRL's
+// own encoding (Raw, RawTBSRevocationList), which its signature covers.
+func parseRevocationList(der []byte) (*x509.RevocationList, error) {
+	malformed := errors.New("x509: malformed crl")
+	var list asn1.RawValue
+	if _, err := asn1.Unmarshal(der, &list); err != nil || list.Class != asn1.ClassUniversal || list.Tag != asn1.TagSequence || !list.IsCompound {
+		return x509.ParseRevocationList(der) // its own error
+	}
+	var tbs asn1.RawValue
+	after, err := asn1.Unmarshal(list.Bytes, &tbs)
+	if err != nil || tbs.Class != asn1.ClassUniversal || tbs.Tag != asn1.TagSequence || !tbs.IsCompound {
+		return x509.ParseRevocationList(der)
+	}
+	var first asn1.RawValue
+	rest, err := asn1.Unmarshal(tbs.Bytes, &first)
+	if err != nil {
+		return nil, malformed
+	}
+	fields := tbs.Bytes // the fields after the version, when it is v1 or absent
+	if first.Class == asn1.ClassUniversal && first.Tag == asn1.TagInteger {
+		if !bytes.Equal(first.Bytes, []byte{0}) {
+			return x509.ParseRevocationList(der) // v2, or a version crypto/x509 refuses
+		}
+		fields = rest
+	}
+	v2, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true,
+		Bytes: append([]byte{asn1.TagInteger, 1, 1}, fields...)})
+	if err != nil {
+		return nil, malformed
+	}
+	rebuilt, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true,
+		Bytes: append(v2, after...)})
+	if err != nil {
+		return nil, malformed
+	}
+	rl, err := x509.ParseRevocationList(rebuilt)
+	if err != nil {
+		return nil, err
+	}
+	rl.Raw, rl.RawTBSRevocationList = list.FullBytes, tbs.FullBytes
+	return rl, nil
 }
 
 // parseIDP reads an issuingDistributionPoint (RFC 5280, 5.2.5) of a CRL issued by issuer (DER
@@ -568,6 +619,12 @@ func (s *CRLStore) checkCert(chain []*x509.Certificate, i int, now time.Time, de
 	}
 
 	crls := s.lookup(certIssuer)
+	if issuer == nil && len(crls) > 0 {
+		// The chain ends at a certificate that is not self-issued: the CRLs of its issuer are
+		// there, the issuer's key that signed them is not (OpenSSL's check_crl, which libpq
+		// meets only with X509_V_FLAG_PARTIAL_CHAIN, never set).
+		return errors.New("unable to get CRL issuer certificate")
+	}
 	for covered := uint16(0); covered != allReasons; {
 		var best *crl
 		bestScore, bestReasons := 0, covered

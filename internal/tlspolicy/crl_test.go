@@ -1,6 +1,7 @@
 package tlspolicy
 
 import (
+	"bytes"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf16"
 
 	"github.com/pgconnector/pgconnector/internal/testpki"
@@ -114,4 +116,100 @@ func FuzzCRLDistributionPoints(f *testing.F) {
 			t.Fatalf("no IDP: in scope %v for reasons %#x, want in scope for reasons among %#x", ok, r, allReasons)
 		}
 	})
+}
+
+// A version 1 CRL (no version field) reads as the same CRL in version 2 would: issuer, times,
+// entries, and its own encoding, which its signature covers; its signature is checked against
+// the issuer's key.
+func TestParseRevocationListV1(t *testing.T) {
+	p := testpki.New(t)
+	sn := p.Leaf.Cert.SerialNumber
+	for _, version := range []int{testpki.NoVersion, 0, 1} {
+		der := testpki.MakeCRLVersion(t, testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{sn}}, version)
+		rl, err := parseRevocationList(der)
+		if err != nil {
+			t.Fatalf("version %d: %v", version, err)
+		}
+		if !bytes.Equal(rl.Raw, der) || !bytes.Equal(rl.RawIssuer, p.Inter.Cert.RawSubject) ||
+			len(rl.RevokedCertificateEntries) != 1 || rl.RevokedCertificateEntries[0].SerialNumber.Cmp(sn) != 0 ||
+			rl.ThisUpdate.IsZero() || rl.NextUpdate.IsZero() {
+			t.Errorf("version %d: read %+v", version, rl)
+		}
+		if err := p.Inter.Cert.CheckSignature(rl.SignatureAlgorithm, rl.RawTBSRevocationList, rl.Signature); err != nil {
+			t.Errorf("version %d: signature: %v", version, err)
+		}
+		if err := p.Root.Cert.CheckSignature(rl.SignatureAlgorithm, rl.RawTBSRevocationList, rl.Signature); err == nil {
+			t.Errorf("version %d: the root's key verifies the intermediate's CRL", version)
+		}
+		if version == testpki.NoVersion {
+			if _, err := x509.ParseRevocationList(der); err == nil {
+				t.Error("crypto/x509 reads a version 1 CRL now: parseRevocationList may go")
+			}
+		}
+	}
+}
+
+// A CRL is untrusted input: parseCRL never panics, and what it reads keeps the CRL's own bytes.
+func FuzzParseCRL(f *testing.F) {
+	p := testpki.New(f)
+	f.Add(testpki.MakeCRLv1(f, testpki.CRLSpec{By: &p.Inter, Revoke: []*big.Int{big.NewInt(7)}}))
+	f.Add(testpki.MakeCRLVersion(f, testpki.CRLSpec{By: &p.Inter}, 0))
+	f.Add(testpki.MakeCRL(f, testpki.CRLSpec{By: &p.Inter}))
+	f.Add([]byte{0x30, 3, 0x30, 1, 0x02})
+	f.Fuzz(func(t *testing.T, der []byte) {
+		if len(der) > 1<<14 {
+			return
+		}
+		c, err := parseCRL(der)
+		if err != nil {
+			return
+		}
+		if !bytes.HasPrefix(der, c.rl.Raw) || !bytes.Contains(c.rl.Raw, c.rl.RawTBSRevocationList) {
+			t.Fatal("the CRL read does not keep its own encoding")
+		}
+	})
+}
+
+// Every certificate of the chain needs its issuer's CRL, the self-signed root's its own: with
+// the root and the intermediate trusted (a root file holding both), the full chain passes and a
+// chain that stops at the intermediate names the missing CRL issuer.
+func TestCRLStoreChainEnds(t *testing.T) {
+	p := testpki.New(t)
+	var file []byte
+	for _, by := range []*testpki.CA{&p.Inter, &p.Root} {
+		file = append(file, testpki.PEMCRL(testpki.MakeCRLv1(t, testpki.CRLSpec{By: by}))...)
+	}
+	s, n, err := NewCRLStore(file, nil, nil)
+	if err != nil || n != 2 {
+		t.Fatalf("NewCRLStore: %d objects, %v", n, err)
+	}
+	now := time.Now()
+	full := []*x509.Certificate{p.Leaf.Cert, p.Inter.Cert, p.Root.Cert}
+	if err := s.Check([][]*x509.Certificate{full}, now); err != nil {
+		t.Errorf("full chain: %v", err)
+	}
+	partial := [][]*x509.Certificate{full[:2]}
+	if err := s.Check(partial, now); err == nil || !strings.Contains(err.Error(), "unable to get CRL issuer certificate (certificate at depth 1,") {
+		t.Errorf("chain ending at the intermediate: %v", err)
+	}
+	if err := s.Check([][]*x509.Certificate{full[:2], full}, now); err != nil {
+		t.Errorf("a partial chain and the full one: %v", err)
+	}
+	interOnly, _, err := NewCRLStore(testpki.PEMCRL(testpki.MakeCRLv1(t, testpki.CRLSpec{By: &p.Inter})), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := interOnly.Check(partial, now); err == nil || !strings.Contains(err.Error(), "unable to get certificate CRL (certificate at depth 1,") {
+		t.Errorf("chain ending at the intermediate, no CRL of the root's: %v", err)
+	}
+	revoked, _, err := NewCRLStore(append(testpki.PEMCRL(testpki.MakeCRLv1(t, testpki.CRLSpec{By: &p.Inter,
+		Revoke: []*big.Int{p.Leaf.Cert.SerialNumber}})), testpki.PEMCRL(testpki.MakeCRLv1(t, testpki.CRLSpec{By: &p.Root}))...), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chain := range [][]*x509.Certificate{full, full[:2]} {
+		if err := revoked.Check([][]*x509.Certificate{chain}, now); err == nil || !strings.Contains(err.Error(), "certificate revoked (certificate at depth 0,") {
+			t.Errorf("revoked leaf, chain of %d: %v", len(chain), err)
+		}
+	}
 }

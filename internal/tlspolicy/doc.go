@@ -24,7 +24,13 @@
 // cert_crl): each needs a CRL from its issuer (the next certificate, or itself for the
 // self-signed root), from the sslcrl file or from the sslcrldir directories, whose files are
 // looked up as OpenSSL's by_dir.c looks them up (<issuer name hash>.r0, .r1, ... as "openssl
-// rehash" names them; other names are not read; a directory that does not exist has none). The
+// rehash" names them; other names are not read; a directory that does not exist has none). A
+// chain must end at a self-signed root (one that ends elsewhere fails: "unable to get CRL issuer
+// certificate"). CRLs of version 1 (RFC 5280, 5.1.2.1: no version field, as "openssl ca
+// -gencrl" writes them without extensions, and as PostgreSQL's SSL tests use them) and of
+// version 2 are read alike, as OpenSSL's x_crl.c reads both; crypto/x509 parses version 2 only,
+// so a version 1 CRL is handed to it with the version put in, its signature checked over its own
+// encoding. The
 // CRL chosen is, as OpenSSL chooses, the one in time (thisUpdate <= now <= nextUpdate), in scope
 // (the certificate's distribution points, RFC 5280 4.2.1.13, their cRLIssuer and reasons, against
 // the CRL's issuingDistributionPoint, 5.2.5), without an unhandled critical extension, and the
@@ -36,6 +42,8 @@
 // CRL"). Names are compared in OpenSSL's canonical form (x509_name_canon).
 //
 // What differs from libpq (15 to 18, with OpenSSL 3):
+//   - A CRL whose version is neither v1 nor v2 does not parse (crypto/x509's refusal, kept);
+//     OpenSSL 3.0 reads any version number.
 //   - sslcrl and the files of sslcrldir may be DER as well as PEM; libpq (OpenSSL's
 //     X509_STORE_load_locations) reads PEM only and, given a DER sslcrl, checks no revocation
 //     at all. A CRL that does not parse is an error; libpq then silently checks nothing.
