@@ -201,17 +201,8 @@ func sslSuiteCases() []sslSuiteCase {
 // refusal names, differs from libpq 18's, by case name, with the reason. A listed case that no
 // longer differs fails, so the list stays true.
 var sslSuiteDifferences = map[string]string{
-	"001:271 CRL belonging to a different CA":                                                 sslCRLv1,
-	"001:284 CRL with a non-revoked cert":                                                     sslCRLv1,
-	"001:567 does not connect with client-side CRL file":                                      sslCRLv1 + ": the refusal names the CRL, not the revocation",
-	"001:573 does not connect with client-side CRL directory":                                 "the version 1 CRLs of the directory are skipped: the refusal names a missing CRL, not the revocation",
 	"002:177 SCRAM with SSL and channel_binding=require, server certificate uses 'rsassaPss'": "Go's crypto/tls cannot use a certificate whose key is RSASSA-PSS (rsassaPss): the handshake fails",
 }
-
-// Reasons shared by several differences.
-const (
-	sslCRLv1 = "the suite's CRLs are version 1, which x509.ParseRevocationList refuses"
-)
 
 // sslSuiteStricter are the suite's cases where the connector refuses on purpose where libpq
 // connects, before sending anything (docs/connection-strings.md, "What is refused, and why").

@@ -378,8 +378,8 @@ func ourVerify(t *testing.T, p *testpki.PKI, crls [][]byte, crldir string) strin
 	if err == nil {
 		return ""
 	}
-	// "pgconnector: server certificate verify failed: REASON (certificate at depth N, ...)"
-	msg := strings.TrimPrefix(err.Error(), "pgconnector: server certificate verify failed: ")
+	// "certificate verify failed: REASON (certificate at depth N, ...)"
+	msg := strings.TrimPrefix(err.Error(), "certificate verify failed: ")
 	reason, rest, _ := strings.Cut(msg, " (certificate at depth ")
 	depth, _, _ := strings.Cut(rest, ",")
 	return reason + " @" + depth

@@ -51,7 +51,7 @@ func NewCRLStore(file []byte, dirs []string, read ReadFunc) (s *CRLStore, object
 
 // Check checks the verified chains of the server's certificate (each leaf first, root last)
 // against the CRLs: nil when one chain passes (see checkChain), else the error of the first,
-// "pgconnector: server certificate verify failed: REASON (certificate at depth N, SUBJECT)"
+// "certificate verify failed: REASON (certificate at depth N, SUBJECT)"
 // with OpenSSL's reason (X509_verify_cert_error_string). Every certificate of a chain needs a
 // CRL of its issuer, the root's included: a chain must end at a self-signed (self-issued)
 // certificate, as OpenSSL builds it without X509_V_FLAG_PARTIAL_CHAIN; one that ends at another
@@ -59,7 +59,7 @@ func NewCRLStore(file []byte, dirs []string, read ReadFunc) (s *CRLStore, object
 // are loaded, else "unable to get certificate CRL".
 func (s *CRLStore) Check(chains [][]*x509.Certificate, now time.Time) error {
 	if len(chains) == 0 {
-		return errors.New("pgconnector: server certificate verify failed: no verified chain to check against the CRLs")
+		return errors.New("certificate verify failed: no verified chain to check against the CRLs")
 	}
 	// Go may find several chains (cross-signed CAs); OpenSSL builds one. One that passes is enough.
 	var first error
@@ -581,7 +581,7 @@ func (s *CRLStore) checkChain(chain []*x509.Certificate, now time.Time) error {
 		}
 		for i, cert := range chain {
 			if err := s.checkCert(chain, i, now, deltas); err != nil {
-				return fmt.Errorf("pgconnector: server certificate verify failed: %w (certificate at depth %d, %s)",
+				return fmt.Errorf("certificate verify failed: %w (certificate at depth %d, %s)",
 					err, i, cert.Subject)
 			}
 		}
