@@ -2,7 +2,7 @@
 # Runs the whole test suite: installs what it needs (PostgreSQL server binaries, Go modules), then
 # go vet and a go.mod check in every module, go vet of the library with the build tag
 # pgconnector_nogss and a check that it then imports no Kerberos package, gofmt, a short run of
-# each fuzz target (connection strings, a server's negotiation bytes, GSS packets, secret literals
+# each fuzz target (connection strings, CRLs, client keys, a server's negotiation bytes, GSS packets, secret literals
 # in recorded statement texts), the tests of every module with the race detector (TestSoak for
 # 30 s), the NoGSS tests with the tag (not given the arguments), and a check that the tests left
 # nothing of the harness behind. The tests start their own throwaway PostgreSQL
@@ -60,6 +60,8 @@ echo "== fuzz (${FUZZTIME:=100000x} each)"
 # A failing input is written to testdata/fuzz/: fix the cause and commit it as a regression case.
 go test -run '^$' -fuzz '^FuzzParseSettings$' -fuzztime "$FUZZTIME" ./internal/connstring
 go test -run '^$' -fuzz '^FuzzCRLDistributionPoints$' -fuzztime "$FUZZTIME" ./internal/tlspolicy
+go test -run '^$' -fuzz '^FuzzParseCRL$' -fuzztime "$FUZZTIME" ./internal/tlspolicy
+go test -run '^$' -fuzz '^FuzzParseKey$' -fuzztime "$FUZZTIME" ./internal/tlspolicy
 go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotiation
 go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss
 go test -run '^$' -fuzz '^FuzzSecretLiteral$' -fuzztime "$FUZZTIME" ./tracing

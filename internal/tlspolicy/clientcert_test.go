@@ -276,3 +276,17 @@ func TestIsClientCertLoader(t *testing.T) {
 		t.Error("an application's function (or nil) taken for the loader")
 	}
 }
+
+// The key file is a local file, read as untrusted input: parseKey never panics, and a key it
+// returns is usable (a signer with a public key).
+func FuzzParseKey(f *testing.F) {
+	f.Add([]byte("-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n"), []byte("pw"))
+	f.Add([]byte("-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBvTBXBgkqhkiG9w0BBQ0wSjApBgkqhkiG9w0BBQwwHAQI\n-----END ENCRYPTED PRIVATE KEY-----\n"), []byte("pw"))
+	f.Add([]byte{0x30, 0x81, 0x87, 0x02, 0x01, 0x00}, []byte(nil))
+	f.Fuzz(func(t *testing.T, data, password []byte) {
+		key, err := parseKey(data, password)
+		if err == nil && (key == nil || key.Public() == nil) {
+			t.Fatal("a key without a public key and no error")
+		}
+	})
+}
