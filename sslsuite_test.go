@@ -2,6 +2,8 @@ package pgconnector_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,7 +17,9 @@ import (
 	"github.com/pgconnector/pgconnector/internal/testpki"
 )
 
-// sslSuiteCase is one connection of PostgreSQL 18's SSL suite (src/test/ssl/t/001_ssltests.pl):
+// sslSuiteCase is one connection of PostgreSQL 18's SSL suite (src/test/ssl/t/001_ssltests.pl,
+// 002_scram.pl and 003_sslinfo.pl; a name without a line number is a case whose line is not
+// pinned):
 // the server set-up it runs against, the connection string (paths "ssl/..." are the suite's
 // files, written to a directory of the test's), and what the suite expects: a connection, or
 // a refusal whose message matches stderr (the suite's expected_stderr).
@@ -29,6 +33,14 @@ type sslSuiteCase struct {
 	// message is too general to say it: a revoked certificate is "certificate verify
 	// failed" in libpq's words. Empty: the class of libpq's message.
 	reason string
+	// query is what the connection runs (psql -At, fields joined by "|"), "SELECT 1" when
+	// empty; result is a regexp (anchored) that the output of libpq's and the connector's
+	// run must each match: the suite's expected result. The placeholder {client_serial} is
+	// client.crt's serial in decimal, as pg_stat_ssl shows it.
+	query, result string
+	// queryFails: the connection succeeds and the query fails (003_sslinfo.pl's psql
+	// returning 3), for libpq and the connector alike.
+	queryFails bool
 	// scram: the server's pg_hba.conf and passwords are 002_scram.pl's (scram-sha-256, the
 	// password "pass" in PGPASSWORD) rather than 001_ssltests.pl's (trust).
 	scram bool
@@ -91,6 +103,9 @@ func sslSuiteCases() []sslSuiteCase {
 		fails("001:278 directory CRL belonging to a different CA", cn, sslClient+"sslcrl='' sslrootcert=ssl/root+server_ca.crt sslmode=verify-ca sslcrldir=ssl/client-crldir", sslVerifyFailed),
 		ok("001:284 CRL with a non-revoked cert", cn, sslClient+"sslrootcert=ssl/root+server_ca.crt sslmode=verify-ca sslcrl=ssl/root+server.crl"),
 		ok("001:289 directory CRL with a non-revoked cert", cn, sslClient+"sslrootcert=ssl/root+server_ca.crt sslmode=verify-ca sslcrldir=ssl/root+server-crldir"),
+
+		query(ok("001 pg_stat_ssl view without client certificate", cn, sslClient+"sslrootcert=invalid"),
+			"SELECT * FROM pg_stat_ssl WHERE pid = pg_backend_pid()", `\d+\|t\|TLSv[\d.]+\|[\w-]+\|\d+\|\|\|`),
 
 		// Host names against the certificate's CN and SANs.
 		ok("001:298 mismatch between host name and server certificate sslmode=require", cn, sslNames+"sslmode=require host=wronghost.test"),
@@ -158,10 +173,23 @@ func sslSuiteCases() []sslSuiteCase {
 		ok("001:627 certificate authorization succeeds with correct client cert in PEM format", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client.key"),
 		ok("001:634 certificate authorization succeeds with correct client cert in DER format", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client-der.key"),
 		ok("001:641 certificate authorization succeeds with correct client cert in encrypted PEM format", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client-encrypted-pem.key sslpassword='dUmmyP^#+'"),
+		ok("001:649 certificate authorization succeeds with correct client cert in encrypted DER format", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client-encrypted-der.key sslpassword='dUmmyP^#+'"),
 		ok("001:659 certificate authorization succeeds with correct client cert and sslcertmode=require", revoked, sslCertdb+"user=ssltestuser sslcertmode=require sslcert=ssl/client.crt sslkey=ssl/client.key"),
 		ok("001:666 certificate authorization succeeds with correct client cert and sslcertmode=allow", revoked, sslCertdb+"user=ssltestuser sslcertmode=allow sslcert=ssl/client.crt sslkey=ssl/client.key"),
 		fails("001:673 certificate authorization fails with correct client cert and sslcertmode=disable", revoked, sslCertdb+"user=ssltestuser sslcertmode=disable sslcert=ssl/client.crt sslkey=ssl/client.key", `connection requires a valid client certificate`),
 		fails("001:679 certificate authorization fails with correct client cert and wrong password in encrypted PEM format", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client-encrypted-pem.key sslpassword='wrong'", `private key file ".*client-encrypted-pem\.key": bad decrypt`),
+		// libpq's "processing error" is OpenSSL's word for a key it could not decrypt without a
+		// pass phrase; the connector says that sslpassword is empty.
+		ok("001 certificate authorization succeeds with correct client cert in PEM format with empty password", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client.key sslpassword=''"),
+		ok("001 certificate authorization succeeds with correct client cert in DER format with empty password", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client-der.key sslpassword=''"),
+		fails("001 certificate authorization fails with correct client cert and empty password in encrypted PEM format", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client-encrypted-pem.key sslpassword=''",
+			`private key file ".*client-encrypted-pem\.key": processing error`, "bad decrypt"),
+		ok("001 certificate authorization succeeds with DN mapping", revoked, sslCertdb+"dbname=certdb_dn user=ssltestuser sslcert=ssl/client-dn.crt sslkey=ssl/client-dn.key"),
+		ok("001 certificate authorization succeeds with DN regex mapping", revoked, sslCertdb+"dbname=certdb_dn_re user=ssltestuser sslcert=ssl/client-dn.crt sslkey=ssl/client-dn.key"),
+		ok("001 certificate authorization succeeds with CN mapping", revoked, sslCertdb+"dbname=certdb_cn user=ssltestuser sslcert=ssl/client-dn.crt sslkey=ssl/client-dn.key"),
+		query(ok("001 pg_stat_ssl with client certificate", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client.key"),
+			"SELECT * FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+			`\d+\|t\|TLSv[\d.]+\|[\w-]+\|\d+\|/?CN=ssltestuser\|{client_serial}\|/?CN=Test CA for PostgreSQL SSL regression test client certs`),
 		fails("001:801 certificate authorization fails because of file permissions", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client.crt sslkey=ssl/client_wrongperms.key", `private key file ".*client_wrongperms\.key" has group or world access`),
 		fails("001:810 certificate authorization fails with client cert belonging to another user", revoked, sslCertdb+"user=anotheruser sslcert=ssl/client.crt sslkey=ssl/client.key", `certificate authentication failed for user "anotheruser"`),
 		fails("001:822 certificate authorization fails with revoked client cert", revoked, sslCertdb+"user=ssltestuser sslcert=ssl/client-revoked.crt sslkey=ssl/client-revoked.key", sslRevokedAlert),
@@ -172,8 +200,10 @@ func sslSuiteCases() []sslSuiteCase {
 		// The client's intermediate CA, and a server-side CRL directory.
 		ok("001:872 intermediate client certificate is provided by client", interm, sslInterm+"sslmode=require sslcert=ssl/client+client_ca.crt"),
 		fails("001:876 intermediate client certificate is missing", interm, sslInterm+"sslmode=require sslcert=ssl/client.crt", sslUnknownCA),
+		fails("001:885 intermediate client certificate is missing, with a long subject", interm, sslInterm+"sslmode=require sslcert=ssl/client-long.crt sslkey=ssl/client-long.key", sslUnknownCA),
 		fails("001:904 intermediate client certificate is untrusted", untrusted, sslInterm+"sslmode=require sslcert=ssl/client+client_ca.crt", sslUnknownCA),
 		fails("001:924 certificate authorization fails with revoked client cert with server-side CRL directory", crldir, sslInterm+"user=ssltestuser sslcert=ssl/client-revoked.crt sslkey=ssl/client-revoked.key", sslRevokedAlert),
+		fails("001:935 certificate authorization fails with revoked UTF-8 client cert with server-side CRL directory", crldir, sslInterm+"user=ssltestuser sslcert=ssl/client-revoked-utf8.crt sslkey=ssl/client-revoked-utf8.key", sslRevokedAlert),
 	}
 	// 002_scram.pl: SCRAM and channel binding over TLS, against server-cn-only.
 	scram := []sslSuiteCase{
@@ -194,7 +224,49 @@ func sslSuiteCases() []sslSuiteCase {
 		c.scram = true
 		cases = append(cases, c)
 	}
+	// 003_sslinfo.pl: the sslinfo extension's functions and pg_stat_ssl, against
+	// server-revoked, with client_ext's certificate, in the suite's order (its names without
+	// line numbers: they move between releases). The sslcertmode cases are those PostgreSQL
+	// 16 added.
+	const (
+		infoConn = sslCertdb + "user=ssltestuser sslcert=ssl/client_ext.crt sslkey=ssl/client_ext.key "
+		infoNone = sslDefaults + "sslrootcert=ssl/root+server_ca.crt sslmode=require dbname=trustdb hostaddr=127.0.0.1 user=ssltestuser host=localhost"
+	)
+	q := func(name, conninfo, sql, result string) sslSuiteCase {
+		return query(ok("003 "+name, revoked, conninfo), sql, regexp.QuoteMeta(result))
+	}
+	cases = append(cases,
+		q("certificate authorization succeeds with correct client cert in PEM format", infoConn, "", "1"),
+		q("ssl_is_used() for TLS connection", infoConn, "SELECT ssl_is_used();", "t"),
+		q("ssl_version() correctly returning TLS protocol", infoConn+" ssl_min_protocol_version=TLSv1.2 ssl_max_protocol_version=TLSv1.2", "SELECT ssl_version();", "TLSv1.2"),
+		q("ssl_cipher() compared with pg_stat_ssl", infoConn, "SELECT ssl_cipher() = cipher FROM pg_stat_ssl WHERE pid = pg_backend_pid();", "t"),
+		q("ssl_client_cert_present() for connection with cert", infoConn, "SELECT ssl_client_cert_present();", "t"),
+		q("ssl_client_cert_present() for connection without cert", infoNone, "SELECT ssl_client_cert_present();", "f"),
+		q("ssl_client_serial() compared with pg_stat_ssl", infoConn, "SELECT ssl_client_serial() = client_serial FROM pg_stat_ssl WHERE pid = pg_backend_pid();", "t"),
+		queryFailing(q("ssl_client_dn_field() for an invalid field", infoConn, "SELECT ssl_client_dn_field('invalid');", "")),
+		q("ssl_client_dn_field() for connection without cert", infoNone, "SELECT ssl_client_dn_field('commonName');", ""),
+		q("ssl_client_dn_field() for commonName", infoConn, "SELECT '/CN=' || ssl_client_dn_field('commonName') = client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid();", "t"),
+		q("ssl_issuer_dn() for connection with cert", infoConn, "SELECT ssl_issuer_dn() = issuer_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid();", "t"),
+		q("ssl_issuer_field() for commonName", infoConn, "SELECT '/CN=' || ssl_issuer_field('commonName') = issuer_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid();", "t"),
+		q("extract extension from cert", infoConn, "SELECT value, critical FROM ssl_extension_info() WHERE name = 'basicConstraints';", "CA:FALSE|t"),
+		q("ssl_client_cert_present() for sslcertmode=allow", infoConn+" dbname=trustdb sslcertmode=allow", "SELECT ssl_client_cert_present();", "t"),
+		q("ssl_client_cert_present() for sslcertmode=allow sslcert=invalid", infoConn+" dbname=trustdb sslcertmode=allow sslcert=invalid", "SELECT ssl_client_cert_present();", "f"),
+		q("ssl_client_cert_present() for sslcertmode=disable", infoConn+" dbname=trustdb sslcertmode=disable", "SELECT ssl_client_cert_present();", "f"),
+		q("ssl_client_cert_present() for sslcertmode=require", infoConn+" dbname=trustdb sslcertmode=require", "SELECT ssl_client_cert_present();", "t"),
+	)
 	return cases
+}
+
+// query gives c a query and the regexp its result must match.
+func query(c sslSuiteCase, sql, result string) sslSuiteCase {
+	c.query, c.result = sql, result
+	return c
+}
+
+// queryFailing marks c as a connection whose query fails.
+func queryFailing(c sslSuiteCase) sslSuiteCase {
+	c.queryFails = true
+	return c
 }
 
 // sslSuiteDifferences are the suite's cases where the connector's outcome, or the reason its
@@ -238,11 +310,12 @@ func sslReason(msg string) string {
 }
 
 // TestSSLSuiteMatchesLibpq18 replays the connections of PostgreSQL 18's SSL suite
-// (src/test/ssl/t/001_ssltests.pl) against a PostgreSQL 18 set up as its SSL/Server.pm does,
-// with the suite's certificates (internal/testpki), and runs each connection string through
-// psql on libpq 18 and through the connector. libpq must do what the suite expects (else the
+// (src/test/ssl/t/001_ssltests.pl, 002_scram.pl, 003_sslinfo.pl) against a PostgreSQL 18 set
+// up as its SSL/Server.pm does, with the suite's certificates (internal/testpki), and runs
+// each connection string, and the case's query, through psql on libpq 18 and through the
+// connector. libpq must do what the suite expects (else the
 // set-up is wrong); the connector must reach libpq's outcome, and a refusal must name the
-// same reason, unless the case is listed in sslSuiteDifferences or sslSuiteStricter.
+// same reason, and a query the same result, unless the case is listed in sslSuiteDifferences or sslSuiteStricter.
 func TestSSLSuiteMatchesLibpq18(t *testing.T) {
 	env, err := harness.Libpq18Env()
 	if err != nil {
@@ -280,6 +353,15 @@ func TestSSLSuiteMatchesLibpq18(t *testing.T) {
 			t.Errorf("sslSuiteDifferences lists %q, which is no case", name)
 		}
 	}
+	serial := ""
+	if b, _ := pem.Decode(files["client.crt"]); b != nil {
+		if cert, err := x509.ParseCertificate(b.Bytes); err == nil {
+			serial = cert.SerialNumber.String()
+		}
+	}
+	if serial == "" {
+		t.Fatal("client.crt does not parse")
+	}
 	counts := map[string]int{}
 	current, scram := cases[0].server, false
 	for _, c := range cases {
@@ -288,6 +370,13 @@ func TestSSLSuiteMatchesLibpq18(t *testing.T) {
 				t.Fatal(err)
 			}
 			scram = true
+		}
+		if !c.scram && scram {
+			// 003_sslinfo.pl's server is set up for "trust" again.
+			if err := srv.SetSSLSuiteAuth(ctx, "trust", ""); err != nil {
+				t.Fatal(err)
+			}
+			scram = false
 		}
 		if c.server != current {
 			if err := srv.SwitchServerCert(c.server); err != nil {
@@ -303,15 +392,39 @@ func TestSSLSuiteMatchesLibpq18(t *testing.T) {
 				t.Setenv("PGPASSWORD", "pass")
 				env = append(env[:len(env):len(env)], "PGPASSWORD=pass")
 			}
-			_, perr := harness.Psql(ctx, env, conninfo, "SELECT 1")
+			sql := c.query
+			if sql == "" {
+				sql = "SELECT 1"
+			}
+			pout, perr := harness.Psql(ctx, env, conninfo, sql)
+			if c.queryFails {
+				// Connected, and the query refused: psql's error is the server's ERROR.
+				if perr == nil || !strings.Contains(perr.Error(), "ERROR:") {
+					t.Fatalf("libpq 18 gives %v where the suite expects a failing query", perr)
+				}
+				cout, cerr, qerr := sslSuiteRun(ctx, conninfo, sql)
+				t.Logf("libpq 18: %v; connector: %v, %v (%q)", perr, cerr, qerr, cout)
+				if cerr != nil || qerr == nil {
+					t.Errorf("connector differs: connect %v, query %v; libpq 18 connects and the query fails: %v", cerr, qerr, perr)
+				}
+				counts["connects"]++
+				return
+			}
 			if c.ok && perr != nil {
 				t.Fatalf("libpq 18 refuses where the suite connects (the set-up is wrong): %v", perr)
 			}
 			if !c.ok && (perr == nil || !regexp.MustCompile(c.stderr).MatchString(perr.Error())) {
 				t.Fatalf("libpq 18 gives %v where the suite expects a refusal matching %q (the set-up is wrong)", perr, c.stderr)
 			}
-			cerr := sslSuiteConnect(ctx, conninfo)
-			t.Logf("libpq 18: %v; connector: %v", perr, cerr)
+			result := regexp.MustCompile("^(?:" + strings.ReplaceAll(c.result, "{client_serial}", serial) + ")$")
+			if c.ok && c.query != "" && !result.MatchString(pout) {
+				t.Fatalf("libpq 18's result %q does not match the suite's %q (the set-up is wrong)", pout, result)
+			}
+			cout, cerr, qerr := sslSuiteRun(ctx, conninfo, sql)
+			if cerr == nil {
+				cerr = qerr
+			}
+			t.Logf("libpq 18: %v (%q); connector: %v (%q)", perr, pout, cerr, cout)
 			want := c.reason
 			if want == "" && perr != nil {
 				want = sslReason(perr.Error())
@@ -322,6 +435,8 @@ func TestSSLSuiteMatchesLibpq18(t *testing.T) {
 				differs = "outcome"
 			case cerr != nil && sslReason(cerr.Error()) != want:
 				differs = "reason " + sslReason(cerr.Error()) + ", want " + want
+			case cerr == nil && c.query != "" && !result.MatchString(cout):
+				differs = "result " + strconv.Quote(cout) + ", want " + strconv.Quote(pout)
 			}
 			if c.ok {
 				counts["connects"]++
@@ -355,20 +470,35 @@ func sslSuiteHas(cases []sslSuiteCase, name string) bool {
 	return false
 }
 
-// sslSuiteConnect opens one connection with a new connector for conninfo and runs a query.
-func sslSuiteConnect(ctx context.Context, conninfo string) error {
+// sslSuiteRun opens one connection with a new connector for conninfo and runs sql with the
+// simple query protocol, returning its rows as psql -At prints them (text values, fields
+// joined by "|", rows by newlines), the connection's error and the query's.
+func sslSuiteRun(ctx context.Context, conninfo, sql string) (string, error, error) {
 	c, err := pgconnector.New(conninfo)
 	if err != nil {
-		return err
+		return "", err, nil
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	dc, err := c.Connect(ctx)
 	if err != nil {
-		return err
+		return "", err, nil
 	}
 	defer dc.Close()
-	var one int
-	return pgconnector.PgxConnOf(dc).QueryRow(ctx, "SELECT 1").Scan(&one)
+	results, err := pgconnector.PgxConnOf(dc).PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return "", nil, err
+	}
+	var rows []string
+	for _, r := range results {
+		for _, row := range r.Rows {
+			fields := make([]string, len(row))
+			for i, f := range row {
+				fields[i] = string(f)
+			}
+			rows = append(rows, strings.Join(fields, "|"))
+		}
+	}
+	return strings.Join(rows, "\n"), nil, nil
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // SSLSuiteCert is one server set-up of PostgreSQL's SSL suite, as src/test/ssl/t/SSL/Server.pm's
@@ -33,9 +35,11 @@ const SSLSuiteDir = "sslsuite"
 // InstallSSLSuite prepares the server as configure_test_server_for_ssl (SSL/Server.pm) does
 // for the method "trust": it writes files (name -> content, names as in src/test/ssl/ssl/,
 // keys 0600) under DataDir/SSLSuiteDir, creates the roles ssltestuser, md5testuser,
-// anotheruser and yetanotheruser and the databases trustdb, certdb and verifydb, and writes
-// pg_hba.conf as SetSSLSuiteAuth(ctx, "trust", "") does. It then switches to first. The server must have been
-// started with Options.TLS.
+// anotheruser and yetanotheruser, the databases trustdb, certdb, verifydb, certdb_dn,
+// certdb_dn_re and certdb_cn, the extension sslinfo in trustdb, certdb and verifydb (as
+// 003_sslinfo.pl asks with extensions => [qw(sslinfo)]), writes pg_ident.conf with the
+// suite's maps dn, dnre and cn, and pg_hba.conf as SetSSLSuiteAuth(ctx, "trust", "") does.
+// It then switches to first. The server must have been started with Options.TLS.
 func (p *Postgres) InstallSSLSuite(ctx context.Context, files map[string][]byte, first SSLSuiteCert) error {
 	base := filepath.Join(p.DataDir, SSLSuiteDir)
 	if err := p.env.acct.mkdir(base, 0o700); err != nil {
@@ -66,10 +70,31 @@ func (p *Postgres) InstallSSLSuite(ctx context.Context, files map[string][]byte,
 		"CREATE DATABASE trustdb",
 		"CREATE DATABASE certdb",
 		"CREATE DATABASE verifydb",
+		"CREATE DATABASE certdb_dn",
+		"CREATE DATABASE certdb_dn_re",
+		"CREATE DATABASE certdb_cn",
 	} {
 		if err := p.ExecAdmin(ctx, sql); err != nil {
 			return err
 		}
+	}
+	for _, db := range []string{"trustdb", "certdb", "verifydb"} {
+		err := p.adminIn(ctx, db, func(conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, "CREATE EXTENSION sslinfo")
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("harness: sslinfo in %s: %w", db, err)
+		}
+	}
+	// The user name maps of SSL/Server.pm: the whole DN, a regular expression on the DN,
+	// and the CN, each mapping the suite's client-dn certificate to ssltestuser.
+	ident := "# Written by the pgconnector test harness.\n" +
+		"dn \"CN=ssltestuser-dn,OU=Testing,OU=Engineering,O=PGDG\" ssltestuser\n" +
+		"dnre \"/^.*OU=Testing,.*$\" ssltestuser\n" +
+		"cn ssltestuser-dn ssltestuser\n"
+	if err := p.env.acct.writeFile(filepath.Join(p.DataDir, "pg_ident.conf"), []byte(ident), 0o600); err != nil {
+		return fmt.Errorf("harness: %w", err)
 	}
 	if err := p.SetSSLSuiteAuth(ctx, "trust", ""); err != nil {
 		return err
@@ -130,7 +155,9 @@ func (p *Postgres) SwitchServerCert(c SSLSuiteCert) error {
 // md5testuser as MD5, as the script's password and password_enc arguments do. The lines, for
 // 127.0.0.1/32: hostssl trustdb md5testuser md5; hostssl trustdb all <method>; hostssl verifydb
 // ssltestuser and anotheruser <method> clientcert=verify-full, yetanotheruser <method>
-// clientcert=verify-ca; hostssl certdb all cert.
+// clientcert=verify-ca; hostssl certdb all cert; hostssl certdb_dn, certdb_dn_re and
+// certdb_cn all cert with clientname=DN map=dn, clientname=DN map=dnre and clientname=CN
+// map=cn.
 func (p *Postgres) SetSSLSuiteAuth(ctx context.Context, method, password string) error {
 	if strings.ContainsAny(method, " \t\n") || strings.ContainsAny(password, "'\\") {
 		return errors.New("harness: SetSSLSuiteAuth: a method is one word and a password has no quote or backslash")
@@ -159,5 +186,8 @@ func (p *Postgres) SetSSLSuiteAuth(ctx context.Context, method, password string)
 		"hostssl verifydb anotheruser "+cidr+" "+method+" clientcert=verify-full",
 		"hostssl verifydb yetanotheruser "+cidr+" "+method+" clientcert=verify-ca",
 		"hostssl certdb all "+cidr+" cert",
+		"hostssl certdb_dn all "+cidr+" cert clientname=DN map=dn",
+		"hostssl certdb_dn_re all "+cidr+" cert clientname=DN map=dnre",
+		"hostssl certdb_cn all "+cidr+" cert clientname=CN map=cn",
 	)
 }

@@ -38,14 +38,19 @@ const SSLSuitePassword = "dUmmyP^#+"
 //     server-no-names, server-revoked, server-ip-cn-only, server-ip-in-dnsname,
 //     server-ip-alt-names, server-cn-and-ip-alt-names, server-ip-cn-and-alt-names,
 //     server-ip-cn-and-dns-alt-names, all with O=PGDG;
-//   - client_ca signs client (CN ssltestuser) and client-revoked;
+//   - client_ca signs client (CN ssltestuser), client-revoked, client-revoked-utf8 (a Greek
+//     CN), client-dn (O=PGDG, OU=Engineering, OU=Testing, CN=ssltestuser-dn), client-long
+//     (a long subject) and client_ext (CN ssltestuser with basicConstraints, keyUsage and
+//     extendedKeyUsage);
 //   - the CRLs are version 1 (no version field, no extensions), as `openssl ca -gencrl`
 //     writes them without a crl_extensions section: root.crl (nothing revoked), server.crl
-//     (server-revoked), client.crl (client-revoked), and the bundles root+server.crl,
+//     (server-revoked), client.crl (client-revoked and client-revoked-utf8), and the bundles root+server.crl,
 //     root+client.crl and the directories root+server-crldir, root+client-crldir and
 //     client-crldir, whose files are named by OpenSSL's subject-name hash (X509_NAME_hash);
 //   - client.key in PEM (PKCS#1), client-der.key (PKCS#1 DER), client-encrypted-pem.key (PEM
-//     encrypted with AES-256-CBC and SSLSuitePassword).
+//     encrypted with AES-256-CBC and SSLSuitePassword), client-encrypted-der.key
+//     (the same PKCS#1 DER as client-der.key: sslfiles.mk writes it with `openssl rsa
+//     -outform DER -passout`, and DER output is never encrypted).
 //
 // The set is made once per process (RSA key generation is slow under -race); callers get a
 // copy of the map.
@@ -196,6 +201,53 @@ func makeSSLSuite() (map[string][]byte, error) {
 	}
 	m.files["client-encrypted-pem.key"] = pem.EncodeToMemory(enc)
 	m.files["client-revoked.key"] = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(revokedClient.key)})
+	// sslfiles.mk writes it with `openssl rsa -outform DER -passout ...`: DER output has no
+	// encryption, so the "encrypted" DER key is the plain DER key.
+	m.files["client-encrypted-der.key"] = clientDER
+
+	// The other client certificates of client_ca: client-dn (conf/client-dn.config: O, two
+	// OUs and a CN, each its own RDN), client-long (conf/client-long.config: a subject longer
+	// than a log line shows), client-revoked-utf8 (conf/client-revoked-utf8.config: a CN in
+	// UTF-8, revoked in client.crl) and client_ext (conf/client_ext.config: basicConstraints
+	// critical CA:FALSE, keyUsage, extendedKeyUsage clientAuth), each with its PEM key.
+	dnName, err := asn1.Marshal(pkix.RDNSequence{
+		{{Type: asn1.ObjectIdentifier{2, 5, 4, 10}, Value: "PGDG"}},
+		{{Type: asn1.ObjectIdentifier{2, 5, 4, 11}, Value: "Engineering"}},
+		{{Type: asn1.ObjectIdentifier{2, 5, 4, 11}, Value: "Testing"}},
+		{{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "ssltestuser-dn"}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	dnTmpl := leafTemplate("", false, nil)
+	dnTmpl.RawSubject = dnName
+	longTmpl := leafTemplate("ssl-123456789012345678901234567890123456789012345678901234567890", false, nil)
+	longTmpl.Subject.Organization = []string{"PGDG, a very long organization name, with commas and spaces"}
+	longTmpl.Subject.OrganizationalUnit = []string{"Testing of very long subjects, which a log line truncates"}
+	extTmpl := leafTemplate("ssltestuser", false, nil)
+	extTmpl.BasicConstraintsValid = true
+	extTmpl.KeyUsage = x509.KeyUsageContentCommitment | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	extTmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	var revokedUTF8 *rsaCA
+	for _, c := range []struct {
+		name string
+		tmpl *x509.Certificate
+	}{
+		{"client-dn", dnTmpl},
+		{"client-long", longTmpl},
+		{"client-revoked-utf8", leafTemplate("\u039f\u03b4\u03c5\u03c3\u03c3\u03ad\u03b1\u03c2", false, nil)},
+		{"client_ext", extTmpl},
+	} {
+		k, err := m.issue(c.tmpl, clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.name, err)
+		}
+		m.files[c.name+".crt"] = p(k)
+		m.files[c.name+".key"] = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k.key)})
+		if c.name == "client-revoked-utf8" {
+			revokedUTF8 = k
+		}
+	}
 
 	rootCRL, err := crlV1(root, nil)
 	if err != nil {
@@ -205,7 +257,7 @@ func makeSSLSuite() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	clientCRL, err := crlV1(clientCA, []*big.Int{revokedClient.cert.SerialNumber})
+	clientCRL, err := crlV1(clientCA, []*big.Int{revokedClient.cert.SerialNumber, revokedUTF8.cert.SerialNumber})
 	if err != nil {
 		return nil, err
 	}
