@@ -3,9 +3,11 @@ package negotiation
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 )
 
 // The bytes of the negotiation, and what each proves (protocol-flow.html "SSL Session
@@ -155,6 +157,8 @@ type sslRequestConn struct {
 	state uint8 // 0: nothing sent, 1: SSLRequest sent, 2: answered 'S', 3: passing through
 	rctx  context.Context
 	keep  bool
+	tls   bool  // the server answered 'S': TLS runs on this socket
+	wrErr error // a write that failed under TLS before the attempt ended (see Write)
 }
 
 func (c *sslRequestConn) Write(b []byte) (int, error) {
@@ -169,18 +173,36 @@ func (c *sslRequestConn) Write(b []byte) (int, error) {
 			}
 		}
 	case 2:
-		c.state = 3
+		c.state, c.tls = 3, true
 		if err := quiet(c.Conn, sslRequest); err != nil {
 			c.at.fail(stepSSLRequest, err)
 			return 0, err
 		}
 	}
-	return c.Conn.Write(b)
+	if c.wrErr != nil {
+		return len(b), nil
+	}
+	n, err := c.Conn.Write(b)
+	if err != nil && c.tls && !c.at.done.Load() && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		// As libpq (fe-misc.c, pqSendSome: write_failed), a write the server reset is not
+		// reported at once: what the server sent before it closed is read first and is the
+		// error. A server that refuses the client's certificate after a TLS 1.3 handshake sends
+		// its alert (certificate revoked, unknown ca) and closes; the startup written meanwhile
+		// meets the reset, and the alert, still in the socket, says why. Later writes are
+		// dropped; a read that finds nothing returns this error.
+		c.wrErr = err
+		return len(b), nil
+	}
+	return n, err
 }
 
 func (c *sslRequestConn) Read(b []byte) (int, error) {
 	if c.state != 1 || len(b) == 0 {
-		return c.Conn.Read(b)
+		n, err := c.Conn.Read(b)
+		if n == 0 && err != nil && c.wrErr != nil {
+			return 0, c.wrErr
+		}
+		return n, err
 	}
 	var buf [answerBuf]byte
 	n, err := readSome(c.Conn, buf[:])
