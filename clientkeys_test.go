@@ -153,8 +153,8 @@ func TestClientCertificateSentWhateverTheServerLists(t *testing.T) {
 	t.Logf("connector: %v\npsql: %v", err, psqlErr)
 }
 
-// namedClientCA is newClientCA's CA with the subject name cn: a server that lists newClientCA's
-// does not list it.
+// namedClientCA is a throwaway client CA with the subject name cn: a server that lists another
+// name's does not list it.
 func namedClientCA(t *testing.T, cn string) *clientCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
