@@ -42,7 +42,22 @@ func knownKey(key string) bool {
 	if _, ok := poolKeys[key]; ok {
 		return true
 	}
-	return serverParameters[strings.ToLower(key)] || customParameter.MatchString(key)
+	if serverParameters[strings.ToLower(key)] {
+		return true
+	}
+	// A dotted name that is a libpq keyword with dots in it, or one edit from one (ssl.mode),
+	// is a misspelt keyword, not a custom parameter.
+	return customParameter.MatchString(key) && !nearKeyword(strings.ReplaceAll(key, ".", ""))
+}
+
+// nearKeyword reports whether key is at most one edit from a libpq keyword.
+func nearKeyword(key string) bool {
+	for _, k := range keywords {
+		if editDistance(strings.ToLower(key), k.Name) <= 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // keywordIndex finds a libpq keyword's row in the table.
@@ -110,7 +125,7 @@ func unknownKeyError(key, what string, hidden bool) *ParseError {
 	if near := nearestKeyword(key); near != "" {
 		msg += ": did you mean " + near + "?"
 	} else {
-		msg += ": not a libpq keyword"
+		msg += ": not a libpq keyword, nor a server parameter a client may set at connection start"
 	}
 	e.msg = msg + " (a key must be a libpq keyword, one of pgx's, or a server parameter such as search_path or a dotted custom name: see docs/connection-strings.md)"
 	return e

@@ -26,7 +26,8 @@ type ParseError struct {
 	// Key is the connection-string key at fault, as libpq names it: "gssencmode", "sslmode",
 	// "port", ... A malformed string names the key when it can (an unclosed quote names the key
 	// whose value it opens, a bad escape in a URL's password "password"), else Key is "" (a word
-	// without "=", a bad URL host).
+	// without "=", a URL query parameter without "=", or an unknown key after a password not in
+	// quotes, which may be part of the password and is not shown).
 	Key string
 	// Env is the environment variable the bad value came from (PGGSSENCMODE, say), or "".
 	Env string
@@ -145,7 +146,7 @@ func fromPgx(err error, v *values) *ParseError {
 		const must = "a number from 1 to 65535 (or a comma-separated list of them, one per host)"
 		if v.portMisplaced {
 			return &ParseError{Key: "port", msg: "invalid port (not shown: an \"@\" after the host in the URL means it may be part of a password; " +
-				"percent-encode \"@\", \"/\", \"?\" and \",\" in a password): must be " + must}
+				"percent-encode \"@\" and \"/\" in a password: %40, %2F): must be " + must}
 		}
 		return bad("port", must, "", false)
 	case strings.HasPrefix(msg, "could not match ") && strings.HasSuffix(msg, " hosts"):

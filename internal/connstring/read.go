@@ -225,6 +225,11 @@ func (v *values) readURL() *ParseError {
 		hosts.WriteByte(',')
 		ports.WriteByte(',')
 	}
+	if strings.Contains(hosts.String(), "@") {
+		// libpq would look the host up by that name, the rest of a password with it
+		// (postgres://u:p@ss@h): refused, and not shown.
+		return urlError("host", `an "@" in a host (percent-encode "@" in a password: %40)`)
+	}
 	if hosts.Len() > 0 {
 		if err := add("host", hosts.String()); err != nil {
 			return err

@@ -130,6 +130,7 @@ func TestUnknownKeysRefused(t *testing.T) {
 		{"far from every keyword", "host=h frobnicate=1", "frobnicate", []string{"not a libpq keyword"}},
 		{"ssl other than true", "postgres://h/app?ssl=1", "ssl", []string{`"ssl"`, "did you mean"}},
 		{"server parameter a client cannot set", "host=h shared_buffers=1GB", "shared_buffers", []string{`"shared_buffers"`}},
+		{"a libpq keyword with a dot", "host=h ssl.mode=verify-full", "ssl.mode", []string{"did you mean sslmode?"}},
 		{"after an unquoted password", "host=h password=correct horse=" + secret, "", []string{"after the password"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,6 +153,11 @@ func TestUnknownKeysRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// An "@" of a password not encoded would make a host name of the rest: refused, not shown.
+	if _, err := Parse("postgres://u:p@" + secret + "@127.0.0.1/app"); err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("a host with \"@\": %v, want a refusal that does not show it", err)
 	}
 
 	s, err := Parse("host=h search_path=app,public myapp.tenant=t1 DateStyle=ISO statement_timeout=5s " +

@@ -445,15 +445,22 @@ func TestURIReadingMatchesLibpq(t *testing.T) {
 // why. A case listed here that no longer differs fails, as does a case that differs and is not
 // listed; a failing case's message gives its entry. Each is a key that libpq refuses and the
 // connector takes on purpose, for strings written for pgx (docs/connection-strings.md, "Keys libpq
-// does not know"): pgx's alias database, and server parameters.
+// does not know"): pgx's alias database, and server parameters; or a URL it refuses sooner.
 var uriDifferences = map[string]string{
 	"x-database-url":     pgxAlias,
 	"x-database-kv":      pgxAlias,
 	"x-server-param-url": serverParameter,
 	"x-server-param-kv":  serverParameter,
+	// Refused sooner, on purpose: libpq would look the host up with the rest of a password in it.
+	"url-password-at-start-raw": atInHost,
+	"url-password-at-mid-raw":   atInHost,
+	"url-password-at-end-raw":   atInHost,
+	"url-host-at-mid-raw":       atInHost,
+	"x-pw-two-at":               atInHost,
 }
 
 const (
+	atInHost        = "a host with \"@\" (a password's \"@\" not percent-encoded) is refused before any lookup; libpq reads the host with it"
 	pgxAlias        = "pgx's database (for dbname) is taken; libpq 18 refuses it"
 	serverParameter = "a server parameter a client may set (search_path) is taken and sent to the server, as pgx sends it; libpq 18 refuses it"
 )
