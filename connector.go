@@ -60,9 +60,6 @@ type Connector struct {
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	// tlsConfigFunc is WithTLSConfigFunc's, run by attemptTLS.
 	tlsConfigFunc TLSConfigFunc
-	// certLoaders: pgx loads a client certificate (sslcert, sslkey) for the hosts' TLS
-	// configurations, which a clone must keep (pgxconfig.CloneTLSWithCert).
-	certLoaders bool
 
 	mu      sync.Mutex
 	onClose []func() // unregister the DBStats callbacks of OpenDB
@@ -149,7 +146,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		return nil, err
 	}
 	c = &Connector{settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect,
-		tlsConfigFunc: o.tlsConfigFunc, certLoaders: pgxconfig.HasCertLoaders(&s.Config.Config)}
+		tlsConfigFunc: o.tlsConfigFunc}
 	if o.statementSpans {
 		c.tp = o.tracerProvider
 		c.statements = tracing.NewStatements(o.statementConfig(s.Config))

@@ -23,30 +23,21 @@ type TLSConfigFunc func(ctx context.Context, host string, cfg *tls.Config) error
 
 // attemptTLS gives the attempt's configuration (cfg, after Negotiator.Configure gave it its
 // host's TLS configuration, which every attempt to the host shares) a TLS configuration of its
-// own, sharing no slice with the host's (pgxconfig.CloneTLS; pgxconfig.CloneTLSWithCert when pgx
-// loads a client certificate for it, from sslcert and sslkey), and runs WithTLSConfigFunc on it.
+// own, sharing no slice with the host's (pgxconfig.CloneTLS), and runs WithTLSConfigFunc on it.
 // Whatever WithTLSConfigFunc and WithBeforeConnect change in it, refused or not, is this
 // attempt's alone.
 func (c *Connector) attemptTLS(ctx context.Context, cfg *pgconn.Config) error {
 	if cfg.TLSConfig == nil {
 		return nil
 	}
-	if c.tlsConfigFunc == nil && !c.certLoaders {
-		cfg.TLSConfig = pgxconfig.CloneTLS(cfg.TLSConfig)
+	cfg.TLSConfig = pgxconfig.CloneTLS(cfg.TLSConfig)
+	if c.tlsConfigFunc == nil {
 		return nil
 	}
 	host, port, _ := negotiation.AttemptHost(ctx)
 	i := slices.IndexFunc(c.settings.Hosts, func(h negotiation.Host) bool { return h.Host == host && h.Port == port })
 	if i < 0 || c.settings.Hosts[i].TLSConfig == nil || connstring.TLSCheck(c.settings, i) == nil { // a Settings not made by ParseSettings
 		return &negotiation.AbortError{Err: errors.New("pgconnector: the host's TLS configuration was not built by the connector")}
-	}
-	if c.certLoaders {
-		pgxconfig.CloneTLSWithCert(cfg, &c.settings.Config.Config, c.settings.Hosts[i].TLSConfig)
-	} else {
-		cfg.TLSConfig = pgxconfig.CloneTLS(cfg.TLSConfig)
-	}
-	if c.tlsConfigFunc == nil {
-		return nil
 	}
 	chk, mode := connstring.TLSCheck(c.settings, i), c.settings.Hosts[i].SSLMode
 	tc := cfg.TLSConfig

@@ -200,33 +200,21 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
-// tlsProblem names the TLS key at fault (pgconn/config.go, configTLS). File errors keep their
+// tlsProblem names the TLS key at fault (pgconn/config.go, configTLS). pgx is given no sslcert
+// or sslkey (the connector loads them, tlspolicy.ClientCert): only the root certificate's
+// problems remain. File errors keep their
 // cause (no such file, permission denied) and show the path when it is safe to.
 func tlsProblem(inner error, innerMsg string) *ParseError {
 	e := func(key, format string, args ...any) *ParseError {
 		return &ParseError{Key: key, msg: fmt.Sprintf(format, args...)}
 	}
 	switch {
-	case innerMsg == `both "sslcert" and "sslkey" are required`:
-		return e("sslkey", "sslcert and sslkey must be given together")
 	case strings.HasPrefix(innerMsg, "unable to load system certificate pool"):
 		return e("sslrootcert", "sslrootcert=system: cannot load the system's certificate authorities")
 	case strings.HasPrefix(innerMsg, "unable to read CA file"):
 		return e("sslrootcert", "cannot read sslrootcert%s", fileProblem(inner))
 	case innerMsg == "unable to add CA to cert pool":
 		return e("sslrootcert", "sslrootcert holds no PEM certificate")
-	case strings.HasPrefix(innerMsg, "unable to resolve sslcert"), strings.HasPrefix(innerMsg, "unable to read cert"):
-		return e("sslcert", "cannot read sslcert%s", fileProblem(inner))
-	case strings.HasPrefix(innerMsg, "unable to load cert"):
-		return e("sslcert", "sslcert and sslkey do not make a certificate and its key")
-	case strings.HasPrefix(innerMsg, "unable to resolve sslkey"), strings.HasPrefix(innerMsg, "unable to read sslkey"):
-		return e("sslkey", "cannot read sslkey%s", fileProblem(inner))
-	case innerMsg == "failed to decode sslkey":
-		return e("sslkey", "sslkey holds no PEM key")
-	case strings.HasPrefix(innerMsg, "unable to find sslpassword"):
-		return e("sslpassword", "sslkey is encrypted and no sslpassword is given")
-	case strings.HasPrefix(innerMsg, "unable to decrypt key"):
-		return e("sslpassword", "sslkey cannot be decrypted with sslpassword")
 	}
 	return e("sslmode", "invalid TLS settings (pgx's message is not shown: it may quote a value)")
 }

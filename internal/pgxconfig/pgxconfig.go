@@ -1,7 +1,6 @@
 // Package pgxconfig holds what the connector does with pgx's configuration beyond its exported
 // fields: TLS clones that share nothing a hook could change in place with the configuration
-// they were made from, one of them keeping pgx's client certificate (pgx keys it by its own
-// *tls.Config), and the fields an application's hook must leave to the connector.
+// they were made from, and the fields an application's hook must leave to the connector.
 package pgxconfig
 
 import (
@@ -47,40 +46,6 @@ func ownSlices(c *tls.Config) {
 	c.CurvePreferences = slices.Clone(c.CurvePreferences)
 	c.Certificates = slices.Clone(c.Certificates)
 	c.EncryptedClientHelloConfigList = slices.Clone(c.EncryptedClientHelloConfigList)
-}
-
-// CloneTLSWithCert replaces cfg.TLSConfig, the negotiator's configuration for a host (pgx's,
-// parsed, offering ALPN "postgresql": negotiation's withALPN clones it), by a clone that pgx
-// still gives the client certificate of sslcert and sslkey. pgx finds that certificate by the *tls.Config
-// pointer it built (pgconn.Config.clientCertificateLoaders, which Copy carries over to its
-// clones of TLSConfig and Fallbacks only), parsed: the host's configuration as pgx parsed it, in
-// base, the configuration pgx parsed. The clone is made by pgconn.Config.Copy of base with parsed
-// as its TLSConfig, and cfg takes that copy's pgx-private fields (the loaders, keyed by the
-// clone) and keeps its own exported ones. As CloneTLS's, the clone shares no slice with parsed.
-func CloneTLSWithCert(cfg, base *pgconn.Config, parsed *tls.Config) {
-	src := *base // a shallow copy: its loaders are the parsed configuration's
-	src.TLSConfig = parsed
-	src.Fallbacks = nil
-	src.RuntimeParams = nil
-	cp := src.Copy()
-	ownSlices(cp.TLSConfig)
-	cp.TLSConfig.NextProtos = slices.Clone(cfg.TLSConfig.NextProtos) // withALPN's
-	keep := *cfg
-	*cfg = *cp
-	dst, from := reflect.ValueOf(cfg).Elem(), reflect.ValueOf(&keep).Elem()
-	for i := range dst.NumField() {
-		if f := dst.Type().Field(i); f.IsExported() && f.Name != "TLSConfig" {
-			dst.Field(i).Set(from.Field(i))
-		}
-	}
-}
-
-// HasCertLoaders reports whether pgx installed a client certificate loader (sslcert and sslkey)
-// in cfg: then a clone of a host's TLS configuration must be made by CloneTLSWithCert.
-func HasCertLoaders(cfg *pgconn.Config) bool {
-	v := reflect.ValueOf(cfg).Elem().FieldByName("clientCertificateLoaders")
-	// Not found (a pgx that keeps the certificate otherwise): clone with the loaders' way anyway.
-	return !v.IsValid() || v.Len() > 0
 }
 
 // Fields are what the connector sets in an attempt's configuration (Negotiator.Configure and

@@ -4,21 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-
-	"github.com/pgconnector/pgconnector/internal/testpki"
 )
 
 // A clone's slices are its own: changing an element in place leaves the original as it was.
@@ -46,48 +40,6 @@ func TestCloneTLSSharesNoSlice(t *testing.T) {
 		orig.CurvePreferences[0] != tls.X25519, orig.Certificates[0].OCSPStaple == nil, orig.EncryptedClientHelloConfigList[0] != 1,
 		orig.MinVersion != tls.VersionTLS12:
 		t.Errorf("a change to the clone reached the original: %+v", orig)
-	}
-}
-
-// CloneTLSWithCert's clone keeps pgx's client certificate loader (keyed by the clone) and shares
-// no slice with the host's configuration.
-func TestCloneTLSWithCertOwnsItsSlices(t *testing.T) {
-	p := testpki.New(t)
-	dir := t.TempDir()
-	keyDER, err := x509.MarshalPKCS8PrivateKey(p.Leaf.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
-	if err := os.WriteFile(cert, testpki.PEMCert(p.Leaf.Cert), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	base, err := pgconn.ParseConfig("host=db.invalid sslmode=require sslcert=" + cert + " sslkey=" + key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !HasCertLoaders(base) {
-		t.Fatal("pgx installed no client certificate loader")
-	}
-	parsed := base.TLSConfig
-	parsed.NextProtos = append(make([]string, 0, 4), "postgresql")
-	attempt := base.Copy()
-	attempt.TLSConfig = parsed.Clone() // the negotiator's, sharing parsed's slices
-	attempt.Password = "attempt's"
-	CloneTLSWithCert(attempt, base, parsed)
-	if attempt.TLSConfig == parsed || attempt.Password != "attempt's" {
-		t.Fatalf("the attempt's configuration is not a clone with its own fields: %+v", attempt)
-	}
-	loaders := reflect.ValueOf(attempt).Elem().FieldByName("clientCertificateLoaders")
-	if !loaders.IsValid() || !loaders.MapIndex(reflect.ValueOf(attempt.TLSConfig)).IsValid() {
-		t.Error("the clone lost pgx's client certificate loader")
-	}
-	attempt.TLSConfig.NextProtos[0] = "h2"
-	if parsed.NextProtos[0] != "postgresql" {
-		t.Error("a change to the clone's NextProtos reached the host's configuration")
 	}
 }
 
