@@ -195,8 +195,10 @@ func (o *options) statementConfig(cfg *pgx.ConnConfig) tracing.StatementConfig {
 // The error of a failed connect says which host and step failed.
 //
 // The connection is pgx's (*stdlib.Conn) with WithStatementSpans(false); otherwise it is that
-// connection wrapped by the statement tracer (github.com/ngrok/sqlmw): use [PgxConn] to reach
-// the *pgx.Conn under it.
+// connection wrapped by the statement tracer, which has the methods of *stdlib.Conn and no
+// other, so that database/sql finds on it the optional interfaces it finds on pgx's (as of Go
+// 1.27, driver.RowsColumnScanner on its rows). Its Conn method, like *stdlib.Conn's, returns the
+// *pgx.Conn under it: [PgxConn] calls it.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	var conn driver.Conn
 	var host string // the host and port of the attempt that connected, as written in the DSN
@@ -213,9 +215,6 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	if c.statements == nil {
 		return conn, nil
-	}
-	if sc, ok := conn.(*stdlib.Conn); ok { // always, from stdlib.GetConnector
-		conn = &pgxConn{Conn: sc}
 	}
 	return c.statements.WrapConn(conn, host, port), nil
 }

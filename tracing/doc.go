@@ -2,8 +2,8 @@
 // statements run on a connection into spans and measurements.
 //
 // Six parts, each fed plain data by the code it observes: [NewTrace] (connect steps, below),
-// [NewStatements] (a github.com/ngrok/sqlmw interceptor: one CLIENT span and one
-// db.client.operation.duration measurement per statement-level call), [NewPgxTracer] (the same
+// [NewStatements] (database/sql connections wrapped with the methods of pgx's driver types: one
+// CLIENT span and one db.client.operation.duration measurement per statement-level call), [NewPgxTracer] (the same
 // statement spans and measurements for pgx.Conn and pgxpool, through pgx's tracer interfaces),
 // [NewMetrics] (connect durations, decision cache hits and misses, attempts avoided, pool
 // statistics), [NewPoolTracer] (a pgxpool's acquire spans and measurements) and [NewLogTrace]

@@ -4,14 +4,12 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/ngrok/sqlmw"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -76,8 +74,7 @@ type StatementConfig struct {
 	// database/sql's DB.PingContext and Conn.PingContext run it) and ResetSession (RESET_SESSION,
 	// database/sql's check of a pooled connection before it is reused: pgx's stdlib pings the
 	// server there when the connection was idle for more than a second). The zero value makes
-	// none: a ping with no span in its context would otherwise be a trace of its own. IsValid
-	// is never traced: it does no I/O (pgx's connection has none, sqlmw answers true). PING is
+	// none: a ping with no span in its context would otherwise be a trace of its own. PING is
 	// measured whatever PingSpans says; RESET_SESSION never is. pgx (PgxTracer) runs no ping
 	// through its tracer: nothing to trace there.
 	PingSpans bool
@@ -116,8 +113,8 @@ type StatementConfig struct {
 // Statements traces the statement-level calls of database/sql connections: each exec, query,
 // prepare, prepared statement exec and query, begin, commit, rollback and ping is one
 // measurement of db.client.operation.duration and, unless the configuration says otherwise (see
-// below), one span of kind CLIENT, a child of the span in the caller's context. It is the
-// [github.com/ngrok/sqlmw] interceptor of the connections [Statements.WrapConn] returns.
+// below), one span of kind CLIENT, a child of the span in the caller's context, on the
+// connections [Statements.WrapConn] returns.
 //
 // A span is named after its operation: the first keyword of the statement (SELECT, INSERT, ...)
 // in upper case, when the text is a single statement and the keyword starts one of PostgreSQL's
@@ -141,7 +138,7 @@ type StatementConfig struct {
 //
 // A ping makes a span only with StatementConfig.PingSpans, which traces ResetSession
 // (database/sql's check of a pooled connection) too. Nothing else of a connection is traced: not
-// IsValid, not Close, not the closing of a prepared statement. StatementConfig also chooses
+// Close, not the closing of a prepared statement. StatementConfig also chooses
 // calls that make no span (SpanFilter, OmitRootSpans), adds attributes of the application
 // (Attributes), leaves cancellation out of the error status (CancelNotError) and comments the
 // text sent with the span's trace context (SQLComment).
@@ -188,78 +185,21 @@ func meter(mp metric.MeterProvider) metric.Meter {
 	return mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(semconv.SchemaURL))
 }
 
-// WrapConn returns conn wrapped by sqlmw so that its statement-level calls are traced. host and
-// port are those of the server conn is connected to, as written in the connection string: they
-// become server.address and server.port of its spans and measurements.
+// WrapConn returns conn with its statement-level calls traced. host and port are those of the
+// server conn is connected to, as written in the connection string: they become server.address
+// and server.port of its spans and measurements.
 //
-// sqlmw wraps connections only as they come out of a driver.Connector of its own; the one used
-// here hands out conn, already open. The returned connection claims every optional interface of
-// database/sql/driver; those conn lacks fall back as sqlmw decides (IsValid: true).
+// The returned connection, and the statements, rows and transactions it hands out, have the
+// methods of pgx's driver types (stdlib.Conn, stdlib.Stmt, stdlib.Rows and its transaction) and
+// no other: database/sql sees the optional interfaces of database/sql/driver that pgx's types
+// implement, those of the Go release the program is built with (driver.RowsColumnScanner from Go
+// 1.27), and no other. A method that conn (or what it hands out) lacks answers as database/sql
+// does without it: driver.ErrSkip for ExecContext, QueryContext and CheckNamedValue, Prepare for
+// PrepareContext, Begin for BeginTx, nil for Ping and ResetSession. Conn returns the *pgx.Conn
+// under conn, or nil when conn has none.
 func (s *Statements) WrapConn(conn driver.Conn, host string, port uint16) driver.Conn {
-	srv := s.server(host, port)
-	if srv.connector == nil {
-		return conn
-	}
-	wc, err := srv.connector.Connect(context.WithValue(context.Background(), openedConnKey{}, conn))
-	if err != nil {
-		otel.Handle(err) // unreachable: openedConn never fails
-		return conn
-	}
-	if fc, ok := wc.(sqlmwConn); ok && s.cfg.PingSpans {
-		return resetTraced{fc, &interceptor{s: s, srv: srv}}
-	}
-	return wc
+	return &sqlConn{conn: conn, ic: s.server(host, port).ic}
 }
-
-// sqlmwConn is what sqlmw's connection implements: every optional interface of
-// database/sql/driver.
-type sqlmwConn interface {
-	driver.Conn
-	driver.ConnBeginTx
-	driver.ConnPrepareContext
-	driver.Execer //nolint:staticcheck // sqlmw's connection has it: database/sql may use it
-	driver.ExecerContext
-	driver.Pinger
-	driver.Queryer //nolint:staticcheck // as Execer
-	driver.QueryerContext
-	driver.SessionResetter
-	driver.Validator
-	driver.NamedValueChecker
-}
-
-// resetTraced is sqlmw's connection with its ResetSession traced (sqlmw has no hook for it).
-type resetTraced struct {
-	sqlmwConn
-	ic *interceptor
-}
-
-// ResetSession is the connection's, in a RESET_SESSION span (not measured).
-func (r resetTraced) ResetSession(ctx context.Context) error {
-	ctx, c := r.ic.begin(ctx, r.ic.srv.calls[OperationResetSession])
-	c.start = time.Time{}
-	err := r.sqlmwConn.ResetSession(ctx)
-	r.ic.end(ctx, &c, err)
-	return err
-}
-
-// openedConn is the driver, and its driver.Connector, that hands out the connection already
-// open that the context carries (openedConnKey): sqlmw's connector of a server, made once,
-// wraps each connection of that server as it comes out of it.
-type openedConn struct{}
-
-type openedConnKey struct{}
-
-func (o openedConn) Open(string) (driver.Conn, error)               { return nil, errNotOpened }
-func (o openedConn) OpenConnector(string) (driver.Connector, error) { return o, nil }
-func (o openedConn) Driver() driver.Driver                          { return o }
-func (o openedConn) Connect(ctx context.Context) (driver.Conn, error) {
-	if c, _ := ctx.Value(openedConnKey{}).(driver.Conn); c != nil {
-		return c, nil
-	}
-	return nil, errNotOpened
-}
-
-var errNotOpened = errors.New("pgconnector/tracing: no open connection to wrap")
 
 type serverKey struct {
 	host string
@@ -274,9 +214,8 @@ type server struct {
 	texts sync.Map // textKey -> *textInfo
 	n     atomic.Int32
 	sets  sync.Map // operation -> attribute.Set of a success's measurement
-	// connector is sqlmw's connector over openedConn with this server's interceptor: it wraps
-	// the connections of this server (WrapConn).
-	connector driver.Connector
+	// ic traces the calls of this server's connections (WrapConn).
+	ic *interceptor
 }
 
 type textKey struct {
@@ -318,8 +257,7 @@ func (s *Statements) server(host string, port uint16) *server {
 	for _, op := range []string{OperationBegin, OperationCommit, OperationRollback, OperationPing, OperationResetSession} {
 		srv.calls[op] = s.newStatement(srv, op, "")
 	}
-	ic := &interceptor{s: s, srv: srv}
-	srv.connector, _ = sqlmw.Driver(openedConn{}, ic).(driver.DriverContext).OpenConnector("") // never fails: openedConn's does not
+	srv.ic = &interceptor{s: s, srv: srv}
 	got, _ := s.servers.LoadOrStore(key, srv)
 	return got.(*server)
 }
@@ -409,10 +347,8 @@ func (s *Statements) newStatement(srv *server, op, text string) *statement {
 	return st
 }
 
-// interceptor is the sqlmw.Interceptor of one connection. The methods it does not define pass
-// the call through (sqlmw.NullInterceptor).
+// interceptor traces the calls of the connections to one server (sqlconn.go).
 type interceptor struct {
-	sqlmw.NullInterceptor
 	s   *Statements
 	srv *server
 }
@@ -524,112 +460,3 @@ func (ic *interceptor) measurementSet(op, code, errType string) attribute.Set {
 	ic.srv.sets.Store(op, set)
 	return set
 }
-
-func (ic *interceptor) ConnExecContext(ctx context.Context, conn driver.ExecerContext, query string, args []driver.NamedValue) (driver.Result, error) {
-	ctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, execOptions))
-	query, args = ic.sqlComment(&c, query, args, true)
-	res, err := conn.ExecContext(ctx, query, args)
-	ic.end(ctx, &c, err)
-	return res, err
-}
-
-func (ic *interceptor) StmtExecContext(ctx context.Context, stmt driver.StmtExecContext, query string, args []driver.NamedValue) (driver.Result, error) {
-	ctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, execOptions))
-	res, err := stmt.ExecContext(ctx, args)
-	ic.end(ctx, &c, err)
-	return res, err
-}
-
-func (ic *interceptor) ConnQueryContext(ctx context.Context, conn driver.QueryerContext, query string, args []driver.NamedValue) (context.Context, driver.Rows, error) {
-	qctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, queryOptions))
-	query, args = ic.sqlComment(&c, query, args, false)
-	rows, err := conn.QueryContext(qctx, query, args)
-	return ic.rows(ctx, qctx, &c, rows, err)
-}
-
-func (ic *interceptor) StmtQueryContext(ctx context.Context, stmt driver.StmtQueryContext, query string, args []driver.NamedValue) (context.Context, driver.Rows, error) {
-	qctx, c := ic.begin(ctx, ic.s.runSQL(ic.srv, query, args, queryOptions))
-	rows, err := stmt.QueryContext(qctx, args)
-	return ic.rows(ctx, qctx, &c, rows, err)
-}
-
-// rowsKey marks, in the context sqlmw hands to RowsNext and RowsClose (the one ConnQueryContext
-// and StmtQueryContext return), the call the rows belong to.
-type rowsKey struct{}
-
-// rows ends c now if the query failed; otherwise it returns the context under which sqlmw reads
-// the rows, carrying c, so that RowsClose ends it.
-func (ic *interceptor) rows(ctx, qctx context.Context, c *call, rows driver.Rows, err error) (context.Context, driver.Rows, error) {
-	if err != nil {
-		ic.end(qctx, c, err)
-		return ctx, nil, err
-	}
-	if !c.span.IsRecording() && c.start.IsZero() {
-		c.span.End()
-		return ctx, rows, nil // nothing to record at the end
-	}
-	h := new(call)
-	*h = *c
-	return context.WithValue(qctx, rowsKey{}, h), rows, nil
-}
-
-func (ic *interceptor) RowsNext(ctx context.Context, rows driver.Rows, dest []driver.Value) error {
-	err := rows.Next(dest)
-	if err != nil && err != io.EOF {
-		if c, _ := ctx.Value(rowsKey{}).(*call); c != nil && c.rowsErr == nil {
-			c.rowsErr = err
-		}
-	}
-	return err
-}
-
-func (ic *interceptor) RowsClose(ctx context.Context, rows driver.Rows) error {
-	err := rows.Close()
-	if c, _ := ctx.Value(rowsKey{}).(*call); c != nil {
-		if c.rowsErr != nil {
-			err = c.rowsErr
-		}
-		ic.end(ctx, c, err)
-	}
-	return err
-}
-
-func (ic *interceptor) ConnPrepareContext(ctx context.Context, conn driver.ConnPrepareContext, query string) (context.Context, driver.Stmt, error) {
-	pctx, c := ic.begin(ctx, ic.s.prepare(ic.srv, query))
-	stmt, err := conn.PrepareContext(pctx, query)
-	ic.end(pctx, &c, err)
-	// sqlmw keeps the returned context for the statement's Close: the caller's, not the span's.
-	return ctx, stmt, err
-}
-
-func (ic *interceptor) ConnBeginTx(ctx context.Context, conn driver.ConnBeginTx, opts driver.TxOptions) (context.Context, driver.Tx, error) {
-	bctx, c := ic.begin(ctx, ic.srv.calls[OperationBegin])
-	tx, err := conn.BeginTx(bctx, opts)
-	ic.end(bctx, &c, err)
-	// sqlmw hands the returned context to TxCommit and TxRollback: their spans are siblings of
-	// this one, under the caller's span.
-	return ctx, tx, err
-}
-
-func (ic *interceptor) TxCommit(ctx context.Context, tx driver.Tx) error {
-	ctx, c := ic.begin(ctx, ic.srv.calls[OperationCommit])
-	err := tx.Commit()
-	ic.end(ctx, &c, err)
-	return err
-}
-
-func (ic *interceptor) TxRollback(ctx context.Context, tx driver.Tx) error {
-	ctx, c := ic.begin(ctx, ic.srv.calls[OperationRollback])
-	err := tx.Rollback()
-	ic.end(ctx, &c, err)
-	return err
-}
-
-func (ic *interceptor) ConnPing(ctx context.Context, conn driver.Pinger) error {
-	ctx, c := ic.begin(ctx, ic.srv.calls[OperationPing])
-	err := conn.Ping(ctx)
-	ic.end(ctx, &c, err)
-	return err
-}
-
-var _ sqlmw.Interceptor = (*interceptor)(nil)
