@@ -23,7 +23,9 @@
 #     tree is readable by every user (the harness runs the servers as an unprivileged account)
 #     and each postgres is checked with --version. These builds have OpenSSL but no GSSAPI:
 #     the Kerberos tests stay on Debian's PostgreSQL 15 (internal/harness, Options.Major);
-#   - the Go modules that the go.mod of each module of the repository lists (go mod download).
+#   - the Go modules that the go.mod of each module of the repository lists (go mod download),
+#     and Go 1.27.3 (GOTOOLCHAIN=go1.27.3, from the Go module proxy), the second Go release the
+#     tests run the library with.
 # Idempotent: anything already present is left alone. System packages need root; when
 # not run as root the privileged part goes through sudo if it exists.
 #
@@ -560,4 +562,7 @@ while IFS= read -r mod; do
   log "go mod download ($mod)"
   go -C "$mod" mod download
 done < <(find . -name go.mod -not -path '*/testdata/*' -not -path './.git/*' -printf '%h\n' | sort)
+# The second Go release the library is tested with (scripts/test.sh): the go command takes it
+# from the Go module proxy into the module cache, once.
+log "Go toolchain: $(GOTOOLCHAIN=go1.27.3 go version)"
 log "done"

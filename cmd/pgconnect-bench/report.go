@@ -107,7 +107,7 @@ servers on loopback, and in a process of its own:
   connection's setup costs twice the delay; one client per peer, in at most 3 rounds.
 - **Telemetry**: pgconnector runs as an application that has set no OpenTelemetry provider: with
   the global default providers it starts no span and records no measurement, though its statement
-  tracer (sqlmw) still wraps each connection. What spans cost with an SDK is measured by the root
+  tracer still wraps each connection. What spans cost with an SDK is measured by the root
   package's ` + "`BenchmarkConnectTracing`" + ` and ` + "`BenchmarkStatementTracing`" + `.
 
 `)
