@@ -107,12 +107,13 @@ servers on loopback, and in a process of its own:
   for a one-way delay in each direction (this kernel has no netem), so that each round trip of a
   connection's setup costs twice the delay; one client per peer, in at most 3 rounds.
 - Scenario 11 measures the statement path, not connecting: each peer's client process opens one
-  pooled connection to the fake server (in the benchmark process, on the server CPUs), runs
-  ` + "`select $1::int + 1`" + ` with one argument ` + plural(max(r.Rounds, 1), "round") + ` of iterations after an unmeasured warm-up (the connection, pgx's
-  prepared statement, the SDK's instruments), the peers taking turns as above, and measures around
-  the loop alone: wall time, getrusage (user+system) and ` + "`runtime.ReadMemStats`" + ` (Mallocs and
-  TotalAlloc, after a ` + "`runtime.GC`" + `), the process doing nothing else meanwhile but the SDK's batch
-  span processor, which is part of the traced peers' cost. Every traced peer gets the same
+  pooled connection to the fake server (in the benchmark process, on the server CPUs), warms
+  up unmeasured (the connection, pgx's prepared statement, the SDK's instruments), then runs
+  ` + "`select $1::int + 1`" + ` with one argument in a loop; the loops are split into ` + plural(max(r.Rounds, 1), "round") + `, a process
+  each, the peers taking turns as above. It measures around the loop alone: wall time, getrusage
+  (user+system) and ` + "`runtime.ReadMemStats`" + ` (Mallocs and TotalAlloc, after a ` + "`runtime.GC`" + `), the
+  process doing nothing else meanwhile but the SDK's batch span processor, which is part of the
+  traced peers' cost. Every traced peer gets the same
   OpenTelemetry SDK (every span sampled, batched to an exporter that discards it; a meter provider
   with a manual reader), and its loop runs inside a recording span; each traced peer's spans are
   recorded once more in a separate process with ` + "`tracetest.SpanRecorder`" + `, to show what they hold.

@@ -454,7 +454,8 @@ func writeStatement(b *strings.Builder, r *Report) {
 		"whose context holds none). otelsql and otelpgx run with their defaults (otelsql with the " +
 		"`db.system.name` attribute its documentation has the application add), the connector with its " +
 		"defaults. ns/op is wall time, CPU/op the client process's user+system time, allocs/op and B/op " +
-		"the Go heap's, all around the measured loops alone.")
+		"the Go heap's, all around the measured loops alone. The range of CPU/op over the rounds shows how noisy the " +
+		"machine was; the targets compare the median of the per-round ratios.")
 	if !r.StatementMeasured.IsZero() {
 		fmt.Fprintf(b, " Measured %s UTC in a run of this scenario alone, on the same machine; the other "+
 			"scenarios come from the run this report starts with.", r.StatementMeasured.UTC().Format("2006-01-02 15:04"))
