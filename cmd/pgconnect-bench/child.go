@@ -76,6 +76,9 @@ type clientSpec struct {
 	// Metrics, for workHerd and kindPgconnector: give the Connector a meter provider and report
 	// its pgconnector.scram.derivations counter (clientResult.Derivations).
 	Metrics bool `json:"metrics"`
+	// Spans, for workStmt: record the spans and measurements of one iteration
+	// (clientResult.Spans, Metrics) instead of measuring the loop.
+	Spans bool `json:"spans,omitempty"`
 }
 
 type clientResult struct {
@@ -90,6 +93,15 @@ type clientResult struct {
 	// Derivations is the connector's pgconnector.scram.derivations after a workHerd with
 	// Metrics; nil when not asked for, or when the connector does not export that counter.
 	Derivations *int64 `json:"scram_derivations,omitempty"`
+	// Ops is the statements a workStmt ran; Allocs and AllocBytes the heap allocations of its loop
+	// (runtime.MemStats Mallocs and TotalAlloc), for which CPU and Seconds are measured around the
+	// loop alone.
+	Ops        int    `json:"ops,omitempty"`
+	Allocs     uint64 `json:"allocs,omitempty"`
+	AllocBytes uint64 `json:"alloc_bytes,omitempty"`
+	// Spans and Metrics are what one iteration of a workStmt with spec.Spans recorded.
+	Spans   []SpanShape `json:"spans,omitempty"`
+	Metrics []string    `json:"metrics,omitempty"`
 }
 
 // childMain is main for a client process. It returns the exit status.
@@ -121,7 +133,9 @@ func childMain(stdin io.Reader, stdout io.Writer) int {
 	}
 	cpu0 := cpuTime()
 	res := run()
-	res.CPU = int64(cpuTime() - cpu0)
+	if spec.Workload != workStmt { // workStmt measures its loop itself
+		res.CPU = int64(cpuTime() - cpu0)
+	}
 	stopProfile()
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return fail(err)
@@ -227,6 +241,8 @@ func prepare(spec clientSpec) (func() clientResult, error) {
 		}, nil
 	case workCopy, workBytea:
 		return prepareBulk(spec)
+	case workStmt:
+		return prepareStmt(spec)
 	}
 	return nil, fmt.Errorf("unknown workload %q", spec.Workload)
 }

@@ -38,7 +38,8 @@ func machineInfo(ctx context.Context, pgVersion string) Machine {
 		var mods []string
 		for _, d := range bi.Deps {
 			switch d.Path {
-			case "github.com/jackc/pgx/v5", "github.com/lib/pq", "github.com/jcmturner/gokrb5/v8":
+			case "github.com/jackc/pgx/v5", "github.com/lib/pq", "github.com/jcmturner/gokrb5/v8",
+				"go.opentelemetry.io/otel/sdk", "github.com/XSAM/otelsql", "github.com/exaring/otelpgx":
 				mods = append(mods, d.Path+" "+d.Version)
 			}
 		}

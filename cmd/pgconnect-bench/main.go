@@ -33,9 +33,16 @@
 //     with their default sslmode=prefer and with sslnegotiation=direct
 //     sslmode=require, pgconnector with its default DSN. PostgreSQL 18 and
 //     libpq 18 by default (-pg-major).
+//  11. Statement path: a traced `select $1::int + 1` on one pooled connection to the fake
+//     server, through database/sql (pgx's stdlib untraced, with otelsql, the connector's
+//     OpenDB) and pgxpool (untraced, with otelpgx, the connector's OpenPool), all traced peers
+//     with the same OpenTelemetry SDK: ns/op, client CPU/op, allocs/op and B/op, and what each
+//     traced peer's spans hold.
 //
 // -scenarios scram runs 8 and 9 alone (about 2 minutes on 2 cores);
-// -scenarios distance runs 10 alone (a few minutes).
+// -scenarios distance runs 10 alone (a few minutes); -scenarios stmt runs 11 alone (about 2
+// minutes). A run of one scenario goes into an earlier report with -render and -merge-distance
+// or -merge-statement.
 //
 // Each peer runs in a process of its own (pgbench, psql, or this program
 // re-executed as a Go client), so that the client CPU time reported is that
@@ -90,6 +97,10 @@ type config struct {
 	distanceDelays []int
 	distanceConns  int
 	pgMajor        int
+	// stmtOps are scenario 11's measured iterations per peer (split over the rounds), stmtWarm
+	// the unmeasured ones each client process runs first.
+	stmtOps        int
+	stmtWarm       int
 	rounds         int // each storm is split into this many rounds, peers taking turns
 	copyMiB        int // scenario 4 COPY table size
 	byteaMiB       int // scenario 4 bytea size
@@ -97,6 +108,7 @@ type config struct {
 	cpuProfile     string
 	render         string // a benchmarks.json to render again instead of measuring
 	mergeDistance  string // with render: a benchmarks.json whose scenario 10 replaces the report's
+	mergeStatement string // with render: a benchmarks.json whose scenario 11 replaces the report's
 	pin            bool   // clients and servers on separate CPUs
 }
 
@@ -106,7 +118,7 @@ func parseFlags(args []string) (config, error) {
 	var scenarios, fakeClients, scramClients, tlsClients, distanceDelays string
 	fs.StringVar(&c.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and the charts")
 	fs.BoolVar(&c.quick, "quick", false, "small counts: a smoke run whose figures are not for publishing")
-	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9,10", `comma-separated scenarios to run (1-10); "scram" stands for 8,9, "distance" for 10`)
+	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9,10,11", `comma-separated scenarios to run (1-11); "scram" stands for 8,9, "distance" for 10, "stmt" for 11`)
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients in scenarios 1-4")
 	fs.IntVar(&c.conns, "conns", 2000, "connections per peer in scenarios 1-3")
 	fs.IntVar(&c.gssConns, "gss-conns", 1000, "connections per peer in scenario 4")
@@ -120,6 +132,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&distanceDelays, "distance-delays", "0,5,25", "one-way delays in scenario 10, ms (the round trip is twice each)")
 	fs.IntVar(&c.distanceConns, "distance-conns", 40, "connections per peer, role and delay in scenario 10 (one client, at most 3 rounds)")
 	fs.IntVar(&c.pgMajor, "pg-major", 18, "PostgreSQL major version of scenario 10's server and libpq (direct TLS from 17 on)")
+	fs.IntVar(&c.stmtOps, "stmt-ops", 100000, "measured statements per peer in scenario 11, split over the rounds")
+	fs.IntVar(&c.stmtWarm, "stmt-warm", 2000, "unmeasured statements before each measured loop of scenario 11")
 	fs.IntVar(&c.rounds, "rounds", 10, "rounds per storm; peers take turns, so that noise is shared")
 	fs.IntVar(&c.copyMiB, "copy-mib", 256, "size of the COPY table in scenario 4, MiB (0: skip)")
 	fs.IntVar(&c.byteaMiB, "bytea-mib", 64, "size of the bytea round trip in scenario 4, MiB (0: skip)")
@@ -127,6 +141,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.pin, "pin", true, "run the clients on half of the CPUs and the servers on the other half (taskset), as on separate hosts")
 	fs.StringVar(&c.render, "render", "", "render benchmarks.md and the charts again from this benchmarks.json, measuring nothing")
 	fs.StringVar(&c.mergeDistance, "merge-distance", "", "with -render: take scenario 10 from this benchmarks.json (a run of -scenarios distance), saying when it ran")
+	fs.StringVar(&c.mergeStatement, "merge-statement", "", "with -render: take scenario 11 from this benchmarks.json (a run of -scenarios stmt), saying when it ran")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "directory where each Go client process writes a CPU profile of its measured part")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -137,11 +152,12 @@ func parseFlags(args []string) (config, error) {
 	if c.quick {
 		c.conns, c.gssConns, c.fakeConns, c.scramConns, c.tlsConns, c.rounds = 30, 20, 60, 30, 20, 1
 		c.distanceConns = 10
+		c.stmtOps, c.stmtWarm = 2000, 200
 		c.copyMiB, c.byteaMiB, c.bulkReps = 4, 2, 1
 	}
 	var err error
-	scenarios = strings.NewReplacer("scram", "8,9", "distance", "10").Replace(scenarios)
-	if c.scenarios, err = intList("-scenarios", scenarios, 1, 10); err != nil {
+	scenarios = strings.NewReplacer("scram", "8,9", "distance", "10", "stmt", "11").Replace(scenarios)
+	if c.scenarios, err = intList("-scenarios", scenarios, 1, 11); err != nil {
 		return c, err
 	}
 	if c.distanceDelays, err = intList("-distance-delays", distanceDelays, 0, 1000); err != nil {
@@ -164,7 +180,7 @@ func parseFlags(args []string) (config, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"-clients", c.clients}, {"-conns", c.conns}, {"-gss-conns", c.gssConns}, {"-fake-conns", c.fakeConns}, {"-herd", c.herd}, {"-scram-conns", c.scramConns}, {"-tls-conns", c.tlsConns}, {"-distance-conns", c.distanceConns}, {"-rounds", c.rounds}, {"-bulk-reps", c.bulkReps}} {
+	}{{"-clients", c.clients}, {"-conns", c.conns}, {"-gss-conns", c.gssConns}, {"-fake-conns", c.fakeConns}, {"-herd", c.herd}, {"-scram-conns", c.scramConns}, {"-tls-conns", c.tlsConns}, {"-distance-conns", c.distanceConns}, {"-stmt-ops", c.stmtOps}, {"-rounds", c.rounds}, {"-bulk-reps", c.bulkReps}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("%s must be at least 1, got %d", v.name, v.n)
 		}
@@ -175,8 +191,14 @@ func parseFlags(args []string) (config, error) {
 	if c.copyMiB < 0 || c.byteaMiB < 0 || c.byteaMiB > 256 {
 		return c, fmt.Errorf("-copy-mib must be >= 0 and -bytea-mib between 0 and 256 (the server's 1 GB limit on a statement), got %d and %d", c.copyMiB, c.byteaMiB)
 	}
+	if c.stmtWarm < 0 {
+		return c, fmt.Errorf("-stmt-warm must be at least 0, got %d", c.stmtWarm)
+	}
 	if c.mergeDistance != "" && c.render == "" {
 		return c, errors.New("-merge-distance: only with -render")
+	}
+	if c.mergeStatement != "" && c.render == "" {
+		return c, errors.New("-merge-statement: only with -render")
 	}
 	return c, nil
 }
@@ -211,6 +233,9 @@ func main() {
 		rep, err = readReport(cfg.render)
 		if err == nil && cfg.mergeDistance != "" {
 			err = mergeDistance(rep, cfg.mergeDistance)
+		}
+		if err == nil && cfg.mergeStatement != "" {
+			err = mergeStatement(rep, cfg.mergeStatement)
 		}
 	} else {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -249,9 +274,14 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	pgbench, err := harness.Program(ctx, "pgbench")
-	if err != nil {
-		return nil, err
+	has := func(s int) bool { return slices.Contains(cfg.scenarios, s) }
+	// Scenarios 7 (in this process) and 11 (the fake server) need neither pgbench nor the KDC.
+	needLab := slices.ContainsFunc(cfg.scenarios, func(s int) bool { return s != 7 && s != 11 })
+	var pgbench string
+	if needLab {
+		if pgbench, err = harness.Program(ctx, "pgbench"); err != nil {
+			return nil, err
+		}
 	}
 	tmp, err := harness.TempDir("pgconnect-bench-") // removed with the harness's files, however the run ends
 	if err != nil {
@@ -277,7 +307,6 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	rep.Machine = machineInfo(ctx, serverVersion(ctx))
 	rep.Machine.Pinning = r.pin.describe()
 
-	has := func(s int) bool { return slices.Contains(cfg.scenarios, s) }
 	// Scenario 10's server and libpq are checked before any scenario runs: a missing PostgreSQL
 	// 18 fails the run at once, not after the others.
 	var pg pgSetup
@@ -286,11 +315,13 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 			return nil, err
 		}
 	}
-	l, err := newLab(ctx, cfg, r, rep)
-	if err != nil {
-		return nil, err
+	var l *lab
+	if needLab {
+		if l, err = newLab(ctx, cfg, r, rep); err != nil {
+			return nil, err
+		}
+		defer l.close()
 	}
-	defer l.close()
 	for _, s := range []int{1, 2, 3} {
 		if has(s) || (s < 3 && has(6)) {
 			if err := l.realServerScenario(ctx, s, has(s), has(6)); err != nil {
@@ -320,6 +351,12 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	}
 	if has(10) {
 		if err := l.distance(ctx, pg); err != nil {
+			return nil, err
+		}
+	}
+	if has(11) {
+		log.Printf("scenario 11: %s", scenarioTitles[11])
+		if err := statementPath(ctx, cfg, r, rep); err != nil {
 			return nil, err
 		}
 	}

@@ -228,7 +228,9 @@ func TestParseFlags(t *testing.T) {
 		want string // part of the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-scenarios", "1,11"}, `-scenarios: "11" is not a number from 1 to 10`},
+		{[]string{"-scenarios", "1,12"}, `-scenarios: "12" is not a number from 1 to 11`},
+		{[]string{"-stmt-ops", "0"}, "-stmt-ops must be at least 1"},
+		{[]string{"-merge-statement", "x.json"}, "-merge-statement: only with -render"},
 		{[]string{"-scenarios", "distance,1"}, ""},
 		{[]string{"-distance-delays", "0,-5"}, `-distance-delays: "-5" is not a number from 0 to 1000`},
 		{[]string{"-distance-conns", "0"}, "-distance-conns must be at least 1"},
@@ -260,8 +262,12 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || !slices.Equal(c.scenarios, []int{10}) {
 		t.Errorf("-scenarios distance: %v, %v; want scenario 10", c.scenarios, err)
 	}
+	c, err = parseFlags([]string{"-scenarios", "stmt"})
+	if err != nil || !slices.Equal(c.scenarios, []int{11}) {
+		t.Errorf("-scenarios stmt: %v, %v; want scenario 11", c.scenarios, err)
+	}
 	c, err = parseFlags(nil)
-	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) ||
+	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) ||
 		!slices.Equal(c.distanceDelays, []int{0, 5, 25}) || c.pgMajor != 18 {
 		t.Errorf("defaults: scenarios %v, SCRAM clients %v, delays %v, PostgreSQL %d, %v", c.scenarios, c.scramClients, c.distanceDelays, c.pgMajor, err)
 	}
@@ -412,5 +418,67 @@ func TestDistance(t *testing.T) {
 	}
 	if want := fmt.Sprintf("Server: PostgreSQL %d", major); !strings.Contains(string(md), want) {
 		t.Errorf("benchmarks.md has no %q", want)
+	}
+}
+
+// TestStatementPath runs scenario 11 alone with the -quick counts (neither the KDC nor pgbench is
+// needed): every peer runs its statements without an error and allocates, the untraced ones make
+// no span, and each traced peer's spans and db.client.operation.duration are recorded; the
+// report has the scenario's section and its two targets.
+func TestStatementPath(t *testing.T) {
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-quick", "-scenarios", "stmt", fmt.Sprintf("-pin=%v", runtime.NumCPU() >= 2), "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeOutputs(out, rep); err != nil {
+		t.Fatal(err)
+	}
+	peers := stmtPeers("")
+	if len(rep.Statement) != len(peers) {
+		t.Fatalf("%d results of scenario 11, want %d", len(rep.Statement), len(peers))
+	}
+	for i, s := range rep.Statement {
+		if s.Peer != peers[i].Name || s.Errors != 0 || s.Ops != cfg.stmtOps/cfg.rounds*cfg.rounds || s.Allocs == 0 || s.AllocBytes == 0 ||
+			s.CPU <= 0 || s.Seconds <= 0 || len(s.RoundCPU) != cfg.rounds || len(s.RoundNs) != cfg.rounds {
+			t.Errorf("scenario 11, %s: %+v", peers[i].Name, s)
+		}
+	}
+	if len(rep.StatementSpans) != 4 {
+		t.Fatalf("%d traced peers' spans, want 4", len(rep.StatementSpans))
+	}
+	for _, s := range rep.StatementSpans {
+		if s.Error != "" || len(s.Spans) == 0 {
+			t.Errorf("spans of %s: %+v", s.Peer, s)
+		}
+		query := slices.ContainsFunc(s.Spans, func(sp SpanShape) bool {
+			return sp.Kind == "client" && slices.Contains(sp.Attributes, "db.query.text")
+		})
+		duration := slices.ContainsFunc(s.Metrics, func(m string) bool { return strings.HasPrefix(m, "db.client.operation.duration ") })
+		if !query || !duration {
+			t.Errorf("%s: a client span with db.query.text %v, db.client.operation.duration %v: %+v", s.Peer, query, duration, s)
+		}
+	}
+	n := 0
+	for _, tg := range rep.Targets {
+		if strings.HasPrefix(tg.Name, "Statement path, ") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d statement path targets, want 2: %v", n, rep.Targets)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Scenario 11: " + scenarioTitles[11], peerStmtOtelpgx, "sql.conn.query", "attribute keys of otelsql's spans"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("benchmarks.md has no %q", want)
+		}
 	}
 }

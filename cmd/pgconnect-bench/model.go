@@ -29,6 +29,12 @@ type Report struct {
 	// DistanceMeasured is when scenario 10 ran, set only when that was in another run than the
 	// rest of the report (-merge-distance).
 	DistanceMeasured time.Time `json:"distance_measured,omitzero"`
+	// Statement is scenario 11, one row per peer; StatementSpans what each traced peer's spans
+	// and measurements hold; StatementMeasured when scenario 11 ran, set only when that was in
+	// another run than the rest of the report (-merge-statement).
+	Statement         []StatementResult `json:"statement,omitempty"`
+	StatementSpans    []StatementSpans  `json:"statement_spans,omitempty"`
+	StatementMeasured time.Time         `json:"statement_measured,omitzero"`
 	// WarmDecision is the warm decision path measured in process (its
 	// allocations and time), as target lines.
 	WarmDecision []Target `json:"warm_decision"`
@@ -45,7 +51,7 @@ type Machine struct {
 	PostgreSQL string `json:"postgresql"` // server version, for example "15.18"
 	Pgbench    string `json:"pgbench"`    // pgbench --version
 	Krb5       string `json:"krb5"`       // MIT Kerberos version
-	Modules    string `json:"modules"`    // pgx, lib/pq and gokrb5 versions
+	Modules    string `json:"modules"`    // pgx, lib/pq, gokrb5, the OpenTelemetry SDK, otelsql and otelpgx versions
 	Pinning    string `json:"pinning"`    // how the CPUs were split between clients and servers
 }
 
@@ -155,6 +161,53 @@ type Target struct {
 	Met  bool   `json:"met"`
 }
 
+// StatementResult is one peer of scenario 11: Ops iterations of QueryRow(stmtQuery, 1).Scan on
+// one pooled connection to the fake server, over the rounds, and what their loops cost the client
+// process.
+type StatementResult struct {
+	Peer   string `json:"peer"`
+	Family string `json:"family"` // "database/sql" or "pgx"
+	Traced bool   `json:"traced"` // given the SDK's tracer and meter providers
+	Ops    int    `json:"ops"`
+	Errors int    `json:"errors"` // rounds that failed
+	Error  string `json:"error"`  // the first error, if any
+	// Seconds, CPU (user+system, getrusage), Allocs and AllocBytes (runtime.MemStats Mallocs and
+	// TotalAlloc) are the sums over the rounds' loops.
+	Seconds    float64       `json:"seconds"`
+	CPU        time.Duration `json:"cpu_ns"`
+	Allocs     uint64        `json:"allocs"`
+	AllocBytes uint64        `json:"alloc_bytes"`
+	// RoundNs and RoundCPU are each round's wall and CPU ns per iteration, in round order.
+	RoundNs  []float64 `json:"round_ns_per_op"`
+	RoundCPU []float64 `json:"round_cpu_ns_per_op"`
+}
+
+// per is x per iteration of s.
+func (s StatementResult) per(x float64) float64 {
+	if s.Ops == 0 {
+		return 0
+	}
+	return x / float64(s.Ops)
+}
+
+// StatementSpans is what one iteration of a traced peer of scenario 11 recorded.
+type StatementSpans struct {
+	Peer    string      `json:"peer"`
+	Family  string      `json:"family"`
+	Spans   []SpanShape `json:"spans"`   // in the order they ended
+	Metrics []string    `json:"metrics"` // "name {attribute keys}" of each metric with data
+	Error   string      `json:"error,omitempty"`
+}
+
+// SpanShape is one span without its values: its name, kind, instrumentation scope and the keys
+// of its attributes (sorted).
+type SpanShape struct {
+	Name       string   `json:"name"`
+	Kind       string   `json:"kind"`
+	Scope      string   `json:"scope"`
+	Attributes []string `json:"attributes"`
+}
+
 // scenarioTitles names the scenarios in tables and charts.
 var scenarioTitles = map[int]string{
 	1:  "TLS off, default DSN, no Kerberos ticket",
@@ -167,4 +220,5 @@ var scenarioTitles = map[int]string{
 	8:  "SCRAM through pgbouncer",
 	9:  "SCRAM-SHA-256 over TLS to PostgreSQL",
 	10: "connect over distance",
+	11: "statement path: a traced query on one pooled connection",
 }

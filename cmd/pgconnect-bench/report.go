@@ -43,6 +43,7 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	writeScramHerd(&b, r.ScramHerd)
 	writeConnectScenario(&b, 9, scenarioRows(r.Connect, 9))
 	writeDistance(&b, r)
+	writeStatement(&b, r)
 	if _, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n"); err != nil {
 		return fmt.Errorf("write benchmarks markdown: %w", err)
 	}
@@ -105,10 +106,21 @@ servers on loopback, and in a process of its own:
 - Scenario 10 puts distance between client and server: a loopback proxy holds every byte back
   for a one-way delay in each direction (this kernel has no netem), so that each round trip of a
   connection's setup costs twice the delay; one client per peer, in at most 3 rounds.
-- **Telemetry**: pgconnector runs as an application that has set no OpenTelemetry provider: with
-  the global default providers it starts no span and records no measurement, though its statement
-  tracer still wraps each connection. What spans cost with an SDK is measured by the root
-  package's ` + "`BenchmarkConnectTracing`" + ` and ` + "`BenchmarkStatementTracing`" + `.
+- Scenario 11 measures the statement path, not connecting: each peer's client process opens one
+  pooled connection to the fake server (in the benchmark process, on the server CPUs), warms
+  up unmeasured (the connection, pgx's prepared statement, the SDK's instruments), then runs
+  ` + "`select $1::int + 1`" + ` with one argument in a loop; the loops are split into ` + plural(max(r.Rounds, 1), "round") + `, a process
+  each, the peers taking turns as above. It measures around the loop alone: wall time, getrusage
+  (user+system) and ` + "`runtime.ReadMemStats`" + ` (Mallocs and TotalAlloc, after a ` + "`runtime.GC`" + `), the
+  process doing nothing else meanwhile but the SDK's batch span processor, which is part of the
+  traced peers' cost. Every traced peer gets the same
+  OpenTelemetry SDK (every span sampled, batched to an exporter that discards it; a meter provider
+  with a manual reader), and its loop runs inside a recording span; each traced peer's spans are
+  recorded once more in a separate process with ` + "`tracetest.SpanRecorder`" + `, to show what they hold.
+- **Telemetry**: in scenarios 1-10 pgconnector runs as an application that has set no OpenTelemetry
+  provider: with the global default providers it starts no span and records no measurement, though
+  its statement tracer still wraps each connection. What spans cost with an SDK is scenario 11, and
+  the root package's ` + "`BenchmarkConnectTracing`" + ` and ` + "`BenchmarkStatementTracing`" + `.
 
 `)
 }

@@ -502,3 +502,90 @@ func distanceRow(user string, delay float64, peer, family string, p50 float64, e
 	return ConnectResult{Scenario: 10, User: user, Delay: ms(delay), Peer: peer, Family: family, Clients: 1,
 		Conns: 40, Errors: errs, P50: ms(p50), P99: ms(p50 + 3), Backends: 1}
 }
+
+// stmtResult is a scenario 11 result of 1000 statements over two rounds.
+func stmtResult(peer, family string, traced bool, allocs uint64, cpu1, cpu2 float64) StatementResult {
+	return StatementResult{Peer: peer, Family: family, Traced: traced, Ops: 1000, Seconds: 0.03,
+		CPU: time.Duration((cpu1 + cpu2) * 500), Allocs: allocs * 1000, AllocBytes: allocs * 100000,
+		RoundNs: []float64{30000, 30000}, RoundCPU: []float64{cpu1, cpu2}}
+}
+
+// Scenario 11's targets hold allocs/op and the median per-round CPU ratio of the connector to the
+// library of the same API, both at most the library's; the section shows each peer and which of
+// the library's attribute keys the connector's spans lack; -merge-statement takes the scenario
+// from a run of it alone.
+func TestStatementTargetsAndMerge(t *testing.T) {
+	alone := &Report{
+		Started: time.Date(2026, 12, 2, 3, 4, 0, 0, time.UTC),
+		Statement: []StatementResult{
+			stmtResult(peerStmtStdlib, "database/sql", false, 14, 20000, 21000),
+			stmtResult(peerStmtOtelsql, "database/sql", true, 44, 30000, 31000),
+			stmtResult(peerStmtPcSQL, "database/sql", true, 25, 27000, 28000),
+			stmtResult(peerStmtOtelpgx, "pgx", true, 48, 30000, 30000),
+			stmtResult(peerStmtPcPool, "pgx", true, 32, 29000, 31000), // CPU ratios 0.967, 1.033: median 1.00
+		},
+		StatementSpans: []StatementSpans{
+			{Peer: peerStmtOtelsql, Spans: []SpanShape{{Name: "sql.conn.query", Kind: "client", Attributes: []string{"db.query.text", "db.system.name"}}}},
+			{Peer: peerStmtPcSQL, Spans: []SpanShape{{Name: "SELECT", Kind: "client", Attributes: []string{"db.query.text", "db.system.name", "server.port"}}}},
+			{Peer: peerStmtOtelpgx, Spans: []SpanShape{{Name: "SELECT", Kind: "client", Attributes: []string{"db.query.text", "user.name"}}}},
+			{Peer: peerStmtPcPool, Spans: []SpanShape{{Name: "SELECT", Kind: "client", Attributes: []string{"db.query.text"}}}},
+		},
+	}
+	ts := stmtTargets(alone)
+	if len(ts) != 2 || !ts[0].Met || !strings.Contains(ts[0].Got, "allocs/op 25.0 vs 44.0") || !strings.Contains(ts[0].Got, "0.90x (rounds 0.90-0.90)") {
+		t.Errorf("database/sql target: %+v", ts)
+	}
+	if len(ts) == 2 && (!ts[1].Met || !strings.Contains(ts[1].Got, "1.00x (rounds 0.97-1.03)")) {
+		t.Errorf("pgx target: %+v", ts[1])
+	}
+	alone.Statement[4].Allocs = 49000 // one alloc/op more than otelpgx's
+	if ts := stmtTargets(alone); len(ts) != 2 || ts[1].Met {
+		t.Errorf("more allocations than otelpgx's met the target: %+v", ts)
+	}
+
+	dir := t.TempDir()
+	full := &Report{Started: time.Date(2026, 12, 1, 23, 4, 0, 0, time.UTC), Connect: []ConnectResult{
+		{Scenario: 1, Peer: peerDefault, Family: "pgconnector", Conns: 10, ConnsPerSec: 40},
+	}}
+	var paths []string
+	for i, r := range []*Report{full, alone} {
+		d := filepath.Join(dir, fmt.Sprint(i))
+		if _, err := writeOutputs(d, r); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, filepath.Join(d, "benchmarks.json"))
+	}
+	rep, err := readReport(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeStatement(rep, paths[1]); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Statement) != 5 || len(rep.StatementSpans) != 4 || len(scenarioRows(rep.Connect, 1)) != 1 {
+		t.Errorf("after the merge: %d rows of scenario 11, %d spans, scenario 1 %v", len(rep.Statement), len(rep.StatementSpans), rep.Connect)
+	}
+	var b strings.Builder
+	if err := writeMarkdown(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Measured 2026-12-02 03:04 UTC in a run of this scenario alone",
+		"| " + peerStmtPcSQL + " | database/sql | 30000 | 27500 | 27000–28000 | 25.0 | 2500 | 1 | 0 of 2 |",
+		"| " + peerStmtStdlib + " | database/sql | 30000 | 20500 | 20000–21000 | 14.0 | 1400 | 0 | 0 of 2 |",
+		"database/sql: attribute keys of otelsql's spans that none of " + peerStmtPcSQL + "'s spans carries: none.",
+		"pgx: attribute keys of otelpgx's spans that none of " + peerStmtPcPool + "'s spans carries: `user.name`.",
+		"Statement path, pgx: allocs/op and client CPU/op of the connector's OpenPool ≤ otelpgx's",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report has no %q", want)
+		}
+	}
+	empty := filepath.Join(dir, "empty.json")
+	if err := os.WriteFile(empty, []byte(`{"connect":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeStatement(rep, empty); err == nil {
+		t.Error("a report without scenario 11 was merged")
+	}
+}

@@ -225,6 +225,7 @@ func checkTargets(r *Report) []Target {
 			})
 		}
 	}
+	ts = append(ts, stmtTargets(r)...)
 	return append(ts, r.WarmDecision...)
 }
 

@@ -20,7 +20,9 @@ type FakeStats struct {
 // FakeServer is an in-process PostgreSQL wire server on 127.0.0.1 that does just enough for
 // `select 1` through pgx (and database/sql on pgx's stdlib) to work: it refuses SSL and GSS
 // encryption with 'N', trusts every StartupMessage, and answers every statement, in the
-// simple or the extended query protocol, with one int4 column "?column?" holding 1.
+// simple or the extended query protocol, with one int4 column "?column?" holding 1. A prepared
+// statement's parameters are its $n placeholders, each described as int4 (so `select $1::int + 1`
+// takes one argument); the values bound to them are ignored.
 //
 // Prefer a real server (Start) for anything about behaviour: fake servers are for
 // misbehaviour, fault injection and isolating client cost. This one exists for the last: a
@@ -143,6 +145,8 @@ func (s *FakeServer) query(be *pgproto3.Backend) {
 func serveQueries(be *pgproto3.Backend, before func(pgproto3.FrontendMessage) bool) {
 	// Result format of the current portal (0 text, 1 binary), from the last Bind.
 	var format int16
+	// Parameters of each prepared statement, by name ("" the unnamed one), from its Parse.
+	params := map[string]int{}
 	rowDesc := func(format int16) *pgproto3.RowDescription {
 		return &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{
 			Name:         []byte("?column?"),
@@ -176,10 +180,15 @@ func serveQueries(be *pgproto3.Backend, before func(pgproto3.FrontendMessage) bo
 				return
 			}
 		case *pgproto3.Parse:
+			params[msg.Name] = max(len(msg.ParameterOIDs), placeholders(msg.Query))
 			be.Send(&pgproto3.ParseComplete{})
 		case *pgproto3.Describe:
 			if msg.ObjectType == 'S' {
-				be.Send(&pgproto3.ParameterDescription{})
+				oids := make([]uint32, params[msg.Name])
+				for i := range oids {
+					oids[i] = 23 // int4
+				}
+				be.Send(&pgproto3.ParameterDescription{ParameterOIDs: oids})
 				be.Send(rowDesc(0))
 			} else {
 				be.Send(rowDesc(format))
@@ -195,6 +204,9 @@ func serveQueries(be *pgproto3.Backend, before func(pgproto3.FrontendMessage) bo
 			be.Send(dataRow(format))
 			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
 		case *pgproto3.Close:
+			if msg.ObjectType == 'S' {
+				delete(params, msg.Name)
+			}
 			be.Send(&pgproto3.CloseComplete{})
 		case *pgproto3.Sync:
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
@@ -219,4 +231,23 @@ func serveQueries(be *pgproto3.Backend, before func(pgproto3.FrontendMessage) bo
 			}
 		}
 	}
+}
+
+// placeholders is the highest n of the $n placeholders in query: the number of parameters the
+// server would infer for it. It does not parse SQL: a "$2" in a string literal counts too.
+func placeholders(query string) int {
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] != '$' {
+			continue
+		}
+		j, v := i+1, 0
+		for j < len(query) && query[j] >= '0' && query[j] <= '9' && v < 1<<16 {
+			v = v*10 + int(query[j]-'0')
+			j++
+		}
+		n = max(n, v)
+		i = j - 1
+	}
+	return n
 }

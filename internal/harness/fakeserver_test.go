@@ -67,6 +67,54 @@ func TestFakeServerPgx(t *testing.T) {
 	}
 }
 
+// A statement with parameters is prepared with one int4 parameter per $n placeholder, in the
+// extended protocol (pgx's statement cache, and the describe-then-exec of QueryExecModeExec),
+// and through database/sql; it answers 1 whatever the arguments.
+func TestFakeServerParameters(t *testing.T) {
+	s := FakeServerT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, fakeDSN(s, "sslmode=disable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
+		for range 2 { // the second time from pgx's cache
+			var n int
+			if err := conn.QueryRow(ctx, "select $1::int + 1", mode, 41).Scan(&n); err != nil {
+				t.Fatalf("%v: %v", mode, err)
+			}
+			if n != 1 {
+				t.Fatalf("%v: got %d, want the fake server's 1", mode, n)
+			}
+		}
+	}
+	sd, err := conn.Prepare(ctx, "two", "select $2::int + $1::int, '$x'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sd.ParamOIDs) != 2 || sd.ParamOIDs[0] != 23 || sd.ParamOIDs[1] != 23 {
+		t.Errorf("parameters of %q: %v, want two int4", sd.SQL, sd.ParamOIDs)
+	}
+	for q, want := range map[string]int{"select 1": 0, "select $1": 1, "$3 $1 $12": 12, "$": 0, "a$b": 0} {
+		if got := placeholders(q); got != want {
+			t.Errorf("placeholders(%q) = %d, want %d", q, got, want)
+		}
+	}
+
+	cfg, err := pgx.ParseConfig(fakeDSN(s, "sslmode=disable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(stdlib.GetConnector(*cfg))
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, "select $1::int + 1", 1).Scan(&n); err != nil || n != 1 {
+		t.Errorf("database/sql: %d, %v; want 1", n, err)
+	}
+}
+
 func TestFakeServerDatabaseSQLConcurrent(t *testing.T) {
 	s := FakeServerT(t)
 	cfg, err := pgx.ParseConfig(fakeDSN(s, "sslmode=disable"))
