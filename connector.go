@@ -150,10 +150,10 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	if o.statementSpans {
 		c.tp = o.tracerProvider
 		c.statements = tracing.NewStatements(o.statementConfig(s.Config))
-		// The pgx configurations' statement spans: each connection's own database is its
-		// db.namespace (PgxConfig's Database may be changed).
+		// The pgx configurations' statement spans: each connection's own database and user
+		// are its db.namespace and user.name (PgxConfig's may be changed).
 		pcfg := o.statementConfig(s.Config)
-		pcfg.Database = ""
+		pcfg.Database, pcfg.User = "", ""
 		c.pgxTracer = tracing.NewPgxTracer(pcfg)
 	}
 	stdOpts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(c.configureAttempt)}
@@ -177,6 +177,7 @@ func (o *options) statementConfig(cfg *pgx.ConnConfig) tracing.StatementConfig {
 		TracerProvider: o.tracerProvider,
 		MeterProvider:  o.meterProvider,
 		Database:       cfg.Database,
+		User:           cfg.User,
 		QueryText:      o.queryText,
 		SpanName:       o.spanName,
 		PingSpans:      o.pingSpans,

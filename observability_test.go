@@ -94,6 +94,7 @@ func connAttrs(srv *harness.Postgres) map[string]string {
 		string(semconv.DBNamespaceKey):   srv.Database,
 		string(semconv.ServerAddressKey): srv.Host,
 		string(semconv.ServerPortKey):    strconv.Itoa(srv.Port),
+		string(semconv.UserNameKey):      srv.User,
 	}
 }
 
@@ -208,7 +209,7 @@ func TestStatementSpans(t *testing.T) {
 			run: func(t *testing.T, ctx context.Context, db *sql.DB) {
 				mustExec(t, ctx, db, insert, 1, paramSecret)
 			},
-			want: []stmtSpan{{"INSERT", with(base, "INSERT", insert), ""}},
+			want: []stmtSpan{{"INSERT", with(base, "INSERT", insert, string(tracing.RowsAffectedKey), "1"), ""}},
 		},
 		{
 			name: "query: the span ends when the rows are closed",
@@ -229,7 +230,7 @@ func TestStatementSpans(t *testing.T) {
 					t.Fatalf("%d rows, %v", n, err)
 				}
 			},
-			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select i from generate_series(1, $1::int) i"), ""}},
+			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select i from generate_series(1, $1::int) i", string(semconv.DBResponseReturnedRowsKey), "3"), ""}},
 		},
 		{
 			name: "query row",
@@ -239,7 +240,7 @@ func TestStatementSpans(t *testing.T) {
 					t.Fatalf("%q, %v", s, err)
 				}
 			},
-			want: []stmtSpan{{"SELECT", with(base, "SELECT", "SELECT $1::text"), ""}},
+			want: []stmtSpan{{"SELECT", with(base, "SELECT", "SELECT $1::text", string(semconv.DBResponseReturnedRowsKey), "1"), ""}},
 		},
 		{
 			name: "text without parameters: literals replaced",
@@ -250,14 +251,14 @@ func TestStatementSpans(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select ?, ?"), ""}},
+			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select ?, ?", string(semconv.DBResponseReturnedRowsKey), "1"), ""}},
 		},
 		{
 			name: "several statements: no operation",
 			run: func(t *testing.T, ctx context.Context, db *sql.DB) {
 				mustExec(t, ctx, db, "update "+table+" set note = 'x' where id = 0; delete from "+table+" where id = 0")
 			},
-			want: []stmtSpan{{"postgresql", with(base, "", "update "+table+" set note = ? where id = ?; delete from "+table+" where id = ?"), ""}},
+			want: []stmtSpan{{"postgresql", with(base, "", "update "+table+" set note = ? where id = ?; delete from "+table+" where id = ?", string(tracing.RowsAffectedKey), "0"), ""}},
 		},
 		{
 			name: "prepared statement",
@@ -282,8 +283,8 @@ func TestStatementSpans(t *testing.T) {
 			},
 			want: []stmtSpan{
 				{"PREPARE", with(base, "PREPARE", "select note from "+table+" where id = $1"), ""},
-				{"SELECT", with(base, "SELECT", "select note from "+table+" where id = $1"), ""},
-				{"SELECT", with(base, "SELECT", "select note from "+table+" where id = $1"), ""},
+				{"SELECT", with(base, "SELECT", "select note from "+table+" where id = $1", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
+				{"SELECT", with(base, "SELECT", "select note from "+table+" where id = $1", string(semconv.DBResponseReturnedRowsKey), "0"), ""}, // an exec: its result's count
 			},
 		},
 		{
@@ -302,7 +303,7 @@ func TestStatementSpans(t *testing.T) {
 			},
 			want: []stmtSpan{
 				{"BEGIN", with(base, "BEGIN", ""), ""},
-				{"INSERT", with(base, "INSERT", insert), ""},
+				{"INSERT", with(base, "INSERT", insert, string(tracing.RowsAffectedKey), "1"), ""},
 				{"COMMIT", with(base, "COMMIT", ""), ""},
 			},
 		},
@@ -458,7 +459,7 @@ func TestStatementSpanOptions(t *testing.T) {
 	t.Run("WithQueryText(false)", func(t *testing.T) {
 		o := newObserved(t, plain.DSN(), pgconnector.WithQueryText(false), pgconnector.WithPingSpans(true))
 		// The ping reuses the query's connection: database/sql resets its session first.
-		checkStmtSpans(t, query(t, o), []stmtSpan{{"SELECT", with(base, "SELECT", ""), ""},
+		checkStmtSpans(t, query(t, o), []stmtSpan{{"SELECT", with(base, "SELECT", "", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
 			{"RESET_SESSION", with(base, "RESET_SESSION", ""), ""}, {"PING", with(base, "PING", ""), ""}})
 	})
 
@@ -478,7 +479,7 @@ func TestStatementSpanOptions(t *testing.T) {
 				}
 				return "custom " + op
 			}))
-		checkStmtSpans(t, query(t, o), []stmtSpan{{"custom SELECT", with(base, "SELECT", ""), ""},
+		checkStmtSpans(t, query(t, o), []stmtSpan{{"custom SELECT", with(base, "SELECT", "", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
 			{"custom RESET_SESSION", with(base, "RESET_SESSION", ""), ""}, {"PING", with(base, "PING", ""), ""}})
 		if want := []string{"SELECT|select $1::int + 1", "RESET_SESSION|", "PING|"}; !slices.Equal(calls, want) {
 			t.Errorf("the name function was called with %q, want %q", calls, want)
@@ -516,7 +517,7 @@ func TestStatementSpansNameTheHostConnectedTo(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	checkStmtSpans(t, got, []stmtSpan{{"SELECT", with(connAttrs(plain), "SELECT", "select ?"), ""}})
+	checkStmtSpans(t, got, []stmtSpan{{"SELECT", with(connAttrs(plain), "SELECT", "select ?", string(semconv.DBResponseReturnedRowsKey), "1"), ""}})
 	create := points(t, collect(t, o.reader)[dbconv.ClientConnectionCreateTime{}.Name()])
 	pool := fmt.Sprintf("db.client.connection.pool.name=127.0.0.1:%d/%s", dead, plain.Database)
 	if want := map[string]float64{pool + ",pgconnector.outcome=success,pgconnector.transport=plain": 1}; !maps.Equal(create, want) {

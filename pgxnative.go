@@ -176,6 +176,7 @@ func (c *Connector) newPoolTracer() *tracing.PoolTracer {
 		TracerProvider: c.tp,
 		Metrics:        c.metrics,
 		Database:       c.settings.Config.Database,
+		User:           c.settings.Config.User,
 		NoSpans:        c.tp == nil,
 	})
 }

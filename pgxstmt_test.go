@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
 	"go.opentelemetry.io/otel/trace"
 
@@ -89,7 +90,7 @@ func TestOpenPoolStatementSpans(t *testing.T) {
 	if len(selects) != 2 {
 		t.Fatalf("%d SELECT spans under the caller's, want 2 (the filtered one has none); spans: %s", len(selects), spanNames(spans))
 	}
-	want := with(connAttrs(plain), "SELECT", "", "app.op", "SELECT") // no db.query.text
+	want := with(connAttrs(plain), "SELECT", "", "app.op", "SELECT", string(semconv.DBResponseReturnedRowsKey), "1") // no db.query.text
 	for _, s := range selects {
 		if got := spanAttrs(s); !maps.Equal(got, want) {
 			t.Errorf("SELECT span attributes %v, want %v", got, want)
@@ -203,7 +204,7 @@ func TestConnectPgxStatementSpans(t *testing.T) {
 				continue
 			}
 			stmts++
-			if got, want := spanAttrs(s), with(connAttrs(plain), "SELECT", text); !maps.Equal(got, want) {
+			if got, want := spanAttrs(s), with(connAttrs(plain), "SELECT", text, string(semconv.DBResponseReturnedRowsKey), "1"); !maps.Equal(got, want) {
 				t.Errorf("SELECT span attributes %v, want %v", got, want)
 			}
 		}

@@ -113,7 +113,7 @@ func TestPgxTracerSpans(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: []stmtSpan{{"INSERT", with(base, "INSERT", insert), ""}},
+			want: []stmtSpan{{"INSERT", with(base, "INSERT", insert, string(tracing.RowsAffectedKey), "1"), ""}},
 		},
 		{
 			name: "query: the span ends when the rows are closed",
@@ -134,7 +134,7 @@ func TestPgxTracerSpans(t *testing.T) {
 					t.Fatalf("%d rows, %v", n, err)
 				}
 			},
-			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select i from generate_series(1, $1::int) i"), ""}},
+			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select i from generate_series(1, $1::int) i", string(semconv.DBResponseReturnedRowsKey), "3"), ""}},
 		},
 		{
 			name: "query row",
@@ -144,7 +144,7 @@ func TestPgxTracerSpans(t *testing.T) {
 					t.Fatalf("%q, %v", s, err)
 				}
 			},
-			want: []stmtSpan{{"SELECT", with(base, "SELECT", "SELECT $1::text"), ""}},
+			want: []stmtSpan{{"SELECT", with(base, "SELECT", "SELECT $1::text", string(semconv.DBResponseReturnedRowsKey), "1"), ""}},
 		},
 		{
 			name: "text without parameters: literals replaced",
@@ -155,7 +155,7 @@ func TestPgxTracerSpans(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select ?, ?"), ""}},
+			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select ?, ?", string(semconv.DBResponseReturnedRowsKey), "1"), ""}},
 		},
 		{
 			name: "several statements: no operation",
@@ -164,7 +164,7 @@ func TestPgxTracerSpans(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: []stmtSpan{{"postgresql", with(base, "", "update "+table+" set note = ? where id = ?; delete from "+table+" where id = ?"), ""}},
+			want: []stmtSpan{{"postgresql", with(base, "", "update "+table+" set note = ? where id = ?; delete from "+table+" where id = ?", string(tracing.RowsAffectedKey), "0"), ""}},
 		},
 		{
 			name: "prepared statement, run by its name",
@@ -182,8 +182,8 @@ func TestPgxTracerSpans(t *testing.T) {
 			},
 			want: []stmtSpan{
 				{"PREPARE", with(base, "PREPARE", selectByID), ""},
-				{"SELECT", with(base, "SELECT", selectByID), ""},
-				{"SELECT", with(base, "SELECT", selectByID), ""},
+				{"SELECT", with(base, "SELECT", selectByID, string(semconv.DBResponseReturnedRowsKey), "1"), ""},
+				{"SELECT", with(base, "SELECT", selectByID, string(semconv.DBResponseReturnedRowsKey), "0"), ""},
 			},
 		},
 		{
@@ -202,7 +202,7 @@ func TestPgxTracerSpans(t *testing.T) {
 			},
 			want: []stmtSpan{
 				{"BEGIN", with(base, "BEGIN", "begin"), ""},
-				{"INSERT", with(base, "INSERT", insert), ""},
+				{"INSERT", with(base, "INSERT", insert, string(tracing.RowsAffectedKey), "1"), ""},
 				{"COMMIT", with(base, "COMMIT", "commit"), ""},
 			},
 		},
@@ -289,7 +289,7 @@ func TestPgxTracerSpans(t *testing.T) {
 					t.Fatalf("%d rows, %v", n, err)
 				}
 			},
-			want: []stmtSpan{{"COPY", with(base, "COPY", "", string(semconv.DBCollectionNameKey), table), ""}},
+			want: []stmtSpan{{"COPY", with(base, "COPY", "", string(semconv.DBCollectionNameKey), table, string(tracing.RowsAffectedKey), "2"), ""}},
 		},
 		{
 			name: "copy failing",
@@ -546,9 +546,9 @@ func TestPgxTracerPool(t *testing.T) {
 		}
 	})
 	checkStmtSpans(t, got, []stmtSpan{
-		{"SELECT", with(base, "SELECT", "select $1::int + 1"), ""},
+		{"SELECT", with(base, "SELECT", "select $1::int + 1", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
 		{"BEGIN", with(base, "BEGIN", "begin"), ""},
-		{"SELECT", with(base, "SELECT", "select pg_sleep(?)"), ""},
+		{"SELECT", with(base, "SELECT", "select pg_sleep(?)", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
 		{"COMMIT", with(base, "COMMIT", "commit"), ""},
 		{"BATCH SELECT", with(base, "BATCH SELECT", "select ?", string(semconv.DBOperationBatchSizeKey), "2"), ""},
 	})
@@ -624,7 +624,7 @@ func TestPgxTracerOnConnectorConnections(t *testing.T) {
 	}
 	base := connAttrs(plain)
 	checkStmtSpans(t, p.children(caller.SpanContext().SpanID()), []stmtSpan{
-		{"SELECT", with(base, "SELECT", "select $1::int + 1"), ""},
-		{"COPY", with(base, "COPY", "", string(semconv.DBCollectionNameKey), table), ""},
+		{"SELECT", with(base, "SELECT", "select $1::int + 1", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
+		{"COPY", with(base, "COPY", "", string(semconv.DBCollectionNameKey), table, string(tracing.RowsAffectedKey), "1"), ""},
 	})
 }

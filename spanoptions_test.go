@@ -139,7 +139,7 @@ func TestSpanFilter(t *testing.T) {
 	})
 	base := connAttrs(plain)
 	checkStmtSpans(t, got, []stmtSpan{
-		{"SELECT", with(base, "SELECT", "select ? as kept"), ""},
+		{"SELECT", with(base, "SELECT", "select ? as kept", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
 		{"BEGIN", with(base, "BEGIN", ""), ""},
 		{"COMMIT", with(base, "COMMIT", ""), ""},
 	})
@@ -254,8 +254,8 @@ func TestAttributesFunc(t *testing.T) {
 	})
 	base := connAttrs(plain)
 	checkStmtSpans(t, got, []stmtSpan{
-		{"tenant SELECT", with(base, "SELECT", "select $1::int", "app.tenant", "acme", "app.query", "select $1::int"), ""},
-		{"SELECT", with(base, "SELECT", "select $1::int"), ""},
+		{"tenant SELECT", with(base, "SELECT", "select $1::int", "app.tenant", "acme", "app.query", "select $1::int", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
+		{"SELECT", with(base, "SELECT", "select $1::int", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
 	})
 	sampler.mu.Lock()
 	seen := sampler.attrs["tenant SELECT"]

@@ -51,6 +51,13 @@ const (
 	CacheHitKey = attribute.Key("pgconnector.cache.hit")
 	// AttemptsKey is the number of sockets the connect opened. Span: connect.
 	AttemptsKey = attribute.Key("pgconnector.attempts")
+	// RowsAffectedKey is the row count of a statement that changes or copies rows: the count in
+	// PostgreSQL's command tag (INSERT 0 n, UPDATE n, DELETE n, MERGE n, COPY n; PostgreSQL
+	// documentation, protocol-message-formats.html, CommandComplete), as pgx's
+	// CommandTag.RowsAffected reads it, and database/sql's Result.RowsAffected of an exec.
+	// db.response.returned_rows (semantic conventions) is the count of a statement that returns
+	// rows. Span: a statement's, on success.
+	RowsAffectedKey = attribute.Key("pgconnector.rows_affected")
 	// PlanKey is the ordered methods decided for a host, for example "ssl,plain".
 	// Event: decision (of that host).
 	PlanKey = attribute.Key("pgconnector.plan")

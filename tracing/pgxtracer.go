@@ -91,7 +91,7 @@ type PgxTracer struct {
 	cfg    StatementConfig
 	tracer trace.Tracer
 	key    string                  // of its state in each connection's CustomData
-	byDB   sync.Map                // db.namespace -> *Statements
+	byDB   sync.Map                // dbUser (db.namespace, user.name) -> *Statements
 	client []trace.SpanStartOption // of the connect span
 }
 
@@ -99,7 +99,8 @@ type PgxTracer struct {
 var pgxTracers atomic.Uint64
 
 // NewPgxTracer returns a tracer for pgx connections. cfg is read as by [NewStatements];
-// cfg.Database, when set, is db.namespace for every connection, else each connection's database.
+// cfg.Database, when set, is db.namespace for every connection, else each connection's database;
+// cfg.User likewise is user.name, else each connection's user.
 func NewPgxTracer(cfg StatementConfig) *PgxTracer {
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -117,19 +118,26 @@ func NewPgxTracer(cfg StatementConfig) *PgxTracer {
 	}
 }
 
-// statements returns the statement tracer of the connections to database.
-func (t *PgxTracer) statements(database string) *Statements {
+// statements returns the statement tracer of the connections to database as user.
+func (t *PgxTracer) statements(database, user string) *Statements {
 	if t.cfg.Database != "" {
 		database = t.cfg.Database
 	}
-	if s, ok := t.byDB.Load(database); ok {
+	if t.cfg.User != "" {
+		user = t.cfg.User
+	}
+	key := dbUser{database, user}
+	if s, ok := t.byDB.Load(key); ok {
 		return s.(*Statements)
 	}
 	cfg := t.cfg
-	cfg.Database = database
-	s, _ := t.byDB.LoadOrStore(database, NewStatements(cfg))
+	cfg.Database, cfg.User = database, user
+	s, _ := t.byDB.LoadOrStore(key, NewStatements(cfg))
 	return s.(*Statements)
 }
+
+// dbUser is a database and a role, which the statement tracers of PgxTracer are per.
+type dbUser struct{ database, user string }
 
 // pgxConn is what a PgxTracer keeps of one connection, in its CustomData (a pgx connection is
 // used by one goroutine at a time).
@@ -145,7 +153,7 @@ func (t *PgxTracer) conn(conn *pgx.Conn) *pgxConn {
 		return pc
 	}
 	cfg := conn.Config() // a copy: once per connection
-	s := t.statements(cfg.Database)
+	s := t.statements(cfg.Database, cfg.User)
 	pc := &pgxConn{ic: interceptor{s: s, srv: s.server(cfg.Host, cfg.Port)}}
 	data[t.key] = pc
 	return pc
@@ -213,6 +221,9 @@ func (t *PgxTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pg
 // TraceQueryEnd ends the span of Query (when its rows are closed), QueryRow or Exec.
 func (t *PgxTracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
 	if c := t.started(ctx, pgxQuery, conn); c != nil {
+		if data.Err == nil {
+			c.setTag(data.CommandTag)
+		}
 		c.pc.ic.end(ctx, &c.call, data.Err)
 	}
 }
@@ -309,7 +320,13 @@ func (t *PgxTracer) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pg
 	if data.Err != nil && c.batchErr == nil {
 		c.batchErr = data.Err
 	}
-	if c.batchSize < 2 || !c.span.IsRecording() {
+	if c.batchSize < 2 {
+		if data.Err == nil {
+			c.setTag(data.CommandTag) // the span of the batch is that of its one query
+		}
+		return
+	}
+	if !c.span.IsRecording() {
 		return
 	}
 	st := *c.pc.statement(data.SQL, data.Args, batchOptions)
@@ -320,6 +337,9 @@ func (t *PgxTracer) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pg
 	st.opts = append(slices.Clip(st.opts), trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(start))
 	qctx, q := c.pc.ic.begin(trace.ContextWithSpan(ctx, c.span), &st)
 	q.start = time.Time{} // not measured: the batch is
+	if data.Err == nil {
+		q.setTag(data.CommandTag)
+	}
 	c.pc.ic.end(qctx, &q, data.Err)
 }
 
@@ -350,6 +370,9 @@ func (t *PgxTracer) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, data
 // TraceCopyFromEnd ends the span of CopyFrom.
 func (t *PgxTracer) TraceCopyFromEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromEndData) {
 	if c := t.started(ctx, pgxCopy, conn); c != nil {
+		if data.Err == nil {
+			c.setTag(data.CommandTag)
+		}
 		c.pc.ic.end(ctx, &c.call, data.Err)
 	}
 }
@@ -361,17 +384,23 @@ func (t *PgxTracer) TraceConnectStart(ctx context.Context, data pgx.TraceConnect
 		return ctx
 	}
 	cfg := data.ConnConfig
-	var a [5]attribute.KeyValue
+	var a [6]attribute.KeyValue
 	kv := append(a[:0], semconv.DBSystemNamePostgreSQL)
-	database := t.cfg.Database
+	database, user := t.cfg.Database, t.cfg.User
 	if cfg != nil {
 		kv = appendServer(kv, cfg.Host, cfg.Port)
 		if database == "" {
 			database = cfg.Database
 		}
+		if user == "" {
+			user = cfg.User
+		}
 	}
 	if database != "" {
 		kv = append(kv, semconv.DBNamespace(database))
+	}
+	if user != "" {
+		kv = append(kv, semconv.UserName(user))
 	}
 	opts := [2]trace.SpanStartOption{t.client[0], trace.WithAttributes(kv...)}
 	ctx, span := t.tracer.Start(ctx, SpanConnect, opts[:]...)

@@ -86,8 +86,14 @@ func childrenOf(spans []sdktrace.ReadOnlySpan, parent trace.SpanID) []sdktrace.R
 	return out
 }
 
-// base is the attributes of every statement span of the fixture's connections.
+// base is the attributes of every statement span of the fixture's connections: those of their
+// measurements and user.name.
 func (f *pgxFixture) base() map[string]string {
+	return plus(f.metricBase(), "user.name", f.cfg.User)
+}
+
+// metricBase is the attributes of every measurement of the fixture's connections.
+func (f *pgxFixture) metricBase() map[string]string {
 	return map[string]string{
 		"db.system.name": "postgresql",
 		"db.namespace":   testDB,
@@ -99,7 +105,7 @@ func (f *pgxFixture) base() map[string]string {
 // measured returns the attributes of a measurement of op on the fixture's connection, with the
 // pairs of kv, encoded as points encodes them.
 func (f *pgxFixture) measured(op string, kv ...string) string {
-	m := plus(f.base(), append([]string{"db.operation.name", op}, kv...)...)
+	m := plus(f.metricBase(), append([]string{"db.operation.name", op}, kv...)...)
 	keys := slices.Sorted(maps.Keys(m))
 	var b strings.Builder
 	for i, k := range keys {
@@ -231,15 +237,17 @@ func TestPgxTracerStatements(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// The fake server's command tag is SELECT 1 for every statement: a row count of 1.
+	rows := []string{"db.response.returned_rows", "1"}
 	checkSpans(t, got, []wantSpan{
-		stmt(base, "SELECT", "select ?"),
-		stmt(base, "UPDATE", "update t set a = ?"),
-		stmt(base, "INSERT", "insert into t values ('k', $1)"),
-		stmt(base, "SELECT", "select @n::int"),
-		stmt(base, "", "select ?; select ?"),
+		stmt(base, "SELECT", "select ?", rows...),
+		stmt(base, "UPDATE", "update t set a = ?", rows...),
+		stmt(base, "INSERT", "insert into t values ('k', $1)", rows...),
+		stmt(base, "SELECT", "select @n::int", rows...),
+		stmt(base, "", "select ?; select ?", rows...),
 		stmt(base, "PREPARE", "select ?"),
 		stmt(base, "PREPARE", "select ?"),
-		stmt(base, "SELECT", "select ?"), // the prepared text, not the name
+		stmt(base, "SELECT", "select ?", rows...), // the prepared text, not the name
 	})
 
 	d := points(t, collect(t, f.reader)[dbconv.ClientOperationDuration{}.Name()])
@@ -279,13 +287,13 @@ func TestPgxTracerBatch(t *testing.T) {
 	checkSpans(t, got, []wantSpan{
 		stmt(base, "BATCH", "select ?; select ?; insert into t values (?)", "db.operation.batch.size", "3"),
 		stmt(base, "BATCH SELECT", "select ?", "db.operation.batch.size", "2"),
-		stmt(base, "SELECT", "select ?"),
+		stmt(base, "SELECT", "select ?", "db.response.returned_rows", "1"),
 	})
 	for _, s := range got[:2] {
 		batches = append(batches, s.SpanContext().SpanID())
 	}
 	query := func(op, text string) wantSpan {
-		w := stmt(base, op, text)
+		w := stmt(base, op, text, "db.response.returned_rows", "1") // the fake server's SELECT 1
 		w.kind = trace.SpanKindInternal
 		return w
 	}
@@ -339,7 +347,7 @@ func TestPgxTracerFailuresAndCopy(t *testing.T) {
 		stmt(base, "INSERT", "insert into t values ($1)").failed("23505"),
 		other,
 		stmt(base, "PREPARE", "selec ?").failed("42601"),
-		stmt(base, "COPY", "", "db.collection.name", "public.t"),
+		stmt(base, "COPY", "", "db.collection.name", "public.t", "pgconnector.rows_affected", "3"),
 		copyFailed,
 		stmt(base, "BATCH INSERT", "insert into t values ($1)", "db.operation.batch.size", "2").failed("23505"),
 	})
@@ -389,7 +397,7 @@ func TestPgxTracerConnect(t *testing.T) {
 		connector = trace.SpanFromContext(cctx).SpanContext().SpanID()
 		trace.SpanFromContext(cctx).End()
 	})
-	base := map[string]string{"db.system.name": "postgresql", "db.namespace": testDB, "server.address": f.host}
+	base := map[string]string{"db.system.name": "postgresql", "db.namespace": testDB, "server.address": f.host, "user.name": f.cfg.User}
 	if len(got) != 3 {
 		t.Fatalf("spans %q, want three connects", spanNames(got))
 	}
@@ -426,11 +434,11 @@ func TestPgxTracerComposed(t *testing.T) {
 	})
 	base := f.base()
 	checkSpans(t, got, []wantSpan{
-		stmt(base, "SELECT", "select ?"),
+		stmt(base, "SELECT", "select ?", "db.response.returned_rows", "1"),
 		stmt(base, "BATCH SELECT", "select ?", "db.operation.batch.size", "2"),
 	})
 	ended := f.rec.Ended()
-	checkSpans(t, childrenOf(ended, got[0].SpanContext().SpanID()), []wantSpan{stmt(base, "SELECT", "")})
+	checkSpans(t, childrenOf(ended, got[0].SpanContext().SpanID()), []wantSpan{stmt(base, "SELECT", "", "db.response.returned_rows", "1")})
 	inner := childrenOf(ended, got[1].SpanContext().SpanID())
 	if names := spanNames(inner); !slices.Equal(names, []string{"SELECT", "SELECT", "BATCH SELECT"}) {
 		t.Fatalf("children of the batch %q, want its two queries and the second tracer's batch", names)

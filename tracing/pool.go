@@ -28,6 +28,8 @@ type PoolTracerConfig struct {
 	Metrics *Metrics
 	// Database is db.namespace of the acquire spans.
 	Database string
+	// User is user.name of the acquire spans: the role of the connection string. Empty, none.
+	User string
 	// NoSpans turns the acquire spans off; the measurements stay.
 	NoSpans bool
 }
@@ -40,7 +42,7 @@ type PoolTracerConfig struct {
 // (the configuration of a pgconnector Connector's PgxPoolConfig has both, composed so).
 //
 //   - Acquire: one span [SpanAcquire] of kind INTERNAL (the client spans are the connect and the
-//     statements under it), with db.system.name and db.namespace, and server.address and
+//     statements under it), with db.system.name, db.namespace and user.name (PoolTracerConfig), and server.address and
 //     server.port of the connection handed over (the host the connector connected to). A
 //     failed Acquire (the caller's context canceled or past its deadline, a failed connect)
 //     has status Error and error.type as the connect span classes it ("timeout", "canceled",
@@ -77,6 +79,9 @@ func NewPoolTracer(cfg PoolTracerConfig) *PoolTracer {
 	attrs := []attribute.KeyValue{semconv.DBSystemNamePostgreSQL}
 	if cfg.Database != "" {
 		attrs = append(attrs, semconv.DBNamespace(cfg.Database))
+	}
+	if cfg.User != "" {
+		attrs = append(attrs, semconv.UserName(cfg.User))
 	}
 	t := &PoolTracer{
 		tracer: tp.Tracer(ScopeName,

@@ -15,7 +15,7 @@ type sqlColumnScanRows struct {
 // NextRow advances to the next row; io.EOF after the last one.
 func (r *sqlColumnScanRows) NextRow() error {
 	err := r.scanner.NextRow()
-	r.noteErr(err)
+	r.read(err)
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // The traced database/sql types. Each has the methods of its pgx counterpart in
@@ -99,6 +100,7 @@ func (c *sqlConn) ExecContext(ctx context.Context, query string, args []driver.N
 	ctx, call := c.ic.begin(ctx, c.ic.s.runSQL(c.ic.srv, query, args, execOptions))
 	query, args = c.ic.sqlComment(&call, query, args, true)
 	res, err := ec.ExecContext(ctx, query, args)
+	rowsAffected(&call, res, err)
 	c.ic.end(ctx, &call, err)
 	return res, err
 }
@@ -186,6 +188,7 @@ func (s *sqlStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (dr
 			res, err = s.stmt.Exec(vals) //nolint:staticcheck // the statement has no ExecContext
 		}
 	}
+	rowsAffected(&call, res, err)
 	s.ic.end(ctx, &call, err)
 	return res, err
 }
@@ -203,6 +206,22 @@ func (s *sqlStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (d
 		}
 	}
 	return s.ic.rows(ctx, &call, rows, err)
+}
+
+// rowsAffected records the row count of a successful exec, as its result says, on c's span:
+// db.response.returned_rows for a SELECT (whose count is of the rows it returned, as pgx's tracer
+// records it from the command tag), else pgconnector.rows_affected.
+func rowsAffected(c *call, res driver.Result, err error) {
+	if err != nil || res == nil || !c.span.IsRecording() {
+		return
+	}
+	if n, err := res.RowsAffected(); err == nil {
+		key := RowsAffectedKey
+		if c.op == "SELECT" {
+			key = semconv.DBResponseReturnedRowsKey
+		}
+		c.setRows(key, n)
+	}
 }
 
 // numbered numbers args as database/sql does (ordinals from 1, no names).
@@ -270,19 +289,24 @@ type sqlRows struct {
 	ic   *interceptor
 	ctx  context.Context
 	call call
+	n    int64 // rows read
 }
 
 func (r *sqlRows) Columns() []string { return r.rows.Columns() }
 
 func (r *sqlRows) Next(dest []driver.Value) error {
 	err := r.rows.Next(dest)
-	r.noteErr(err)
+	r.read(err)
 	return err
 }
 
-// noteErr keeps err, the first error reading the rows (io.EOF is the end of them, not one).
-func (r *sqlRows) noteErr(err error) {
-	if err != nil && err != io.EOF && r.call.rowsErr == nil {
+// read counts a row read, or keeps err, the first error reading the rows (io.EOF is the end of
+// them, not one).
+func (r *sqlRows) read(err error) {
+	switch {
+	case err == nil:
+		r.n++
+	case err != io.EOF && r.call.rowsErr == nil:
 		r.call.rowsErr = err
 	}
 }
@@ -292,6 +316,9 @@ func (r *sqlRows) Close() error {
 	outcome := err
 	if r.call.rowsErr != nil {
 		outcome = r.call.rowsErr
+	}
+	if outcome == nil {
+		r.call.setRows(semconv.DBResponseReturnedRowsKey, r.n)
 	}
 	r.ic.end(r.ctx, &r.call, outcome)
 	return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -50,6 +51,9 @@ type StatementConfig struct {
 	MeterProvider metric.MeterProvider
 	// Database is db.namespace: the database of the connection string.
 	Database string
+	// User is user.name of the statement spans: the role of the connection string (not of the
+	// measurement: its attributes are those of the semantic conventions' metric). Empty, none.
+	User string
 	// QueryText records db.query.text as the semantic conventions ask: the text of a
 	// parameterized call as written, any other text with every literal (strings of every form,
 	// dollar-quoted bodies such as DO's, numbers, TRUE and FALSE) replaced by "?". A call is
@@ -127,7 +131,9 @@ type StatementConfig struct {
 // Attributes, all given at the start of the span so that a sampler sees them: db.system.name,
 // db.namespace, server.address and server.port of the connection's host (the host as written
 // in the connection string, the one this connection went to), db.operation.name and
-// db.query.text. A failed call adds db.response.status_code (the SQLSTATE of a server error) and
+// db.query.text, and user.name (StatementConfig.User). A successful call adds its row count: an
+// exec's Result.RowsAffected as pgconnector.rows_affected, a query's rows read before its rows
+// were closed (all of them, read to the end) as db.response.returned_rows. A failed call adds db.response.status_code (the SQLSTATE of a server error) and
 // error.type (the SQLSTATE, else one of the ErrorType classes, else "_OTHER") and sets the
 // status Error, described by error.type. The error's own text is not recorded: a server or
 // driver message can quote a parameter value (invalid input syntax for type integer: "...").
@@ -210,6 +216,7 @@ type serverKey struct {
 // of the statements they ran.
 type server struct {
 	base  []attribute.KeyValue // db.system.name, db.namespace, server.address, server.port
+	user  []attribute.KeyValue // user.name of the spans, or none
 	calls map[string]*statement
 	texts sync.Map // textKey -> *textInfo
 	n     atomic.Int32
@@ -253,6 +260,9 @@ func (s *Statements) server(host string, port uint16) *server {
 		srv.base = append(srv.base, semconv.DBNamespace(s.cfg.Database))
 	}
 	srv.base = appendServer(srv.base, host, port)
+	if s.cfg.User != "" {
+		srv.user = []attribute.KeyValue{semconv.UserName(s.cfg.User)}
+	}
 	srv.calls = map[string]*statement{}
 	for _, op := range []string{OperationBegin, OperationCommit, OperationRollback, OperationPing, OperationResetSession} {
 		srv.calls[op] = s.newStatement(srv, op, "")
@@ -335,8 +345,9 @@ func (s *Statements) newStatement(srv *server, op, text string) *statement {
 	if st.name == "" {
 		st.name = semconv.DBSystemNamePostgreSQL.Value.AsString()
 	}
-	kv := make([]attribute.KeyValue, len(srv.base), len(srv.base)+2)
+	kv := make([]attribute.KeyValue, len(srv.base), len(srv.base)+len(srv.user)+2)
 	copy(kv, srv.base)
+	kv = append(kv, srv.user...)
 	if op != "" {
 		kv = append(kv, semconv.DBOperationName(op))
 	}
@@ -390,6 +401,30 @@ func (ic *interceptor) begin(ctx context.Context, st *statement) (context.Contex
 	}
 	ctx, c.span = ic.s.tracer.Start(ctx, name, opts...)
 	return ctx, c
+}
+
+// setRows records n, the rows a successful call returned or changed (key: db.response.returned_rows
+// or pgconnector.rows_affected), on c's span.
+func (c *call) setRows(key attribute.Key, n int64) {
+	if c.span.IsRecording() {
+		c.span.SetAttributes(key.Int64(n))
+	}
+}
+
+// setTag records the row count of tag, PostgreSQL's command tag of a successful call, on c's
+// span: db.response.returned_rows for SELECT, pgconnector.rows_affected for another command
+// whose tag ends with a count (INSERT 0 n, UPDATE n, DELETE n, MERGE n, COPY n, ...), nothing
+// for a tag without one (CREATE TABLE).
+func (c *call) setTag(tag pgconn.CommandTag) {
+	s := tag.String()
+	if !c.span.IsRecording() || s == "" || s[len(s)-1] < '0' || s[len(s)-1] > '9' {
+		return
+	}
+	key := RowsAffectedKey
+	if tag.Select() {
+		key = semconv.DBResponseReturnedRowsKey
+	}
+	c.span.SetAttributes(key.Int64(tag.RowsAffected()))
 }
 
 // end ends the span and records the measurement of c, with err as its outcome.
