@@ -527,7 +527,7 @@ func TestStatementTargetsAndMerge(t *testing.T) {
 		StatementSpans: []StatementSpans{
 			{Peer: peerStmtOtelsql, Spans: []SpanShape{{Name: "sql.conn.query", Kind: "client", Attributes: []string{"db.query.text", "db.system.name"}}}},
 			{Peer: peerStmtPcSQL, Spans: []SpanShape{{Name: "SELECT", Kind: "client", Attributes: []string{"db.query.text", "db.system.name", "server.port"}}}},
-			{Peer: peerStmtOtelpgx, Spans: []SpanShape{{Name: "SELECT", Kind: "client", Attributes: []string{"db.query.text", "user.name"}}}},
+			{Peer: peerStmtOtelpgx, Spans: []SpanShape{{Name: "SELECT", Kind: "client", Attributes: []string{"db.query.text", "pgx.rows_affected", "user.name"}}}},
 			{Peer: peerStmtPcPool, Spans: []SpanShape{{Name: "SELECT", Kind: "client", Attributes: []string{"db.query.text"}}}},
 		},
 	}
@@ -574,7 +574,7 @@ func TestStatementTargetsAndMerge(t *testing.T) {
 		"| " + peerStmtPcSQL + " | database/sql | 30000 | 27500 | 27000–28000 | 25.0 | 2500 | 1 | 0 of 2 |",
 		"| " + peerStmtStdlib + " | database/sql | 30000 | 20500 | 20000–21000 | 14.0 | 1400 | 0 | 0 of 2 |",
 		"database/sql: attribute keys of otelsql's spans that none of " + peerStmtPcSQL + "'s spans carries: none.",
-		"pgx: attribute keys of otelpgx's spans that none of " + peerStmtPcPool + "'s spans carries: `user.name`.",
+		"pgx: attribute keys of otelpgx's spans that none of " + peerStmtPcPool + "'s spans carries: `pgx.rows_affected`, `user.name`.",
 		"Statement path, pgx: allocs/op and client CPU/op of the connector's OpenPool ≤ otelpgx's",
 	} {
 		if !strings.Contains(b.String(), want) {
@@ -587,5 +587,18 @@ func TestStatementTargetsAndMerge(t *testing.T) {
 	}
 	if err := mergeStatement(rep, empty); err == nil {
 		t.Error("a report without scenario 11 was merged")
+	}
+}
+
+// A key of otelpgx's whose information the connector carries under its own keys is not missing.
+func TestMissingKeysSameInformation(t *testing.T) {
+	otelpgx := &StatementSpans{Spans: []SpanShape{{Attributes: []string{"db.query.text", "pgx.rows_affected", "user.name"}}}}
+	without := &StatementSpans{Spans: []SpanShape{{Attributes: []string{"db.query.text"}}}}
+	with := &StatementSpans{Spans: []SpanShape{{Attributes: []string{"db.query.text", "db.response.returned_rows", "user.name"}}}}
+	if got := missingKeys(without, otelpgx); !slices.Equal(got, []string{"pgx.rows_affected", "user.name"}) {
+		t.Errorf("missing %q, want pgx.rows_affected and user.name", got)
+	}
+	if got := missingKeys(with, otelpgx); len(got) != 0 {
+		t.Errorf("missing %q, want none (db.response.returned_rows carries pgx.rows_affected)", got)
 	}
 }

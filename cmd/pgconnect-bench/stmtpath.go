@@ -421,11 +421,28 @@ func missingKeys(pc, other *StatementSpans) []string {
 	have := attributeKeys(pc)
 	var out []string
 	for _, k := range attributeKeys(other) {
-		if !slices.Contains(have, k) {
+		if !slices.Contains(have, k) && !slices.ContainsFunc(sameInformation[k], func(s string) bool { return slices.Contains(have, s) }) {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// codeQuoted returns each of keys in backquotes.
+func codeQuoted(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = "`" + k + "`"
+	}
+	return out
+}
+
+// sameInformation maps an attribute key of an instrumentation library to the connector's keys
+// that carry the same information. otelpgx's pgx.rows_affected is pgx's CommandTag.RowsAffected
+// of every statement; the connector records that count as db.response.returned_rows (semantic
+// conventions) for a SELECT and as pgconnector.rows_affected for another command.
+var sameInformation = map[string][]string{
+	"pgx.rows_affected": {"db.response.returned_rows", "pgconnector.rows_affected"},
 }
 
 // stmtComparisons are the pairs of scenario 11 that the targets and the span comparison hold
@@ -514,6 +531,11 @@ func writeStatement(b *strings.Builder, r *Report) {
 			missing = codeList(m)
 		}
 		fmt.Fprintf(b, "- %s: attribute keys of %s's spans that none of %s's spans carries: %s.\n", c.api, c.otherName, c.pc, missing)
+		for _, k := range attributeKeys(other) {
+			if same := sameInformation[k]; len(same) > 0 && !slices.Contains(attributeKeys(pc), k) {
+				fmt.Fprintf(b, "- %s: %s's `%s` is carried as %s.\n", c.api, c.otherName, k, strings.Join(codeQuoted(same), " or "))
+			}
+		}
 	}
 	b.WriteString("\n")
 }
