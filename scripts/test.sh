@@ -83,7 +83,8 @@ for m in "${modules[@]}"; do
 done
 # Go 1.26 and 1.27 are both supported: the library's packages run again with Go 1.27, which the go
 # command takes from the Go module proxy (about 76 MB, once per machine). database/sql behaves
-# differently there (driver.RowsColumnScanner: TestDriverTypesMatchPgx, the conformance package).
+# differently there (driver.RowsColumnScanner: TestDriverTypesMatchPgx, and internal/stdlibsuite, pgx's
+# database/sql suite run on pgx's driver and the connector side by side).
 echo "-- . with Go 1.27 (GOTOOLCHAIN=$GO127)"
 GOTOOLCHAIN=$GO127 go vet ./...
 GOTOOLCHAIN=$GO127 go test -race -count=1 -timeout 60m "$@" ./... || status=$?
