@@ -223,22 +223,30 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 // configureAttempt configures one connection attempt of a negotiation, for database/sql (the
 // stdlib connector's BeforeConnect) and for pgx (negotiatePgx) alike: cfg must be a copy of the
 // configuration's struct (the stdlib connector's is shallow). Before any hook runs, cfg gets its
-// own run-time parameters and TLS configuration (Negotiator.Configure gives it no Fallbacks), so
-// that what the hooks change, accepted or refused, stays in this attempt.
+// own run-time parameters (when there is a WithBeforeConnect hook to change them) and TLS
+// configuration (Negotiator.Configure gives it no Fallbacks), so that what the hooks change,
+// accepted or refused, stays in this attempt.
 func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if err := c.negotiator.Configure(ctx, &cfg.Config); err != nil {
 		return err
 	}
-	if cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams); cfg.RuntimeParams == nil {
-		cfg.RuntimeParams = map[string]string{}
+	// The map is shared with the configuration (the stdlib connector's copy is shallow); only
+	// WithBeforeConnect may change it, and pgx reads it.
+	if c.beforeConnect != nil {
+		if cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams); cfg.RuntimeParams == nil {
+			cfg.RuntimeParams = map[string]string{}
+		}
 	}
 	if err := c.attemptTLS(ctx, &cfg.Config); err != nil {
 		return err
 	}
-	// The password file's entry for this attempt's host, read now as libpq reads it at each
-	// connect (internal/connstring): only when no password was given, in the connection string,
-	// PGPASSWORD or the pgx configuration (PgxConfig); WithBeforeConnect, below, may still set one.
-	if cfg.Password == "" {
+	// The password file's entry for this attempt's host, read at each connect as libpq reads it
+	// (internal/connstring): only when no password was given, in the connection string,
+	// PGPASSWORD or the pgx configuration (PgxConfig). With WithBeforeConnect, which sees it and
+	// may still set one, it is read now; without, only once the server asks for a password
+	// (Negotiator.SetPasswordFunc), so that a server that asks none costs no file lookup.
+	lazyPassfile := cfg.Password == "" && c.beforeConnect == nil
+	if cfg.Password == "" && !lazyPassfile {
 		pw, err := connstring.PasswordFromFile(ctx, c.settings, cfg.Database, cfg.User)
 		if err != nil {
 			return &negotiation.AbortError{Err: err}
@@ -256,7 +264,16 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 		fields.Restore(cfg)
 	}
 	// Last: the authentication exchange is the negotiator's, with what the hooks left.
-	return c.negotiator.ConfigureAuth(ctx, &cfg.Config)
+	if err := c.negotiator.ConfigureAuth(ctx, &cfg.Config); err != nil || !lazyPassfile {
+		return err
+	}
+	if !connstring.HasPassfile(c.settings) {
+		return nil
+	}
+	db, user := cfg.Database, cfg.User
+	return c.negotiator.SetPasswordFunc(ctx, func() (string, error) {
+		return connstring.PasswordFromFile(ctx, c.settings, db, user)
+	})
 }
 
 // OpenDB returns sql.OpenDB(c) with the pool metrics of the returned sql.DB reported to the

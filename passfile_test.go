@@ -215,3 +215,38 @@ func TestPassfileNotAPlainFile(t *testing.T) {
 		t.Fatal("the connector is still waiting after 30 s: it opened the FIFO")
 	}
 }
+
+// TestPassfileReadWhenAsked: the password file is looked up when the server asks for a password,
+// not before. A file the connector refuses to read (over 1 MiB) fails the connect to a server
+// that asks for a password, for database/sql and pgx alike, saying why; a server that trusts the client connects without the file being read.
+func TestPassfileReadWhenAsked(t *testing.T) {
+	trust := harness.StartT(t, harness.Options{})
+	scram := harness.StartT(t, harness.Options{Auth: "scram-sha-256"})
+	passfile := filepath.Join(t.TempDir(), "pgpass")
+	line := "# " + strings.Repeat("x", 1021) + "\n"
+	if err := os.WriteFile(passfile, []byte(strings.Repeat(line, 1025)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		port    int
+		wantErr bool
+	}{{"trust", trust.Port, false}, {"scram-sha-256", scram.Port, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=app dbname=app passfile=%s", tc.port, passfile)
+			for _, via := range []string{"database/sql", "pgx"} {
+				var outcome, msg string
+				if via == "pgx" {
+					outcome, msg = pgxOutcome(t, nil, dsn)
+				} else {
+					outcome, msg = connectorOutcome(t, nil, dsn)
+				}
+				gotErr := outcome == "error"
+				if gotErr != tc.wantErr || gotErr && !strings.Contains(msg, "larger than 1048576 bytes") {
+					t.Errorf("%s: outcome %s (%s), want an error naming the password file: %t", via, outcome, msg, tc.wantErr)
+				}
+				t.Logf("%s: %s %s", via, outcome, msg)
+			}
+		})
+	}
+}

@@ -38,6 +38,9 @@ type authSettings struct {
 	channelBinding string // "disable", "prefer" (the default) or "require"
 	oauth          func(context.Context) (string, error)
 	minMinor       uint32 // the minor protocol version min_protocol_version asks for: 0 or 2
+	// passwordFunc gives the password when password is "" and the server asks for one
+	// ([Negotiator.SetPasswordFunc]); it runs at most once.
+	passwordFunc func() (string, error)
 }
 
 // ProtocolVersionError is the client's refusal of a server whose NegotiateProtocolVersion
@@ -248,14 +251,14 @@ func (x *authExchange) step() error {
 	data := body[4:]
 	switch code {
 	case authCleartext:
-		if x.s.password == "" {
-			return ErrNoPassword
+		if err := x.needPassword(); err != nil {
+			return err
 		}
 		x.finished = true
 		return x.send(&pgproto3.PasswordMessage{Password: x.s.password})
 	case authMD5:
-		if x.s.password == "" {
-			return ErrNoPassword
+		if err := x.needPassword(); err != nil {
+			return err
 		}
 		if len(data) != 4 {
 			return errStartup(fmt.Sprintf("an AuthenticationMD5Password with a salt of %d bytes", len(data)))
@@ -384,8 +387,8 @@ func (x *authExchange) startSASL(data []byte) error {
 	if ra.text != "" && !ra.allows(authSASL) {
 		return ra.failure("server requested SASL authentication")
 	}
-	if x.s.password == "" {
-		return ErrNoPassword
+	if err := x.needPassword(); err != nil {
+		return err
 	}
 	state, tlsOK := x.tlsState()
 	plus := slices.Contains(mechs, scram.MechanismSHA256Plus)
@@ -677,6 +680,41 @@ func (n *Negotiator) ConfigureAuth(ctx context.Context, cfg *pgconn.Config) erro
 	cfg.RequireAuth = ""
 	cfg.ChannelBinding = "disable"
 	cfg.OAuthTokenProvider = nil
+	return nil
+}
+
+// needPassword makes sure the exchange has a password for the server's request: the
+// configuration's, else what the attempt's password function gives (looked up now, when a
+// server asks, not before: a server that trusts the client costs no lookup). ErrNoPassword when
+// there is none; the function's error is the caller's own (AbortError).
+func (x *authExchange) needPassword() error {
+	if x.s.password == "" && x.s.passwordFunc != nil {
+		f := x.s.passwordFunc
+		x.s.passwordFunc = nil
+		pw, err := f()
+		if err != nil {
+			return &AbortError{Err: err}
+		}
+		x.s.password = pw
+	}
+	if x.s.password == "" {
+		return ErrNoPassword
+	}
+	return nil
+}
+
+// SetPasswordFunc gives the attempt ctx carries a password looked up only when the server asks
+// for one (AuthenticationCleartextPassword, AuthenticationMD5Password or a SCRAM mechanism) and
+// the configuration taken by [Negotiator.ConfigureAuth] has none: f runs at most once per
+// attempt, during its authentication exchange, on the connect's goroutine. Its error fails the
+// connect as an [AbortError] (no other host or method). Call it after ConfigureAuth; it fails
+// when ctx carries no attempt of this negotiator.
+func (n *Negotiator) SetPasswordFunc(ctx context.Context, f func() (string, error)) error {
+	at, _ := ctx.Value(attemptKey{}).(*attempt)
+	if at == nil || at.n != n || !at.authSet {
+		return errors.New("pgconnector: connection attempt did not come through the negotiator")
+	}
+	at.auth.passwordFunc = f
 	return nil
 }
 

@@ -249,6 +249,7 @@ func (n *Negotiator) hostOrder(order []int) []int {
 // final reports that no other host should be tried.
 func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, ps *pass) (final bool, herr *HostError) {
 	b := n.newBudget()
+	defer b.release()
 	creds, cerr := n.credentials(ctx, b, h)
 	if cerr != nil {
 		return ctx.Err() != nil, cerr
@@ -282,21 +283,44 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 }
 
 // budget is connect_timeout for one host, as Config.ConnectTimeout says it is counted.
+//
+// The host's own deadline (its start plus connect_timeout), which bounds what comes before
+// the first address (the credentials check, the wait for another connect's probe, the DNS
+// lookup) and the first address's attempts, is one context with one timer for the whole host,
+// made when first needed and released by release: a timer costs the runtime a wake-up of its
+// network poller (a write and a read of its eventfd) when it is set, on every connect.
 type budget struct {
 	d         time.Duration
 	start     time.Time
 	deadlines map[string]time.Time // per address, set when the address is first tried
+
+	host       context.Context // start+d, from the ctx of the first call (nil until then)
+	hostCancel context.CancelFunc
 }
 
 func (n *Negotiator) newBudget() *budget {
 	return &budget{d: n.cfg.ConnectTimeout, start: time.Now()}
 }
 
-// context returns ctx bounded by addr's deadline ("" before any address: the host's start).
-// The context always ends when the caller cancels it, deadline or not: what an attempt leaves
-// registered under it (a GSS authentication token) goes with it.
+// release ends the host's context; call it once the host is done.
+func (b *budget) release() {
+	if b.hostCancel != nil {
+		b.hostCancel()
+	}
+}
+
+func noCancel() {}
+
+// context returns ctx bounded by addr's deadline ("" before any address: the host's start);
+// ctx must be the same context at every call for one host. For an address, the context always
+// ends when the caller cancels it, deadline or not: what an attempt leaves registered under it
+// (a GSS authentication token) goes with it. The calls before any address ("") leave nothing
+// registered once they return: they share the host's context, and their cancel does nothing.
 func (b *budget) context(ctx context.Context, addr string) (context.Context, context.CancelFunc) {
 	if b.d <= 0 {
+		if addr == "" {
+			return ctx, noCancel
+		}
 		return context.WithCancel(ctx)
 	}
 	d, ok := b.deadlines[addr]
@@ -312,7 +336,16 @@ func (b *budget) context(ctx context.Context, addr string) (context.Context, con
 			b.deadlines[addr] = d
 		}
 	}
-	return context.WithDeadline(ctx, d)
+	if !d.Equal(b.start.Add(b.d)) {
+		return context.WithDeadline(ctx, d)
+	}
+	if b.host == nil {
+		b.host, b.hostCancel = context.WithDeadline(ctx, d)
+	}
+	if addr == "" {
+		return b.host, noCancel
+	}
+	return context.WithCancel(b.host)
 }
 
 // decide makes the plan for h, waiting for another connect's probe when one is running.

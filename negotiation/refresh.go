@@ -192,6 +192,7 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 		Known:      n.cfg.Cache.Known(key),
 	}
 	b := n.newBudget()
+	defer b.release()
 	switch m {
 	case MethodGSS:
 		creds, herr := n.credentials(ctx, b, h)

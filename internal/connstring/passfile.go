@@ -174,6 +174,10 @@ func PasswordFromFile(ctx context.Context, s *Settings, dbname, user string) (st
 	return password, err
 }
 
+// HasPassfile reports whether PasswordFromFile may find a password: whether there is a password
+// file to look in (passfile, PGPASSFILE or a home directory for ~/.pgpass).
+func HasPassfile(s *Settings) bool { return s.passfile != "" }
+
 // PassfileNote carries, through the context of one connect, libpq's warning for a password file
 // that was not read, which the connect's error gets when it is [negotiation.ErrNoPassword].
 type PassfileNote struct {
