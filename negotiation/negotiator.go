@@ -284,11 +284,12 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 
 // budget is connect_timeout for one host, as Config.ConnectTimeout says it is counted.
 //
-// The host's own deadline (its start plus connect_timeout), which bounds what comes before
-// the first address (the credentials check, the wait for another connect's probe, the DNS
-// lookup) and the first address's attempts, is one context with one timer for the whole host,
-// made when first needed and released by release: a timer costs the runtime a wake-up of its
-// network poller (a write and a read of its eventfd) when it is set, on every connect.
+// The host's own deadline (its start plus connect_timeout) bounds what comes before the first
+// address (the credentials check, the wait for another connect's probe, the DNS lookup) and the
+// first address's attempts. What comes before shares one context with one timer, made when
+// first needed and released by release, from which the first address's attempts derive theirs:
+// a timer costs the runtime a wake-up of its network poller (a write and a read of its eventfd)
+// when it is set, on every connect.
 type budget struct {
 	d         time.Duration
 	start     time.Time
@@ -339,11 +340,14 @@ func (b *budget) context(ctx context.Context, addr string) (context.Context, con
 	if !d.Equal(b.start.Add(b.d)) {
 		return context.WithDeadline(ctx, d)
 	}
-	if b.host == nil {
-		b.host, b.hostCancel = context.WithDeadline(ctx, d)
-	}
-	if addr == "" {
+	switch {
+	case addr == "":
+		if b.host == nil {
+			b.host, b.hostCancel = context.WithDeadline(ctx, d)
+		}
 		return b.host, noCancel
+	case b.host == nil: // nothing before the address needed the host's context
+		return context.WithDeadline(ctx, d)
 	}
 	return context.WithCancel(b.host)
 }
