@@ -172,13 +172,19 @@ func (c *Connector) pgxPoolConfig() (*pgxpool.Config, *tracing.PoolTracer, error
 // newPoolTracer is the tracing.PoolTracer of one pool: its acquire spans (unless
 // WithStatementSpans(false)) and measurements.
 func (c *Connector) newPoolTracer() *tracing.PoolTracer {
-	return tracing.NewPoolTracer(tracing.PoolTracerConfig{
+	cfg := tracing.PoolTracerConfig{
 		TracerProvider: c.tp,
 		Metrics:        c.metrics,
 		Database:       c.settings.Config.Database,
 		User:           c.settings.Config.User,
 		NoSpans:        c.tp == nil,
-	})
+	}
+	if hs := c.settings.Hosts; len(hs) == 1 {
+		// The acquire spans' server.address and server.port when they start (no attribute
+		// added to them at their end).
+		cfg.Host, cfg.Port = hs[0].Host, hs[0].Port
+	}
+	return tracing.NewPoolTracer(cfg)
 }
 
 // OpenPool returns pgxpool.NewWithConfig(ctx, cfg) for the cfg of [Connector.PgxPoolConfig]: a

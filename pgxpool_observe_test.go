@@ -50,7 +50,7 @@ func openObservedPool(t *testing.T, c *pgconnector.Connector) *pgxpool.Pool {
 
 // An Acquire under a caller's span is a pgxpool.acquire span with the connection's attributes,
 // parent of the connect span of the connection it opened; a warm one has no connect under it; an
-// Acquire that times out fails its span; none without a caller's span, nor with
+// Acquire that times out fails its span, which has the server of the connection string's one host; none without a caller's span, nor with
 // WithStatementSpans(false).
 func TestPgxPoolAcquireSpans(t *testing.T) {
 	plain, _ := servers(t)
@@ -132,6 +132,16 @@ func TestPgxPoolAcquireSpans(t *testing.T) {
 	}
 	if errType != tracing.ErrorTypeTimeout {
 		t.Errorf("error.type %q, want %q", errType, tracing.ErrorTypeTimeout)
+	}
+	// A connection string of one host: the server of a failed Acquire too, from its start.
+	server := map[string]string{}
+	for _, kv := range failed.Attributes() {
+		if k := string(kv.Key); k == "server.address" || k == "server.port" {
+			server[k] = kv.Value.Emit()
+		}
+	}
+	if server["server.address"] != want["server.address"] || server["server.port"] != want["server.port"] {
+		t.Errorf("the failed Acquire's server %v, want that of the connection string's one host (%s:%s)", server, want["server.address"], want["server.port"])
 	}
 
 	// No caller's span: no acquire span.

@@ -32,6 +32,11 @@ type PoolTracerConfig struct {
 	User string
 	// NoSpans turns the acquire spans off; the measurements stay.
 	NoSpans bool
+	// Host and Port, when Host is not empty, are the server of every connection of the pool
+	// (a connection string of one host): the acquire spans get server.address and server.port
+	// when they start, failed ones too, instead of from the connection handed over.
+	Host string
+	Port uint16
 }
 
 // PoolTracer observes a pgxpool through pgx's pool tracer interfaces: set it as the Tracer of
@@ -43,7 +48,8 @@ type PoolTracerConfig struct {
 //
 //   - Acquire: one span [SpanAcquire] of kind INTERNAL (the client spans are the connect and the
 //     statements under it), with db.system.name, db.namespace and user.name (PoolTracerConfig), and server.address and
-//     server.port of the connection handed over (the host the connector connected to). A
+//     server.port of the connection handed over (the host the connector connected to; with
+//     PoolTracerConfig.Host, that host's, from the start). A
 //     failed Acquire (the caller's context canceled or past its deadline, a failed connect)
 //     has status Error and error.type as the connect span classes it ("timeout", "canceled",
 //     a SQLSTATE...). The connect of a new connection the Acquire makes (pgxpool connects
@@ -61,10 +67,14 @@ type PoolTracer struct {
 	spans    bool
 	m        *Metrics
 	attrs    []attribute.KeyValue // of every acquire span
+	fixed    bool                 // attrs has the server (PoolTracerConfig.Host)
 	opts     []trace.SpanStartOption
 	key      string // of its state in each connection's CustomData
 	pending  atomic.Int64
 	poolName string
+	// poolSet is db.client.connection.pool.name=poolName, built once: the pool's measurements
+	// take it as it is, with no attribute set made per Acquire.
+	poolSet metric.MeasurementOption
 }
 
 // poolTracers numbers the PoolTracers, so that each has its own key in a connection's CustomData.
@@ -83,6 +93,7 @@ func NewPoolTracer(cfg PoolTracerConfig) *PoolTracer {
 	if cfg.User != "" {
 		attrs = append(attrs, semconv.UserName(cfg.User))
 	}
+	attrs = appendServer(attrs, cfg.Host, cfg.Port)
 	t := &PoolTracer{
 		tracer: tp.Tracer(ScopeName,
 			trace.WithInstrumentationVersion(Version),
@@ -90,11 +101,13 @@ func NewPoolTracer(cfg PoolTracerConfig) *PoolTracer {
 		spans: !cfg.NoSpans,
 		m:     cfg.Metrics,
 		attrs: attrs,
+		fixed: cfg.Host != "",
 		key:   "github.com/pgconnector/pgconnector/tracing.PoolTracer#" + strconv.FormatUint(poolTracers.Add(1), 10),
 	}
 	t.opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
 	if t.m != nil {
 		t.poolName = t.m.poolName
+		t.poolSet = metric.WithAttributeSet(attribute.NewSet(semconv.DBClientConnectionPoolName(t.poolName)))
 	}
 	return t
 }
@@ -141,7 +154,9 @@ func (t *PoolTracer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, data 
 		pc.acquired = now
 	}
 	if t.m != nil {
-		t.m.waitTime.Record(ctx, now.Sub(a.start).Seconds(), t.poolName)
+		if h := t.m.waitTime.Inst(); h.Enabled(ctx) { // dbconv's Record, with the set built once
+			h.Record(ctx, now.Sub(a.start).Seconds(), t.poolSet)
+		}
 		if data.Err != nil && errors.Is(data.Err, context.DeadlineExceeded) {
 			t.m.timeouts.Add(ctx, 1, t.poolName)
 		}
@@ -149,13 +164,13 @@ func (t *PoolTracer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, data 
 	if a.span == nil {
 		return
 	}
-	if pc != nil {
+	if pc != nil && !t.fixed {
 		a.span.SetAttributes(pc.server...)
 	}
 	if data.Err != nil {
 		fail(a.span, data.Err, "", ErrorTypeConnectFailed)
 	}
-	a.span.End(trace.WithTimestamp(now))
+	a.span.End()
 }
 
 // TraceRelease records how long the connection was used.
@@ -167,7 +182,9 @@ func (t *PoolTracer) TraceRelease(_ *pgxpool.Pool, data pgxpool.TraceReleaseData
 	if pc.acquired.IsZero() {
 		return
 	}
-	t.m.useTime.Record(context.Background(), time.Since(pc.acquired).Seconds(), t.poolName)
+	if h := t.m.useTime.Inst(); h.Enabled(context.Background()) {
+		h.Record(context.Background(), time.Since(pc.acquired).Seconds(), t.poolSet)
+	}
 	pc.acquired = time.Time{}
 }
 
