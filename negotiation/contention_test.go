@@ -21,7 +21,9 @@ func TestWarmDecisionStormSharesNoLock(t *testing.T) {
 	var bad atomic.Int32
 	res, err := contention.Storm(64, 500, os.Getenv("PGCONNECTOR_PROFILE_DIR"), func(g, i int) {
 		j := (g + i) % len(keys)
-		plan, _, probe, err := n.decide(ctx, n.newBudget(), &n.cfg.Hosts[j], keys[j], GSSCredentials{})
+		b := n.newBudget()
+		plan, _, probe, err := n.decide(ctx, &b, &n.cfg.Hosts[j], keys[j], GSSCredentials{})
+		b.release()
 		if err != nil || probe != nil || plan.Methods()[0] != MethodPlain {
 			bad.Add(1)
 		}

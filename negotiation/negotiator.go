@@ -248,7 +248,8 @@ func (n *Negotiator) hostOrder(order []int) []int {
 // connectHost tries one host: decide, resolve, then every address with every method.
 // final reports that no other host should be tried.
 func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context.Context) error, res *connectResult, ps *pass) (final bool, herr *HostError) {
-	b := n.newBudget()
+	bv := n.newBudget() // on the stack: the host's calls below do not keep it
+	b := &bv
 	defer b.release()
 	creds, cerr := n.credentials(ctx, b, h)
 	if cerr != nil {
@@ -291,16 +292,20 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 // a timer costs the runtime a wake-up of its network poller (a write and a read of its eventfd)
 // when it is set, on every connect.
 type budget struct {
-	d         time.Duration
-	start     time.Time
-	deadlines map[string]time.Time // per address, set when the address is first tried
+	d     time.Duration
+	start time.Time
+	// The deadline of each address, set when it is first tried: the first one's in first and
+	// firstAt (no map for a host of one address), the others' in deadlines.
+	first     string
+	firstAt   time.Time
+	deadlines map[string]time.Time
 
 	host       context.Context // start+d, from the ctx of the first call (nil until then)
 	hostCancel context.CancelFunc
 }
 
-func (n *Negotiator) newBudget() *budget {
-	return &budget{d: n.cfg.ConnectTimeout, start: time.Now()}
+func (n *Negotiator) newBudget() budget {
+	return budget{d: n.cfg.ConnectTimeout, start: time.Now()}
 }
 
 // release ends the host's context; call it once the host is done.
@@ -324,13 +329,19 @@ func (b *budget) context(ctx context.Context, addr string) (context.Context, con
 		}
 		return context.WithCancel(ctx)
 	}
-	d, ok := b.deadlines[addr]
-	if !ok {
-		d = b.start.Add(b.d) // the first address (and what comes before it) shares the host's start
-		if addr != "" && len(b.deadlines) > 0 {
+	var d time.Time
+	switch {
+	case addr == "":
+		d = b.start.Add(b.d) // what comes before the first address shares the host's start
+	case b.firstAt.IsZero():
+		d = b.start.Add(b.d) // so does the first address
+		b.first, b.firstAt = addr, d
+	case addr == b.first:
+		d = b.firstAt
+	default:
+		var ok bool
+		if d, ok = b.deadlines[addr]; !ok {
 			d = time.Now().Add(b.d)
-		}
-		if addr != "" {
 			if b.deadlines == nil {
 				b.deadlines = make(map[string]time.Time, 2)
 			}

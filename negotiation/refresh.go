@@ -191,7 +191,8 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 		UnixSocket: h.UnixSocket(),
 		Known:      n.cfg.Cache.Known(key),
 	}
-	b := n.newBudget()
+	bv := n.newBudget()
+	b := &bv
 	defer b.release()
 	switch m {
 	case MethodGSS:
