@@ -647,7 +647,11 @@ func points(t testing.TB, m metricdata.Metrics) map[string]float64 {
 	case metricdata.Histogram[float64]:
 		for _, dp := range d.DataPoints {
 			p[dp.Attributes.Encoded(enc)] = float64(dp.Count)
-			if !slices.Equal(dp.Bounds, []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}) { // semconv
+			want := []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10} // semconv
+			if m.Name == tracing.MetricConnectStepDuration {
+				want = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+			}
+			if !slices.Equal(dp.Bounds, want) {
 				t.Errorf("%s: bounds %v", m.Name, dp.Bounds)
 			}
 		}
@@ -693,6 +697,15 @@ func TestConnectMetrics(t *testing.T) {
 		{dbconv.ClientConnectionCreateTime{}.Name(), map[string]float64{
 			pool + "/" + plain.Database + ",pgconnector.outcome=success,pgconnector.transport=plain": n + 1,
 			pool + "/nosuchdb,error.type=3D000,pgconnector.outcome=error":                            1,
+		}},
+		// Seven connects (n+1 of o, one of the other connector), each with its steps; an
+		// SSLRequest only for the first connect of each connector (the 'N' is remembered).
+		{tracing.MetricConnectStepDuration, map[string]float64{
+			"pgconnector.outcome=success,pgconnector.step=gss_credentials":                          n + 2,
+			"pgconnector.outcome=success,pgconnector.step=tcp_connect,server.address=" + plain.Host: n + 2,
+			"pgconnector.outcome=success,pgconnector.step=ssl_request,server.address=" + plain.Host: 2,
+			"pgconnector.outcome=success,pgconnector.step=startup,server.address=" + plain.Host:     n + 1,
+			"pgconnector.outcome=error,pgconnector.step=startup,server.address=" + plain.Host:       1,
 		}},
 		{dbconv.ClientOperationDuration{}.Name(), map[string]float64{
 			op: n,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -42,6 +43,11 @@ const (
 	// MetricSCRAMDerivationTime is the CPU-bound time of those derivations, in seconds.
 	// Attribute: db.client.connection.pool.name.
 	MetricSCRAMDerivationTime = "pgconnector.scram.derivation_time"
+	// MetricConnectStepDuration is the duration of each step of a connect, in seconds: one
+	// point per step span (see [StepKey]), whatever the step's outcome. Attributes:
+	// pgconnector.step, pgconnector.outcome, server.address (the host as written in the
+	// connection string; none for gss_credentials, which comes before a host is tried).
+	MetricConnectStepDuration = "pgconnector.connect.step.duration"
 )
 
 // Attribute keys of the metrics of this project.
@@ -49,8 +55,15 @@ const (
 	// AvoidedKindKey is what a connect avoided: "round_trip" or "backend" (a server backend, with
 	// its TCP connection). Metric: pgconnector.connection.attempts_avoided.
 	AvoidedKindKey = attribute.Key("pgconnector.avoided.kind")
-	// OutcomeKey is "success" or "error". Metric: db.client.connection.create_time.
+	// OutcomeKey is "success" or "error". Metrics: db.client.connection.create_time,
+	// pgconnector.connect.step.duration (a step whose request the server refused with 'N' is a
+	// success: the server answered).
 	OutcomeKey = attribute.Key("pgconnector.outcome")
+	// StepKey is the step of a connect a point of pgconnector.connect.step.duration measures:
+	// the name of the step's span without its "postgresql." prefix (probe_wait, gss_credentials,
+	// dns_lookup, tcp_connect, gssenc_request, service_ticket, gss_context, ssl_request,
+	// tls_handshake, startup).
+	StepKey = attribute.Key("pgconnector.step")
 )
 
 // Values of AvoidedKindKey and OutcomeKey.
@@ -101,6 +114,11 @@ func (p Pool) Name() string {
 //     context or authentication, a new connection; after 'N' it spends one round trip and no
 //     backend: the cache does not tell the two apart). A wait for another connect's probe avoided
 //     that probe: it is counted once, as the method the plan made after the wait skips.
+//   - pgconnector.connect.step.duration (histogram, s, buckets 100 µs to 10 s): one point per step
+//     span of a connect (the DNS lookup, the TCP connect, each request, the TLS handshake, the
+//     GSS context, the startup...), from the step hooks; attributes pgconnector.step,
+//     pgconnector.outcome, server.address. With no meter provider that records, the step hooks
+//     leave the context alone.
 //   - the pool's connections, under the same names for a sql.DB ([Metrics.ObserveDBStats]) and
 //     a pgxpool.Pool ([Metrics.ObservePgxPool], [PoolTracer]), each with what its pool can say
 //     (below), labelled with db.client.connection.pool.name.
@@ -141,7 +159,16 @@ type Metrics struct {
 	timeouts   dbconv.ClientConnectionTimeouts
 	derived    metric.Int64Counter
 	deriveTime metric.Float64Counter
+	stepTime   metric.Float64Histogram
+	// The attributes of the step histogram's points for the first host (stepHost), and for none.
+	stepHost   string
+	stepFirst  [numSteps][2]metric.RecordOption
+	stepNoHost [numSteps][2]metric.RecordOption
 }
+
+// stepBuckets are the bucket bounds of pgconnector.connect.step.duration, in seconds: 100 µs
+// (a request answered on loopback) to 10 s (a connect_timeout).
+var stepBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // NewMetrics creates the instruments of a connector whose pool is pool. mp nil means
 // otel.GetMeterProvider(). An instrument that cannot be created is reported to otel.Handle and
@@ -152,7 +179,7 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 	}
 	m := &Metrics{meter: meter(mp), poolName: pool.Name()}
 	m.pool = semconv.DBClientConnectionPoolName(m.poolName)
-	var errs [15]error
+	var errs [16]error
 	m.createTime, errs[0] = dbconv.NewClientConnectionCreateTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.hits, errs[1] = m.meter.Int64Counter(MetricCacheHits, metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions whose plan a remembered server answer changed or confirmed."))
@@ -175,6 +202,10 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 	m.waitTime, errs[12] = dbconv.NewClientConnectionWaitTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.useTime, errs[13] = dbconv.NewClientConnectionUseTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.timeouts, errs[14] = dbconv.NewClientConnectionTimeouts(m.meter)
+	m.stepTime, errs[15] = m.meter.Float64Histogram(MetricConnectStepDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of each step of a connect (DNS lookup, TCP connect, SSLRequest, TLS handshake, GSSENCRequest, GSS context, startup...)."),
+		metric.WithExplicitBucketBoundaries(stepBuckets...))
+	m.stepHost, m.stepFirst, m.stepNoHost = pool.Host, stepOptions(pool.Host), stepOptions("")
 	for _, err := range errs {
 		if err != nil {
 			otel.Handle(err)
@@ -191,7 +222,172 @@ func (m *Metrics) Trace() *negotiation.Trace {
 		Decision:        m.decision,
 		ConnectDone:     m.connectDone,
 		SCRAMKeyDerived: m.scramKeyDerived,
+
+		ProbeWaitStart: func(ctx context.Context, info negotiation.HostInfo) context.Context {
+			return m.stepStart(ctx, stepAttrProbeWait, info.Host)
+		},
+		ProbeWaitDone: func(ctx context.Context, err error) { m.stepDone(ctx, stepAttrProbeWait, err) },
+		GSSCredentialsStart: func(ctx context.Context) context.Context {
+			return m.stepStart(ctx, stepAttrGSSCredentials, "")
+		},
+		GSSCredentialsDone: func(ctx context.Context, info negotiation.GSSCredentialsInfo) {
+			m.stepDone(ctx, stepAttrGSSCredentials, info.Err)
+		},
+		DNSStart: func(ctx context.Context, info negotiation.HostInfo) context.Context {
+			return m.stepStart(ctx, stepAttrDNSLookup, info.Host)
+		},
+		DNSDone: func(ctx context.Context, info negotiation.DNSDoneInfo) { m.stepDone(ctx, stepAttrDNSLookup, info.Err) },
+		TCPConnectStart: func(ctx context.Context, info negotiation.DialInfo) context.Context {
+			return m.stepStart(ctx, stepAttrTCPConnect, info.Host)
+		},
+		TCPConnectDone: func(ctx context.Context, err error) { m.stepDone(ctx, stepAttrTCPConnect, err) },
+		SSLRequestStart: func(ctx context.Context, info negotiation.DialInfo) context.Context {
+			return m.stepStart(ctx, stepAttrSSLRequest, info.Host)
+		},
+		SSLRequestDone: func(ctx context.Context, info negotiation.RequestDoneInfo) {
+			m.stepDone(ctx, stepAttrSSLRequest, info.Err)
+		},
+		GSSEncRequestStart: func(ctx context.Context, info negotiation.DialInfo) context.Context {
+			return m.stepStart(ctx, stepAttrGSSEncRequest, info.Host)
+		},
+		GSSEncRequestDone: func(ctx context.Context, info negotiation.RequestDoneInfo) {
+			m.stepDone(ctx, stepAttrGSSEncRequest, info.Err)
+		},
+		ServiceTicketStart: func(ctx context.Context, info negotiation.HostInfo) context.Context {
+			return m.stepStart(ctx, stepAttrServiceTicket, info.Host)
+		},
+		ServiceTicketDone: func(ctx context.Context, info negotiation.ServiceTicketDoneInfo) {
+			m.stepDone(ctx, stepAttrServiceTicket, info.Err)
+		},
+		GSSContextStart: func(ctx context.Context, info negotiation.DialInfo) context.Context {
+			return m.stepStart(ctx, stepAttrGSSContext, info.Host)
+		},
+		GSSContextDone: func(ctx context.Context, info negotiation.GSSContextDoneInfo) {
+			m.stepDone(ctx, stepAttrGSSContext, info.Err)
+		},
+		TLSHandshakeStart: func(ctx context.Context, _ negotiation.TLSHandshakeStartInfo) context.Context {
+			return m.stepStart(ctx, stepAttrTLSHandshake, dialedHost(ctx))
+		},
+		TLSHandshakeDone: func(ctx context.Context, info negotiation.TLSHandshakeDoneInfo) {
+			m.stepDone(ctx, stepAttrTLSHandshake, info.Err)
+		},
+		StartupStart: func(ctx context.Context, info negotiation.DialInfo) context.Context {
+			return m.stepStart(ctx, stepAttrStartup, info.Host)
+		},
+		StartupDone: func(ctx context.Context, info negotiation.StartupDoneInfo) {
+			m.stepDone(ctx, stepAttrStartup, info.Err)
+		},
 	}
+}
+
+// The steps of pgconnector.connect.step.duration; stepNames gives their StepKey values, the
+// step spans' names without "postgresql.".
+type stepID uint8
+
+const (
+	stepAttrProbeWait stepID = iota
+	stepAttrGSSCredentials
+	stepAttrDNSLookup
+	stepAttrTCPConnect
+	stepAttrSSLRequest
+	stepAttrGSSEncRequest
+	stepAttrServiceTicket
+	stepAttrGSSContext
+	stepAttrTLSHandshake
+	stepAttrStartup
+	numSteps
+)
+
+var stepNames = [numSteps]string{"probe_wait", "gss_credentials", "dns_lookup", "tcp_connect", "ssl_request",
+	"gssenc_request", "service_ticket", "gss_context", "tls_handshake", "startup"}
+
+// stepOptions returns the attributes of each step and outcome (success, error) for host (none
+// when ""), made once: a point of the first host, the usual one, then allocates nothing.
+func stepOptions(host string) (o [numSteps][2]metric.RecordOption) {
+	for id, name := range stepNames {
+		for i, outcome := range [2]string{OutcomeSuccess, OutcomeError} {
+			kv := []attribute.KeyValue{StepKey.String(name), OutcomeKey.String(outcome)}
+			if host != "" && stepID(id) != stepAttrGSSCredentials {
+				kv = append(kv, semconv.ServerAddress(host))
+			}
+			o[id][i] = metric.WithAttributeSet(attribute.NewSet(kv...))
+		}
+	}
+	return o
+}
+
+// stepCtx is the context of one step, with its clock: one allocation per step, and only when
+// the histogram records.
+type stepCtx struct {
+	context.Context
+	clock stepClock
+}
+
+// stepClockKey is the key under which a stepCtx gives its clock.
+type stepClockKey struct{}
+
+func (c *stepCtx) Value(key any) any {
+	if key == (stepClockKey{}) {
+		return &c.clock
+	}
+	return c.Context.Value(key)
+}
+
+// stepClock is one step's start, as its Start hook saw it.
+type stepClock struct {
+	step     stepID
+	recorded bool
+	host     string // server.address, "" for none
+	start    time.Time
+}
+
+// stepStart returns ctx with the clock of step, or ctx itself when the histogram does not
+// record (no meter provider set: a step then costs no allocation here). A step that dials
+// remembers its host for the steps that are not told it (the TLS handshake).
+func (m *Metrics) stepStart(ctx context.Context, step stepID, host string) context.Context {
+	if !m.stepTime.Enabled(ctx) {
+		return ctx
+	}
+	if st, _ := ctx.Value(metricsConnectKey{}).(*connectMetrics); st != nil && host != "" {
+		st.dialed = host
+	}
+	return &stepCtx{Context: ctx, clock: stepClock{step: step, host: host, start: time.Now()}}
+}
+
+// stepDone records the step ctx's clock measures, if it is step and was not recorded yet.
+func (m *Metrics) stepDone(ctx context.Context, step stepID, err error) {
+	c, _ := ctx.Value(stepClockKey{}).(*stepClock)
+	if c == nil || c.step != step || c.recorded {
+		return
+	}
+	c.recorded = true
+	outcome := 0
+	if err != nil {
+		outcome = 1
+	}
+	var opt metric.RecordOption
+	switch {
+	case c.host == m.stepHost || step == stepAttrGSSCredentials:
+		opt = m.stepFirst[step][outcome]
+	case c.host == "":
+		opt = m.stepNoHost[step][outcome]
+	default:
+		var a [3]attribute.KeyValue
+		kv := append(a[:0], StepKey.String(stepNames[step]), OutcomeKey.String(OutcomeSuccess), semconv.ServerAddress(c.host))
+		if err != nil {
+			kv[1] = OutcomeKey.String(OutcomeError)
+		}
+		opt = metric.WithAttributes(kv...)
+	}
+	m.stepTime.Record(ctx, time.Since(c.start).Seconds(), opt)
+}
+
+// dialedHost is the host the connect of ctx dialed last, "" when unknown.
+func dialedHost(ctx context.Context) string {
+	if st, _ := ctx.Value(metricsConnectKey{}).(*connectMetrics); st != nil {
+		return st.dialed
+	}
+	return ""
 }
 
 func (m *Metrics) scramKeyDerived(ctx context.Context, info negotiation.SCRAMKeyDerivedInfo) {
@@ -230,10 +426,11 @@ type connectMetrics struct {
 	sslMode negotiation.SSLMode
 	skipped [2]negotiation.Method
 	nskip   int
+	dialed  string // the host of the last step that dialed (pgconnector.connect.step.duration)
 }
 
 func (m *Metrics) connectStart(ctx context.Context, _ negotiation.ConnectStartInfo) context.Context {
-	if !m.avoided.Enabled(ctx) {
+	if !m.avoided.Enabled(ctx) && !m.stepTime.Enabled(ctx) {
 		return ctx
 	}
 	return context.WithValue(ctx, metricsConnectKey{}, &connectMetrics{})

@@ -6,13 +6,18 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
 
@@ -56,8 +61,12 @@ func points(t testing.TB, m metricdata.Metrics) map[string]float64 {
 	case metricdata.Histogram[float64]:
 		for _, dp := range d.DataPoints {
 			p[dp.Attributes.Encoded(enc)] = float64(dp.Count)
-			if !slices.Equal(dp.Bounds, durationBuckets) {
-				t.Errorf("%s: bounds %v, want %v", m.Name, dp.Bounds, durationBuckets)
+			want := durationBuckets
+			if m.Name == MetricConnectStepDuration {
+				want = stepBuckets
+			}
+			if !slices.Equal(dp.Bounds, want) {
+				t.Errorf("%s: bounds %v, want %v", m.Name, dp.Bounds, want)
 			}
 		}
 	default:
@@ -258,5 +267,87 @@ func TestMetricsOfPool(t *testing.T) {
 		if mm, ok := got[name]; ok && len(points(t, mm)) > 0 {
 			t.Errorf("%s still reported after unregister: %v", name, points(t, mm))
 		}
+	}
+}
+
+// Every step span of every scenario is one point of pgconnector.connect.step.duration, with the
+// span's name (without "postgresql."), its outcome and the host; with no meter provider that
+// records, the step hooks leave the context as it is and allocate nothing.
+func TestStepDurations(t *testing.T) {
+	steps := map[string]bool{SpanProbeWait: true, SpanGSSCredentials: true, SpanDNSLookup: true, SpanTCPConnect: true,
+		SpanGSSEncRequest: true, SpanServiceTicket: true, SpanGSSContext: true, SpanSSLRequest: true, SpanTLSHandshake: true,
+		SpanStartup: true}
+	seen := map[string]bool{}
+	for _, sc := range scenarios(t) {
+		t.Run(sc.name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			sc.drive(context.Background(), Compose(NewMetrics(mp, Pool{Host: testHost, Port: testPort, Database: testDB}).Trace(), NewTrace(tp)))
+
+			host := testHost
+			for _, s := range rec.Ended() {
+				for _, kv := range s.Attributes() {
+					if s.Name() == SpanConnect && kv.Key == semconv.ServerAddressKey {
+						host = kv.Value.AsString()
+					}
+				}
+			}
+			want := map[string]float64{}
+			for _, s := range rec.Ended() {
+				if !steps[s.Name()] {
+					continue
+				}
+				seen[s.Name()] = true
+				outcome := OutcomeSuccess
+				if s.Status().Code == codes.Error {
+					outcome = OutcomeError
+				}
+				k := "pgconnector.outcome=" + outcome + ",pgconnector.step=" + strings.TrimPrefix(s.Name(), "postgresql.")
+				if s.Name() != SpanGSSCredentials {
+					k += ",server.address=" + host
+				}
+				want[k]++
+			}
+			if len(want) == 0 {
+				t.Fatal("no step spans: the scenario tests nothing here")
+			}
+			got := map[string]float64{}
+			if mm, ok := collect(t, reader)[MetricConnectStepDuration]; ok {
+				got = points(t, mm)
+				if mm.Unit != "s" {
+					t.Errorf("unit %q, want s", mm.Unit)
+				}
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("step durations:\n %v\nwant (from the step spans)\n %v", got, want)
+			}
+		})
+	}
+
+	for name := range steps {
+		if !seen[name] {
+			t.Errorf("no scenario has a %s span: its point is not checked", name)
+		}
+	}
+
+	// No provider that records: no clock in the context, no allocation.
+	tr := NewMetrics(noopmetric.NewMeterProvider(), Pool{Host: testHost, Port: testPort, Database: testDB}).Trace()
+	ctx := context.Background()
+	info := negotiation.DialInfo{Host: testHost, Address: testIPv4 + ":5432", Method: negotiation.MethodSSL}
+	allocs := testing.AllocsPerRun(100, func() {
+		c := tr.TCPConnectStart(ctx, info)
+		tr.TCPConnectDone(c, nil)
+		c = tr.SSLRequestStart(ctx, info)
+		tr.SSLRequestDone(c, negotiation.RequestDoneInfo{Answer: negotiation.AnswerYes})
+		c = tr.TLSHandshakeStart(ctx, negotiation.TLSHandshakeStartInfo{})
+		tr.TLSHandshakeDone(c, negotiation.TLSHandshakeDoneInfo{})
+		if c != ctx {
+			t.Fatal("a step hook changed the context with no meter provider that records")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("step hooks with a no-op meter provider: %v allocations, want 0", allocs)
 	}
 }
