@@ -44,6 +44,10 @@ import (
 // DefaultCacheTTL is how long a server's answer is trusted when WithCacheTTL is not given.
 const DefaultCacheTTL = 5 * time.Minute
 
+// DefaultDNSCacheTTL is how long a host name's addresses are remembered when WithDNSCacheTTL is
+// not given: pgbouncer's default dns_max_ttl.
+const DefaultDNSCacheTTL = 15 * time.Second
+
 // Connector opens connections for database/sql: use it with sql.OpenDB, or [Connector.OpenDB]
 // for the pool metrics too. It implements driver.Connector and io.Closer, and is safe for
 // concurrent use.
@@ -86,7 +90,7 @@ func hookError(hook string, err error) error {
 // search_path, as with pgx), or a dotted custom one (docs/connection-strings.md, "Keys libpq does
 // not know"). A URL is read as libpq reads it ("?" may stand in a password, "+" is a plus sign).
 func New(dsn string, opts ...Option) (*Connector, error) {
-	o := options{cacheTTL: DefaultCacheTTL, statementSpans: true, queryText: true}
+	o := options{cacheTTL: DefaultCacheTTL, dnsTTL: DefaultDNSCacheTTL, statementSpans: true, queryText: true}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -117,6 +121,10 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	case s.Keepalives != nil:
 		dial = keepalive.Dialer(s.Keepalives).DialContext
 	}
+	lookup := s.Config.LookupFunc
+	if o.lookupFunc != nil {
+		lookup = o.lookupFunc
+	}
 	metrics := tracing.NewMetrics(o.meterProvider, tracing.Pool{Host: s.Hosts[0].Host, Port: s.Hosts[0].Port, Database: s.Config.Database})
 	var c *Connector
 	neg, err := negotiation.NewNegotiator(negotiation.Config{
@@ -131,7 +139,8 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		Open: func(ctx context.Context) (io.Closer, error) { return c.openForRefresh(ctx) },
 		// The metric and log hooks first: the span hooks' Done hooks end the span that is current.
 		Trace:      tracing.Compose(tracing.Compose(metrics.Trace(), tracing.NewLogTrace(o.logger)), tracing.NewTrace(o.tracerProvider)),
-		LookupFunc: s.Config.LookupFunc,
+		LookupFunc: lookup,
+		DNSTTL:     o.dnsTTL,
 		DialFunc:   dial,
 		GSS:        krb,
 		NoGSS:      noGSS,

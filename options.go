@@ -39,6 +39,8 @@ type options struct {
 	afterConnect  func(context.Context, *pgx.Conn) error
 	resetSession  func(context.Context, *pgx.Conn) error
 	dialFunc      pgconn.DialFunc
+	lookupFunc    pgconn.LookupFunc
+	dnsTTL        time.Duration
 	tlsConfigFunc TLSConfigFunc
 }
 
@@ -51,9 +53,9 @@ type options struct {
 //
 // f gets network "tcp" and the address the connector chose for the attempt, "ip:port":
 // hostaddr when given, the host when it is an IP address, else each address of the host's DNS
-// lookup (done by the connector, net.DefaultResolver; for a name that resolves only at the far
-// end of a tunnel, write the name as host, for TLS and Kerberos, and the far end's address as
-// hostaddr, or map addresses in f). For a Unix-domain socket it gets network "unix" and the
+// lookup (done by the connector, [WithLookupFunc], remembered for [WithDNSCacheTTL]; for a name
+// that resolves only at the far end of a tunnel, write the name as host, for TLS and Kerberos,
+// and the far end's address as hostaddr, or map addresses in f). For a Unix-domain socket it gets network "unix" and the
 // socket's path, dir/.s.PGSQL.port, as pgx gives it; requirepeer then needs f to return a
 // *net.UnixConn. A CancelRequest dials the network and address its session's connect dialed.
 // Everything else runs over the connection f returns exactly as over a TCP socket: the
@@ -71,6 +73,30 @@ type options struct {
 // goroutines at once.
 func WithDialFunc(f pgconn.DialFunc) Option {
 	return func(o *options) { o.dialFunc = f }
+}
+
+// WithLookupFunc sets the function that resolves the host names of the connection string to IP
+// addresses (a resolver of the application's, a service registry, a test's fixed answer), for
+// every connection of the connector and its background refreshes. It is called with the host
+// as written and a context bounded by the connect's context and connect_timeout, or, for a
+// lookup in the background ([WithDNSCacheTTL]), by connect_timeout (10 s without it); it may be
+// called from several goroutines at once. An error, or no address, fails that host (the connect
+// goes on with the next one). hostaddr, IP addresses and Unix socket directories are not looked
+// up. Default (nil): net.DefaultResolver.LookupHost.
+func WithLookupFunc(f pgconn.LookupFunc) Option {
+	return func(o *options) { o.lookupFunc = f }
+}
+
+// WithDNSCacheTTL sets how long the addresses of a host name are remembered: connects within it
+// share one lookup; in its last fifth, the first connect that uses the answer looks the name up
+// again in the background and goes on with it; when every remembered address of a host fails
+// before a server answers (refused, unreachable, timed out), the connect looks the name up again
+// at once and tries the new addresses. A failed lookup is not remembered. Zero or less: every
+// connect looks every host name up, as libpq and pgx do. Default: DefaultDNSCacheTTL, 15 s
+// (pgbouncer's dns_max_ttl). DNS time-to-live values are not read: the resolver does not give
+// them; a shorter bound than a record's TTL is the application's choice here.
+func WithDNSCacheTTL(d time.Duration) Option {
+	return func(o *options) { o.dnsTTL = d }
 }
 
 // WithTLSConfigFunc sets a function called for each connection attempt that uses TLS (after

@@ -62,6 +62,10 @@ type Config struct {
 	Trace *Trace
 	// LookupFunc resolves a host name to IP addresses; nil means net.DefaultResolver.LookupHost.
 	LookupFunc pgconn.LookupFunc
+	// DNSTTL is how long a host name's addresses are remembered (dns.go): connects within it
+	// share one lookup, and one in its last fifth looks the name up again in the background.
+	// Zero or less: every connect looks every host name up, as libpq and pgx do.
+	DNSTTL time.Duration
 	// DialFunc opens a socket; nil means a net.Dialer with a 5-minute keep-alive, as pgx's default.
 	// It is given network "tcp" and the address an attempt chose ("ip:port": hostaddr, the host
 	// when it is an IP address, else each address of the host's lookup) or network "unix" and
@@ -111,6 +115,8 @@ type Negotiator struct {
 	bg    background // the background refreshes, until Close
 	// literal holds the one address of each host that needs no lookup (literalAddrs).
 	literal map[*Host][]string
+	// dns remembers the addresses of host names; nil with Config.DNSTTL <= 0.
+	dns *dnsCache
 	// scram keeps the SCRAM keys derived for this negotiator's users and passwords (auth.go).
 	scram *scram.Keys
 	// requireAuth is the last require_auth parsed (requireAuthOf).
@@ -137,6 +143,9 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 		cfg.Hosts[i].TLSConfig = withALPN(cfg.Hosts[i].TLSConfig)
 	}
 	n := &Negotiator{cfg: cfg, literal: literalAddrs(cfg.Hosts)}
+	if cfg.DNSTTL > 0 {
+		n.dns = newDNSCache(cfg.DNSTTL)
+	}
 	if cfg.Trace != nil {
 		n.trace = *cfg.Trace
 	}
@@ -428,15 +437,65 @@ func (n *Negotiator) waitProbe(ctx context.Context, h *Host, wait <-chan struct{
 }
 
 // resolve returns h's addresses: hostaddr, an IP address or a Unix socket directory as written
-// (made once, in NewNegotiator), with no lookup and no timer; else a DNS lookup bounded by the
-// host's connect_timeout.
-func (n *Negotiator) resolve(ctx context.Context, b *budget, h *Host) ([]string, error) {
+// (made once, in NewNegotiator), with no lookup and no timer; else the remembered answer
+// (Config.DNSTTL) or a DNS lookup bounded by the host's connect_timeout. With
+// load_balance_hosts=random the addresses come shuffled (a copy).
+func (n *Negotiator) resolve(ctx context.Context, b *budget, h *Host) (dnsAnswer, error) {
 	if a := n.literal[h]; a != nil {
-		return a, nil
+		return dnsAnswer{addrs: a}, nil
 	}
 	lctx, cancel := b.context(ctx, "")
 	defer cancel()
-	return n.lookup(lctx, h)
+	var ans dnsAnswer
+	var err error
+	if n.dns != nil {
+		ans, err = n.dns.get(lctx, n, h)
+	} else {
+		ans.addrs, err = n.lookup(lctx, h)
+	}
+	if err != nil {
+		return ans, err
+	}
+	ans.raw = ans.addrs
+	ans.addrs = n.shuffled(ans.addrs)
+	return ans, nil
+}
+
+// shuffled returns addrs, or a shuffled copy of them with load_balance_hosts=random.
+func (n *Negotiator) shuffled(addrs []string) []string {
+	if n.cfg.LoadBalanceHosts && len(addrs) > 1 {
+		addrs = slices.Clone(addrs)
+		rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	}
+	return addrs
+}
+
+// dnsRefreshTimeout bounds a lookup of the background (refreshDNS, and the one after every
+// remembered address failed): connect_timeout, else 10 s.
+func (n *Negotiator) dnsRefreshTimeout() time.Duration {
+	if n.cfg.ConnectTimeout > 0 {
+		return n.cfg.ConnectTimeout
+	}
+	return 10 * time.Second
+}
+
+// refreshDNS looks h's name up again in the background, for the connects after the one of ctx
+// (whose trace the lookup's step joins), and hands the answer to the cache.
+func (n *Negotiator) refreshDNS(ctx context.Context, h *Host) {
+	parent := context.WithoutCancel(ctx)
+	started := n.bg.start(func(life context.Context) {
+		lctx, cancel := context.WithTimeout(parent, n.dnsRefreshTimeout())
+		defer cancel()
+		defer context.AfterFunc(life, cancel)()
+		addrs, err := n.lookup(lctx, h)
+		if err != nil {
+			addrs = nil
+		}
+		n.dns.refreshed(h.Host, addrs)
+	})
+	if !started {
+		n.dns.refreshed(h.Host, nil)
+	}
 }
 
 // literalAddrs returns, for each host that needs no lookup, its one address.
@@ -469,10 +528,6 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.cfg.LoadBalanceHosts {
-		addrs = slices.Clone(addrs)
-		rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
-	}
 	return addrs, nil
 }
 
@@ -483,28 +538,56 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 	open func(context.Context) error, res *connectResult, ps *pass,
 ) (final, stale bool, herr *HostError) {
 	defer probe.End()
-	addrs, err := n.resolve(ctx, b, h)
+	ans, err := n.resolve(ctx, b, h)
 	if err != nil {
 		return ctx.Err() != nil, false, &HostError{Host: h.Host, Port: h.Port, Step: "DNS lookup", Err: err}
 	}
 	caller, _ := ctx.Deadline()
-	for i, addr := range addrs {
-		actx, cancel := b.context(ctx, addr)
-		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, probe, open, res, ps)
-		cancel()
-		// The others waited for what this host's first address would teach: it has.
-		probe.End()
-		probe = nil
-		stale = stale || r.stale
-		herr = r.herr
-		if r.done || r.final || r.leave || ctx.Err() != nil {
-			if r.final && !r.soft {
-				stale = false
+	addrs := ans.addrs
+	for again := false; ; again = true {
+		reached := false
+		for i, addr := range addrs {
+			actx, cancel := b.context(ctx, addr)
+			r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, probe, open, res, ps)
+			cancel()
+			// The others waited for what this host's first address would teach: it has.
+			probe.End()
+			probe = nil
+			stale = stale || r.stale
+			herr = r.herr
+			reached = reached || r.reached
+			if r.done || r.final || r.leave || ctx.Err() != nil {
+				if r.final && !r.soft {
+					stale = false
+				}
+				return r.final || ctx.Err() != nil, stale, herr
 			}
-			return r.final || ctx.Err() != nil, stale, herr
+		}
+		if again || !ans.remembered || reached {
+			return false, stale, herr
+		}
+		// Every address of a remembered answer failed before a server answered: the name may
+		// have moved. Ask again at once, and try what is new.
+		addrs = n.resolveAgain(ctx, h, ans.raw)
+		if len(addrs) == 0 {
+			return false, stale, herr
 		}
 	}
-	return false, stale, herr
+}
+
+// resolveAgain forgets h's remembered answer (tried: its addresses, all failed), looks the name
+// up again, bounded by connect_timeout from now (or 10 s), and returns the addresses of the new
+// answer that were not tried.
+func (n *Negotiator) resolveAgain(ctx context.Context, h *Host, tried []string) []string {
+	n.dns.forget(h.Host, tried)
+	lctx, cancel := context.WithTimeout(ctx, n.dnsRefreshTimeout())
+	defer cancel()
+	addrs, err := n.lookup(lctx, h)
+	if err != nil {
+		return nil
+	}
+	n.dns.put(h.Host, addrs)
+	return slices.DeleteFunc(n.shuffled(slices.Clone(addrs)), func(a string) bool { return slices.Contains(tried, a) })
 }
 
 // addrResult is what trying one address gave.
@@ -512,6 +595,7 @@ type addrResult struct {
 	done                bool // connected
 	final, leave, stale bool // see verdict
 	soft                bool // final, unless a stale remembered answer explains it (a retry goes first)
+	reached             bool // a socket to the address was opened (a server may have answered)
 	herr                *HostError
 }
 
@@ -523,7 +607,11 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	addr := one[0]
 	var reuse net.Conn
 	var reuseReq request
-	defer func() { closeConn(reuse) }()
+	reached := false
+	defer func() {
+		closeConn(reuse)
+		r.reached = reached
+	}()
 	methods := plan.Methods()
 	for i, m := range methods {
 		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse()}
@@ -544,6 +632,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		at.givenReq = reuseReq
 		reuse = nil
 		err := n.run(ctx, at, open)
+		reached = reached || at.reached.Load()
 		res.sockets += int(at.sockets.Load())
 		if g := at.given.Swap(nil); g != nil {
 			g.c.Close() // pgx failed before dialing

@@ -218,10 +218,11 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 	var plan Plan
 	plan.add(m)
 
-	addrs, err := n.resolve(ctx, b, h)
+	ans, err := n.resolve(ctx, b, h)
 	if err != nil {
 		return RefreshInconclusive, 0, err
 	}
+	addrs := ans.addrs
 	open := n.refreshOpen()
 	caller, _ := ctx.Deadline()
 	res := connectResult{host: h}
