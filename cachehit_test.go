@@ -165,9 +165,11 @@ func TestCacheHitAgreement(t *testing.T) {
 		{name: "prefer-standby, no standby: the first host, in the second pass", dsn: preferStandby(plain.Port, dead),
 			prime: 1, hit: "true", server: plainAddr, transport: "plain",
 			decisions: []string{plainAddr + " true", deadAddr + " false", plainAddr + " true"}},
+		// The host down first in the string: remembered down since the prime connect, it goes
+		// after the primary in each pass (WithDownHostTTL), so both passes look as above.
 		{name: "prefer-standby, no standby: the second host, in the second pass", dsn: preferStandby(dead, plain.Port),
 			prime: 1, hit: "true", server: plainAddr, transport: "plain",
-			decisions: []string{deadAddr + " false", plainAddr + " true", deadAddr + " false", plainAddr + " true"}},
+			decisions: []string{plainAddr + " true", deadAddr + " false", plainAddr + " true"}},
 		{name: "gssencmode=disable, 'N' remembered", dsn: aliceDSN(gssAuth, "localhost", "gssencmode=disable"),
 			kerberos: true, prime: 1, hit: "true", server: addr("localhost", gssAuth.Port), transport: "plain",
 			decisions: []string{addr("localhost", gssAuth.Port) + " true"}},

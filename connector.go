@@ -48,6 +48,10 @@ const DefaultCacheTTL = 5 * time.Minute
 // not given: pgbouncer's default dns_max_ttl.
 const DefaultDNSCacheTTL = 15 * time.Second
 
+// DefaultDownHostTTL is how long an address that did not answer is tried after the others when
+// WithDownHostTTL is not given (pgjdbc's hostRecheckSeconds is 10 s too).
+const DefaultDownHostTTL = 10 * time.Second
+
 // Connector opens connections for database/sql: use it with sql.OpenDB, or [Connector.OpenDB]
 // for the pool metrics too. It implements driver.Connector and io.Closer, and is safe for
 // concurrent use.
@@ -90,7 +94,7 @@ func hookError(hook string, err error) error {
 // search_path, as with pgx), or a dotted custom one (docs/connection-strings.md, "Keys libpq does
 // not know"). A URL is read as libpq reads it ("?" may stand in a password, "+" is a plus sign).
 func New(dsn string, opts ...Option) (*Connector, error) {
-	o := options{cacheTTL: DefaultCacheTTL, dnsTTL: DefaultDNSCacheTTL, statementSpans: true, queryText: true}
+	o := options{cacheTTL: DefaultCacheTTL, dnsTTL: DefaultDNSCacheTTL, downTTL: DefaultDownHostTTL, statementSpans: true, queryText: true}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -141,6 +145,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		Trace:      tracing.Compose(tracing.Compose(metrics.Trace(), tracing.NewLogTrace(o.logger)), tracing.NewTrace(o.tracerProvider)),
 		LookupFunc: lookup,
 		DNSTTL:     o.dnsTTL,
+		DownTTL:    o.downTTL,
 		DialFunc:   dial,
 		GSS:        krb,
 		NoGSS:      noGSS,

@@ -3,6 +3,8 @@ package pgconnector_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -53,6 +55,51 @@ func TestLookupFuncAndDNSCache(t *testing.T) {
 			}
 			if spans != tt.lookups {
 				t.Errorf("%d dns_lookup spans, want %d (one per lookup)", spans, tt.lookups)
+			}
+		})
+	}
+}
+
+// A first host that refuses costs the first connect a TCP connect; the next ones go to the
+// second host at once (one tcp_connect span each), and the span of a connect that tries the
+// dead host says it was remembered down. WithDownHostTTL(0) keeps libpq's order.
+func TestDownHostTriedLast(t *testing.T) {
+	plain, _ := servers(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // refuses from now on
+	dsn := plain.DSN(fmt.Sprintf("host=127.0.0.1,%s port=%d,%d", plain.Host, dead, plain.Port))
+	for _, tt := range []struct {
+		name string
+		opts []pgconnector.Option
+		dial []int // tcp_connect spans per connect
+	}{
+		{"default", nil, []int{2, 1, 1, 1}},
+		{"WithDownHostTTL(0)", []pgconnector.Option{pgconnector.WithDownHostTTL(0)}, []int{2, 2, 2, 2}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			c := newConnector(t, dsn, append([]pgconnector.Option{pgconnector.WithTracerProvider(tp)}, tt.opts...)...)
+			defer c.Close()
+			var got []int
+			seen := 0
+			for range tt.dial {
+				connectN(t, c, 1)
+				dials := 0
+				for _, s := range rec.Ended()[seen:] {
+					if s.Name() == tracing.SpanTCPConnect {
+						dials++
+					}
+				}
+				seen = len(rec.Ended())
+				got = append(got, dials)
+			}
+			if !slices.Equal(got, tt.dial) {
+				t.Errorf("tcp_connect spans per connect: %v, want %v", got, tt.dial)
 			}
 		})
 	}

@@ -41,6 +41,7 @@ type options struct {
 	dialFunc      pgconn.DialFunc
 	lookupFunc    pgconn.LookupFunc
 	dnsTTL        time.Duration
+	downTTL       time.Duration
 	tlsConfigFunc TLSConfigFunc
 }
 
@@ -97,6 +98,21 @@ func WithLookupFunc(f pgconn.LookupFunc) Option {
 // them; a shorter bound than a record's TTL is the application's choice here.
 func WithDNSCacheTTL(d time.Duration) Option {
 	return func(o *options) { o.dnsTTL = d }
+}
+
+// WithDownHostTTL sets how long an address (IP and port) whose TCP connect timed out
+// (connect_timeout, not the caller's deadline), was refused or found no route is tried after the
+// others. The next connects try the addresses and hosts not remembered down first, in the
+// connection string's order, then the remembered ones: none is skipped, and with every host down
+// all are tried in the string's order. An address remembered down for half of d is dialed again
+// in the background (a TCP connect, closed at once) when a connect puts it last, which renews the
+// memory while it stays down; any socket opened to it forgets it. It changes the order only,
+// never a method or an encryption decision; Unix-domain sockets are not remembered. The
+// tcp_connect span of a remembered address says pgconnector.address.remembered_down. Zero or
+// less: every connect tries the hosts in order, as libpq and pgx do. Default:
+// DefaultDownHostTTL, 10 s.
+func WithDownHostTTL(d time.Duration) Option {
+	return func(o *options) { o.downTTL = d }
 }
 
 // WithTLSConfigFunc sets a function called for each connection attempt that uses TLS (after

@@ -121,6 +121,17 @@ func (c *dnsCache) get(ctx context.Context, n *Negotiator, h *Host) (dnsAnswer, 
 	return dnsAnswer{addrs: f.addrs}, f.err
 }
 
+// peek returns host's remembered addresses while they are younger than the TTL, else nil; it
+// starts nothing.
+func (c *dnsCache) peek(host string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[host]; e != nil && !e.at.IsZero() && c.now().Sub(e.at) < c.ttl {
+		return e.addrs
+	}
+	return nil
+}
+
 // put remembers addrs as host's answer, resolved now.
 func (c *dnsCache) put(host string, addrs []string) {
 	c.mu.Lock()

@@ -66,6 +66,10 @@ type Config struct {
 	// share one lookup, and one in its last fifth looks the name up again in the background.
 	// Zero or less: every connect looks every host name up, as libpq and pgx do.
 	DNSTTL time.Duration
+	// DownTTL is how long an address whose TCP connect timed out, was refused or found no route
+	// is tried after the others (down.go). Zero or less: every connect tries the addresses in
+	// their order, as libpq and pgx do.
+	DownTTL time.Duration
 	// DialFunc opens a socket; nil means a net.Dialer with a 5-minute keep-alive, as pgx's default.
 	// It is given network "tcp" and the address an attempt chose ("ip:port": hostaddr, the host
 	// when it is an IP address, else each address of the host's lookup) or network "unix" and
@@ -117,6 +121,8 @@ type Negotiator struct {
 	literal map[*Host][]string
 	// dns remembers the addresses of host names; nil with Config.DNSTTL <= 0.
 	dns *dnsCache
+	// down remembers the addresses that did not answer; nil with Config.DownTTL <= 0.
+	down *downAddrs
 	// scram keeps the SCRAM keys derived for this negotiator's users and passwords (auth.go).
 	scram *scram.Keys
 	// requireAuth is the last require_auth parsed (requireAuthOf).
@@ -145,6 +151,9 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 	n := &Negotiator{cfg: cfg, literal: literalAddrs(cfg.Hosts)}
 	if cfg.DNSTTL > 0 {
 		n.dns = newDNSCache(cfg.DNSTTL)
+	}
+	if cfg.DownTTL > 0 {
+		n.down = newDownAddrs(cfg.DownTTL)
 	}
 	if cfg.Trace != nil {
 		n.trace = *cfg.Trace
@@ -211,7 +220,7 @@ type connectResult struct {
 func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context) error, res *connectResult) error {
 	var failed []*HostError
 	var buf [8]int // the order of up to 8 hosts without an allocation
-	order := n.hostOrder(buf[:0])
+	order := n.upHostsFirst(n.hostOrder(buf[:0]))
 	ps := &pass{}
 	for {
 		for _, i := range order {
@@ -543,7 +552,7 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 		return ctx.Err() != nil, false, &HostError{Host: h.Host, Port: h.Port, Step: "DNS lookup", Err: err}
 	}
 	caller, _ := ctx.Deadline()
-	addrs := ans.addrs
+	addrs := n.upFirst(h, ans.addrs)
 	for again := false; ; again = true {
 		reached := false
 		for i, addr := range addrs {
@@ -614,7 +623,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	}()
 	methods := plan.Methods()
 	for i, m := range methods {
-		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse()}
+		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse(), caller: caller}
 		at.learnedDirect = m == MethodDirectSSL && plan.LearnedDirect()
 		if m == MethodDirectSSL && reuse != nil {
 			// A server reads a ClientHello as direct TLS only as a connection's first bytes
@@ -993,6 +1002,7 @@ type attempt struct {
 	reuse    atomic.Pointer[connHolder] // the socket this attempt leaves open after 'N'
 	sockets  atomic.Int32               // sockets opened
 	reached  atomic.Bool                // some socket connected (or was given)
+	caller   time.Time                  // the deadline of the connect's caller, zero for none
 
 	sslAnswer atomic.Uint32 // Answer to SSLRequest on this attempt's socket
 
@@ -1115,10 +1125,12 @@ func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn,
 	} else {
 		dctx := ctx
 		if tr.TCPConnectStart != nil {
+			info.RememberedDown = at.n.downNow(network, address)
 			dctx = tr.TCPConnectStart(ctx, info)
 		}
 		var err error
 		conn, err = at.n.cfg.DialFunc(ctx, network, address)
+		at.n.noteDial(network, address, err, at.caller)
 		if tr.TCPConnectDone != nil {
 			tr.TCPConnectDone(dctx, err)
 		}

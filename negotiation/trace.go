@@ -131,6 +131,9 @@ type DialInfo struct {
 	Host    string // as written in the connection string
 	Address string // ip:port, or the Unix socket path
 	Method  Method // the method being tried
+	// RememberedDown: the address was remembered not to answer (Config.DownTTL), so it was
+	// tried after the others.
+	RememberedDown bool
 }
 
 // RequestDoneInfo is the outcome of an SSLRequest or GSSENCRequest.

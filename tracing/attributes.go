@@ -90,6 +90,10 @@ const (
 	// "not-forwardable" (the ticket-granting ticket lacks the flag: kinit -f) or "failed" (the
 	// KDC refused or did not answer). Span: gss_context.
 	GSSDelegationSkippedKey = attribute.Key("pgconnector.gss.delegation.skipped")
+	// AddressRememberedDownKey is true when the address dialed was remembered not to answer
+	// (its TCP connect timed out, was refused or found no route within WithDownHostTTL): it was
+	// tried after the addresses and hosts not remembered so. Absent otherwise. Span: tcp_connect.
+	AddressRememberedDownKey = attribute.Key("pgconnector.address.remembered_down")
 	// DNSAddressesKey is the IP addresses a host name resolved to. Span: dns_lookup.
 	DNSAddressesKey = attribute.Key("pgconnector.dns.addresses")
 	// MethodKey is the method a socket is opened for or a startup runs under: "gss", "ssl",

@@ -75,6 +75,9 @@ func tcpConnectAttributes(dst []attribute.KeyValue, info negotiation.DialInfo) [
 		dst = append(dst, semconv.ServerAddress(info.Host))
 	}
 	dst = appendPeer(dst, info.Address)
+	if info.RememberedDown {
+		dst = append(dst, AddressRememberedDownKey.Bool(true))
+	}
 	return append(dst, MethodKey.String(info.Method.String()))
 }
 

@@ -1202,3 +1202,29 @@ func TestDocsSpanAttributes(t *testing.T) {
 		}
 	}
 }
+
+// An address tried late because it was remembered down says so on its tcp_connect span; any
+// other has no such attribute.
+func TestTCPConnectRememberedDown(t *testing.T) {
+	for _, down := range []bool{true, false} {
+		f := newFixture(t)
+		ctx := f.tr.ConnectStart(f.ctx, negotiation.ConnectStartInfo{Host: testHost, Port: testPort})
+		dctx := f.tr.TCPConnectStart(ctx, negotiation.DialInfo{Host: testHost, Address: testIPv4 + ":5432",
+			Method: negotiation.MethodPlain, RememberedDown: down})
+		f.tr.TCPConnectDone(dctx, nil)
+		f.tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort, Method: negotiation.MethodPlain})
+		span := f.ended(t)[SpanTCPConnect]
+		if span == nil {
+			t.Fatal("no tcp_connect span")
+		}
+		got, found := false, false
+		for _, kv := range span.Attributes() {
+			if kv.Key == AddressRememberedDownKey {
+				got, found = kv.Value.AsBool(), true
+			}
+		}
+		if found != down || got != down {
+			t.Errorf("remembered down %v: attribute present %v, value %v", down, found, got)
+		}
+	}
+}

@@ -1,0 +1,281 @@
+package negotiation
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Addresses that do not answer (Config.DownTTL). libpq and pgx try the hosts of a connection
+// string, and each host's addresses, in order at every connect (fe-connect.c, PQconnectPoll;
+// pgconn.connectPreferred): a first host whose SYNs are dropped costs every connect its
+// connect_timeout. The connector remembers an address (IP and port) whose TCP connect timed out
+// (connect_timeout, not the caller's deadline), was refused or found no route, for DownTTL:
+//
+//   - a connect tries the addresses not remembered down first, in their order, then the
+//     remembered ones, in theirs: none is skipped, and with all of them down all are tried in
+//     the string's order. A host whose every known address (hostaddr, an IP address, the
+//     remembered answer of its name) is remembered down goes after the other hosts, the
+//     order among those staying the string's;
+//   - an address remembered down for half of DownTTL is dialed again in the background (a TCP
+//     connect, closed at once: the server logs nothing for it) when a connect puts it last;
+//     that renews the memory while the address stays down;
+//   - any socket opened to the address, by a connect or in the background, forgets it at once.
+//
+// It changes the order of addresses only, never a method or an encryption decision; Unix-domain
+// sockets are not remembered (a missing socket fails at once).
+
+// downKey is an address: an IP address as resolved and a port.
+type downKey struct {
+	ip   string
+	port uint16
+}
+
+// downAddrs is the addresses remembered down by one negotiator.
+type downAddrs struct {
+	ttl   time.Duration
+	now   func() time.Time // time.Now; tests move it
+	count atomic.Int32     // len(m): no lock on a connect while nothing is remembered
+
+	mu sync.Mutex
+	m  map[downKey]*downEntry
+}
+
+type downEntry struct {
+	since    time.Time // the last failure
+	checking bool      // a background dial is under way
+}
+
+func newDownAddrs(ttl time.Duration) *downAddrs {
+	return &downAddrs{ttl: ttl, now: time.Now, m: map[downKey]*downEntry{}}
+}
+
+// mark remembers k down from now.
+func (d *downAddrs) mark(k downKey) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.m[k]; e != nil {
+		e.since = d.now()
+		return
+	}
+	d.m[k] = &downEntry{since: d.now()}
+	d.count.Store(int32(len(d.m)))
+}
+
+// forget drops k, if it is remembered.
+func (d *downAddrs) forget(k downKey) {
+	if d.count.Load() == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.m, k)
+	d.count.Store(int32(len(d.m)))
+}
+
+// down reports whether k is remembered down, since when, and whether it is time to dial it
+// again in the background (half the TTL passed, no dial under way: the caller must then call
+// recheck). An expired memory is dropped.
+func (d *downAddrs) down(k downKey) (down bool, since time.Time, recheck bool) {
+	if d.count.Load() == 0 {
+		return false, time.Time{}, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.m[k]
+	if e == nil {
+		return false, time.Time{}, false
+	}
+	age := d.now().Sub(e.since)
+	if age >= d.ttl {
+		delete(d.m, k)
+		d.count.Store(int32(len(d.m)))
+		return false, time.Time{}, false
+	}
+	if age >= d.ttl/2 && !e.checking {
+		e.checking = true
+		recheck = true
+	}
+	return true, e.since, recheck
+}
+
+// checked ends k's background dial: up forgets it, else it stays down from now.
+func (d *downAddrs) checked(k downKey, up bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.m[k]
+	if e == nil {
+		return
+	}
+	if up {
+		delete(d.m, k)
+		d.count.Store(int32(len(d.m)))
+		return
+	}
+	e.since, e.checking = d.now(), false
+}
+
+// downKeyOf returns the key of a dialed "ip:port"; ok is false for anything else (a Unix
+// socket's path).
+func downKeyOf(network, address string) (downKey, bool) {
+	if network != "tcp" {
+		return downKey{}, false
+	}
+	ip, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return downKey{}, false
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return downKey{}, false
+	}
+	return downKey{ip: ip, port: uint16(p)}, true
+}
+
+// dialShowsDown reports whether a failed dial proves the address down: refused, no route, or a
+// timeout that is not the caller's (caller: its deadline, zero for none).
+func dialShowsDown(err error, caller time.Time) bool {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return true
+	case errors.Is(err, context.Canceled):
+		return false
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return caller.IsZero() || time.Now().Before(caller)
+	}
+	return false
+}
+
+// noteDial records what a dial of network and address showed: a socket forgets the address, a
+// failure that proves it down remembers it.
+func (n *Negotiator) noteDial(network, address string, err error, caller time.Time) {
+	if n.down == nil || (err == nil && n.down.count.Load() == 0) {
+		return
+	}
+	k, ok := downKeyOf(network, address)
+	switch {
+	case !ok:
+	case err == nil:
+		n.down.forget(k)
+	case dialShowsDown(err, caller):
+		n.down.mark(k)
+	}
+}
+
+// isDown reports whether the address ip of h is remembered down, starting its background dial
+// when it is time.
+func (n *Negotiator) isDown(h *Host, ip string) bool {
+	if n.down == nil || n.down.count.Load() == 0 || h.UnixSocket() {
+		return false
+	}
+	k := downKey{ip: ip, port: h.Port}
+	down, _, recheck := n.down.down(k)
+	if recheck {
+		n.recheckDown(k)
+	}
+	return down
+}
+
+// downNow reports whether the address network and address name is remembered down.
+func (n *Negotiator) downNow(network, address string) bool {
+	if n.down == nil || n.down.count.Load() == 0 {
+		return false
+	}
+	k, ok := downKeyOf(network, address)
+	if !ok {
+		return false
+	}
+	down, _, recheck := n.down.down(k)
+	if recheck {
+		n.recheckDown(k)
+	}
+	return down
+}
+
+// upFirst returns addrs with those of h remembered down moved after the others, each group in
+// its order; addrs itself when none is (it is never modified: a copy is reordered).
+func (n *Negotiator) upFirst(h *Host, addrs []string) []string {
+	if n.down == nil || n.down.count.Load() == 0 || h.UnixSocket() {
+		return addrs
+	}
+	var down []string
+	var up []string
+	for _, a := range addrs {
+		if n.isDown(h, a) {
+			down = append(down, a)
+		} else {
+			up = append(up, a)
+		}
+	}
+	if len(down) == 0 {
+		return addrs
+	}
+	return append(up, down...)
+}
+
+// hostDown reports whether every known address of h (its literal one, or its name's remembered
+// answer) is remembered down; false when none is known.
+func (n *Negotiator) hostDown(h *Host) bool {
+	if n.down == nil || n.down.count.Load() == 0 || h.UnixSocket() {
+		return false
+	}
+	addrs := n.literal[h]
+	if addrs == nil && n.dns != nil {
+		addrs = n.dns.peek(h.Host)
+	}
+	if len(addrs) == 0 {
+		return false
+	}
+	for _, a := range addrs {
+		if !n.isDown(h, a) {
+			return false
+		}
+	}
+	return true
+}
+
+// upHostsFirst reorders order (indexes of the hosts) so that hosts remembered down come after
+// the others, each group in its order.
+func (n *Negotiator) upHostsFirst(order []int) []int {
+	if n.down == nil || n.down.count.Load() == 0 {
+		return order
+	}
+	var down []int
+	up := order[:0:0]
+	for _, i := range order {
+		if n.hostDown(&n.cfg.Hosts[i]) {
+			down = append(down, i)
+		} else {
+			up = append(up, i)
+		}
+	}
+	if len(down) == 0 {
+		return order
+	}
+	return slices.Concat(up, down)
+}
+
+// recheckDown dials k in the background, bounded by connect_timeout (else 10 s) and the
+// negotiator's life, and records what it showed.
+func (n *Negotiator) recheckDown(k downKey) {
+	started := n.bg.start(func(life context.Context) {
+		ctx, cancel := context.WithTimeout(life, n.dnsRefreshTimeout())
+		defer cancel()
+		conn, err := n.cfg.DialFunc(ctx, "tcp", net.JoinHostPort(k.ip, strconv.Itoa(int(k.port))))
+		if err == nil {
+			conn.Close()
+		}
+		n.down.checked(k, err == nil)
+	})
+	if !started {
+		n.down.checked(k, false)
+	}
+}
