@@ -102,6 +102,23 @@ func TestServiceFileOrder(t *testing.T) {
 			t.Errorf("%s: service %v, want host %q port %q", tt.dsn, v.service, tt.host, tt.port)
 		}
 	}
+	// PGSERVICE, which pgx reads too: pgx finds nothing of its own to add (withoutPgxService),
+	// though its own reader would not find the section (no ~/.pg_service.conf).
+	t.Setenv("PGSERVICE", "both")
+	s, err := Parse("user=u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Hosts) != 1 || s.Hosts[0].Host != "sys" || s.Hosts[0].Port != 7 {
+		t.Errorf("PGSERVICE=both: hosts %+v, want sys:7", s.Hosts)
+	}
+	s, err = Parse("user=u servicefile=" + user + " port=8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Hosts) != 1 || s.Hosts[0].Host != "user" || s.Hosts[0].Port != 8 {
+		t.Errorf("PGSERVICE=both, servicefile: hosts %+v, want user:8", s.Hosts)
+	}
 }
 
 // serviceModel is the service file of libpq-pgservice.html, written apart from
