@@ -69,7 +69,7 @@ func TestPasswordFromFile(t *testing.T) {
 }
 
 // pgx never reads the password file (pgconn/config.go reads it with jackc/pgpassfile when the
-// password is empty, for the first host only): the string pgx parses ends with passfile='', also
+// password is empty, for the first host only): the string pgx parses ends with an empty passfile, also
 // when PGPASSFILE or the service names a file, so Config.Password is the string's alone and the
 // connector looks the file up per host, as libpq reads it.
 func TestPgxReadsNoPasswordFile(t *testing.T) {

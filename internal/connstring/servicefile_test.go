@@ -195,3 +195,22 @@ func FuzzServiceFile(f *testing.F) {
 		}
 	})
 }
+
+// The service file pgx is given when PGSERVICE is set holds the empty section only, and is
+// gone once the parse is done.
+func TestEmptyServiceFile(t *testing.T) {
+	for range 2 {
+		path, done, err := emptyServiceFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || string(b) != "[]\n" {
+			t.Fatalf("%s: %q, %v", path, b, err)
+		}
+		done()
+		if _, err := os.Stat(path); err == nil && !strings.HasPrefix(path, "/dev/fd/") { // a descriptor's number may be taken again
+			t.Errorf("%s is still there", path)
+		}
+	}
+}
