@@ -8,9 +8,8 @@ import (
 
 // passfileCases are password-file lines and what libpq takes from them for host "h", port
 // "5432", database "d" and user "u" (fe-connect.c, passwordFromFile and pwdfMatchesString). The
-// first two are 001_password.pl's (src/test/authentication/t/001_password.pl, REL_18 branch
-// point 2652835d3e: "more than five fields" and "p\ass"), which a harness server checks too
-// (internal/suites/files).
+// first two are 001_password.pl's (src/test/authentication/t/001_password.pl: "more than five
+// fields" and "p\ass"), which internal/suites/files checks against a server too.
 var passfileCases = []struct {
 	name, file string
 	want       string

@@ -17,7 +17,8 @@ import (
 var longComment = "#" + strings.Repeat(" This very long comment is just here to exercise handling of long lines in the file.", 5)
 
 // passfileSteps are the password-file cases of src/test/authentication/t/001_password.pl
-// (PostgreSQL's REL_18 branch point, commit 2652835d3e), in its order: at each step the
+// (postgres/postgres at commit 0245f8db36f3; the password-file part is the one PostgreSQL 18's
+// file has), in its order: at each step the
 // password file and pg_hba.conf's line (its "local" lines written as "host" lines for
 // 127.0.0.1), and the connections with whether each gets in. No password is in the
 // connection string or PGPASSWORD: a connection that gets in had the password "pass" from the

@@ -10,8 +10,8 @@ import (
 	"github.com/pgconnector/pgconnector/internal/harness"
 )
 
-// serviceCases are src/interfaces/libpq/t/006_service.pl's cases, in its order (PostgreSQL's
-// REL_18 branch point, commit 2652835d3e), then one of our own. Throughout, PGSYSCONFDIR is the
+// serviceCases are src/interfaces/libpq/t/006_service.pl's cases, in its order (postgres/postgres
+// at commit 2c7bd2ba507e, a PostgreSQL 18 version of the file), then one of our own. Throughout, PGSYSCONFDIR is the
 // test's directory and the environment names a server that is not running (upstream's
 // dummy_node): a case connects only through the service file.
 var serviceCases = []struct {
