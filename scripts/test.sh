@@ -62,6 +62,8 @@ before=$(harness_files)
 echo "== fuzz (${FUZZTIME:=100000x} each)"
 # A failing input is written to testdata/fuzz/: fix the cause and commit it as a regression case.
 go test -run '^$' -fuzz '^FuzzParseSettings$' -fuzztime "$FUZZTIME" ./internal/connstring
+go test -run '^$' -fuzz '^FuzzPassfile$' -fuzztime "$FUZZTIME" ./internal/connstring
+go test -run '^$' -fuzz '^FuzzServiceFile$' -fuzztime "$FUZZTIME" ./internal/connstring
 go test -run '^$' -fuzz '^FuzzCRLDistributionPoints$' -fuzztime "$FUZZTIME" ./internal/tlspolicy
 go test -run '^$' -fuzz '^FuzzParseCRL$' -fuzztime "$FUZZTIME" ./internal/tlspolicy
 go test -run '^$' -fuzz '^FuzzParseKey$' -fuzztime "$FUZZTIME" ./internal/tlspolicy

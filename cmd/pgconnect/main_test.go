@@ -201,7 +201,7 @@ func TestInvocations(t *testing.T) {
 		{name: "bad second port in a URL", args: []string{"explain", "postgres://u:" + secret + "@h1:5432,h2:/db?port=,70000"}, code: 2,
 			stderr: []string{`invalid port ",70000"`}},
 		{name: "service file missing", args: []string{"explain", "service=shop servicefile=" + missing + " password=" + secret}, code: 2,
-			stderr: []string{`pgconnect: invalid connection string: cannot read the service file "` + missing + `" for service "shop": no such file or directory`}},
+			stderr: []string{`pgconnect: invalid connection string: service file "` + missing + `" not found (for service "shop": no such file or directory)`}},
 		{name: "connected", args: []string{"explain", p.DSN()}, code: 0,
 			stdout: []string{"ssl_request", "fallback", "startup", "result: 127.0.0.1:" + strconv.Itoa(p.Port) + " over plain"}},
 		{name: "sslmode=require, answered N", args: []string{"explain", p.DSN("sslmode=require")}, code: 1,

@@ -2,7 +2,6 @@ package connstring
 
 import (
 	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -83,24 +82,6 @@ func (v *values) checkKeys() *ParseError {
 			what = "invalid URI query parameter"
 		}
 		return unknownKeyError(e.key, what, hidden)
-	}
-	return nil
-}
-
-// checkServiceKeys refuses a key of the service's section that it may not hold (knownKey).
-func (v *values) checkServiceKeys() *ParseError {
-	keys := make([]string, 0, len(v.service))
-	for k := range v.service {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if !knownKey(k) {
-			e := unknownKeyError(k, "invalid connection option", false)
-			e.msg = strings.Replace(e.msg, "pgconnector: ", "", 1)
-			e.msg = "in service " + shown(v.serviceName.value) + " of the service file: " + e.msg
-			return e
-		}
 	}
 	return nil
 }

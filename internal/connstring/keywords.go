@@ -90,7 +90,7 @@ var keywords = []Keyword{
 	{"gssdelegation", "PGGSSDELEGATION", "16", Honoured, "0 or 1 (a value starting with 1 is on, any other off, as libpq reads it); 1 forwards a forwardable ticket-granting ticket (kinit -f) in the GSS context, encrypted or not; without one the connection goes without, as libpq with MIT krb5; servers keep it from PostgreSQL 16 with gss_accept_delegation = on"},
 	{"scram_client_key", "", "18", Rejected, "SCRAM pass-through keys are not supported"},
 	{"scram_server_key", "", "18", Rejected, "SCRAM pass-through keys are not supported"},
-	{"service", "PGSERVICE", "15", Honoured, "pg_service.conf, as pgx reads it"},
+	{"service", "PGSERVICE", "15", Honoured, "servicefile, else PGSERVICEFILE, else ~/.pg_service.conf, then $PGSYSCONFDIR/pg_service.conf, read as libpq reads them"},
 	{"target_session_attrs", "PGTARGETSESSIONATTRS", "15", Honoured, "any, read-write, read-only, primary, standby, prefer-standby; from the server's reported state, without a query on PostgreSQL 14+"},
 	{"load_balance_hosts", "PGLOADBALANCEHOSTS", "16", Honoured, "disable, random"},
 	{"oauth_issuer", "", "18", Rejected, "libpq's OAuth device flow is not supported"},

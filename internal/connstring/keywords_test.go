@@ -195,6 +195,7 @@ func TestKeywordOrigins(t *testing.T) {
 	for _, env := range []string{"PGREQUIRESSL", "PGSSLMODE", "PGHOST", "PGHOSTADDR", "PGSERVICE", "PGSSLROOTCERT"} {
 		t.Setenv(env, "")
 	}
+	os.Unsetenv("PGSERVICE") // set, even to "", it names a service (libpq)
 	ok := func(dsn string, check func(*Settings) bool, env ...string) {
 		t.Helper()
 		for i := 0; i+1 < len(env); i += 2 {

@@ -1,7 +1,6 @@
 package connstring
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-
-	"github.com/jackc/pgpassfile"
 
 	"github.com/pgconnector/pgconnector/negotiation"
 )
@@ -77,14 +74,11 @@ func defaultSocketDir() string {
 // error when user is "", when the file does not exist or cannot be read, when it is not a regular
 // file (a FIFO or a device is never opened) or when its group or others have any access; for the
 // last two, ignored is libpq's warning (which libpq prints on standard error). The error is a
-// file larger than maxPassfileSize, or a line of more than 64 KiB, and never holds the file's
-// content.
+// file larger than maxPassfileSize, and never holds the file's content.
 //
-// Entries are parsed by github.com/jackc/pgpassfile, pgx's parser: fields split at unescaped
-// colons, \: and \\ unescaped, "*" matching anything. libpq reads a few malformed lines otherwise
-// (a line with more than five fields: libpq takes the fifth as the password, pgpassfile skips the
-// line; leading and trailing white space: libpq keeps it, pgpassfile trims it; a backslash before
-// another character: libpq drops it); well-formed lines mean the same in both.
+// Entries are read as libpq reads them (passfileLookup, passfile_read.go): a line with more
+// than five fields gives its fifth, a backslash before any character is dropped, nothing is
+// trimmed.
 func passwordFromFile(path, host string, port uint16, dbname, user string) (password, ignored string, err error) {
 	if dbname == "" {
 		dbname = user
@@ -97,11 +91,8 @@ func passwordFromFile(path, host string, port uint16, dbname, user string) (pass
 		return "", ignored, err
 	}
 	defer clear(data)
-	pf, err := pgpassfile.ParsePassfile(bytes.NewReader(data))
-	if err != nil {
-		return "", "", fmt.Errorf("pgconnector: password file %q: %v", path, err)
-	}
-	return pf.FindPassword(passfileHost(host), strconv.Itoa(int(port)), dbname, user), "", nil
+	password, _ = passfileLookup(data, passfileHost(host), strconv.Itoa(int(port)), dbname, user)
+	return password, "", nil
 }
 
 // readPassfile reads the password file at path, or returns nil (no error) for a file libpq would

@@ -67,3 +67,39 @@ func TestPasswordFromFile(t *testing.T) {
 		}
 	}
 }
+
+// pgx never reads the password file (pgconn/config.go reads it with jackc/pgpassfile when the
+// password is empty, for the first host only): the string pgx parses ends with an empty passfile, also
+// when PGPASSFILE or the service names a file, so Config.Password is the string's alone and the
+// connector looks the file up per host, as libpq reads it.
+func TestPgxReadsNoPasswordFile(t *testing.T) {
+	clearPGEnv(t)
+	dir := t.TempDir()
+	pgpass := filepath.Join(dir, "pgpass")
+	if err := os.WriteFile(pgpass, []byte("*:*:*:*:from-the-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	services := filepath.Join(dir, "services")
+	if err := os.WriteFile(services, []byte("[s]\npassfile="+pgpass+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ dsn, env string }{
+		{"host=h user=u", "PGPASSFILE"},
+		{"host=h user=u passfile=" + pgpass, ""},
+		{"host=h user=u service=s servicefile=" + services, ""},
+	} {
+		if tt.env != "" {
+			t.Setenv(tt.env, pgpass)
+		}
+		s, err := Parse(tt.dsn)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.dsn, err)
+		}
+		if s.Config.Password != "" {
+			t.Errorf("%s: pgx read the password file", tt.dsn)
+		}
+		if s.passfile != pgpass {
+			t.Errorf("%s: the connector's password file %q, want %q", tt.dsn, s.passfile, pgpass)
+		}
+	}
+}

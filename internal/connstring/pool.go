@@ -16,12 +16,18 @@ import (
 // PoolConfig alone: pgx's configuration is then parsed a second time, without pgxpool (the
 // only case where the string is parsed twice).
 func (v *values) parsePgx(s string) (cfg *pgx.ConnConfig, pool *pgxpool.Config, poolErr, err error) {
-	pool, err = pgxpool.ParseConfig(s)
+	err = withoutPgxService(s, func(s string) (err error) {
+		pool, err = pgxpool.ParseConfig(s)
+		return err
+	})
 	if err != nil {
 		if poolErr = poolParseError(err); poolErr.(*ParseError).Key == "" {
 			return nil, nil, nil, err // not one of pgxpool's keys: pgx's own error
 		}
-		cfg, err = pgx.ParseConfig(s)
+		err = withoutPgxService(s, func(s string) (err error) {
+			cfg, err = pgx.ParseConfig(s)
+			return err
+		})
 		return cfg, nil, poolErr, err
 	}
 	cfg = pool.ConnConfig

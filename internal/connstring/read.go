@@ -2,10 +2,7 @@ package connstring
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
-
-	"github.com/jackc/pgservicefile"
 )
 
 // source is where a key's value came from: the connection string, the service file or the
@@ -38,18 +35,19 @@ type values struct {
 	portMisplaced bool
 
 	service     map[string]string // the named service's keys; nil without one
+	serviceKeys []string          // service's keys in the order written
 	serviceName source            // service, else PGSERVICE; known=false without one
-	servicePath string            // the service file read, or ""
-	serviceErr  error             // why it could not be read (its messages name no line's text)
+	servicePath string            // the service file the service was found in, or ""
+	serviceErr  error             // a problem of pgx's own service read (none: see pgxString)
 }
 
 // read reads dsn as libpq reads it (keyword/value or URL: a malformed string is an error here,
 // before any file is read), checks its keys (checkKeys: a key libpq does not know is an error
-// unless it is one of pgx's or a server parameter), then the service file it names (service,
-// else PGSERVICE: servicefile, else PGSERVICEFILE, else ~/.pg_service.conf, as pgx finds it) and
-// nothing else: the environment is looked up per key. The error is a *ParseError; a service file
-// that exists but is not a regular file is one too (a FIFO would hold pgx's read forever); other
-// problems with the file are kept for the message of pgx's error (serviceFileProblem).
+// unless it is one of pgx's or a server parameter), then the service's section of the service
+// files (service, else PGSERVICE; servicefile.go: the user's file, then
+// $PGSYSCONFDIR/pg_service.conf) and nothing else: the environment is looked up per key. The
+// error is a *ParseError; a service file that exists but is not a regular file is one too (a
+// FIFO would hold the read forever).
 func read(dsn string) (*values, error) {
 	v := &values{dsn: dsn, isURL: isURL(dsn)}
 	if err := v.readString(); err != nil {
@@ -60,42 +58,16 @@ func read(dsn string) (*values, error) {
 	}
 	name, ok := v.inString("service")
 	if !ok {
-		if e := os.Getenv("PGSERVICE"); e != "" {
-			name = source{value: e, env: "PGSERVICE", known: true}
-		}
-	}
-	v.serviceName = name
-	if name.value == "" {
-		v.serviceName = source{}
-		return v, nil
-	}
-	src, ok := v.inString("servicefile")
-	if !ok {
-		src = source{value: os.Getenv("PGSERVICEFILE"), env: "PGSERVICEFILE", known: true}
-	}
-	path := src.value
-	if path == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
+		// libpq: PGSERVICE set, even to "", names a service (parseServiceInfo).
+		e, set := os.LookupEnv("PGSERVICE")
+		if !set {
 			return v, nil
 		}
-		path = filepath.Join(home, ".pg_service.conf")
-		src = source{value: path, known: true}
+		name = source{value: e, env: "PGSERVICE", known: true}
 	}
-	if err := checkRegularFile("servicefile", src, path); err != nil {
+	v.serviceName = name
+	if err := v.readService(name); err != nil {
 		return nil, err
-	}
-	v.servicePath = path
-	f, err := pgservicefile.ReadServicefile(path)
-	if err != nil {
-		v.serviceErr = err
-		return v, nil // pgx reports it
-	}
-	if s, err := f.GetService(name.value); err == nil {
-		v.service = s.Settings
-		if err := v.checkServiceKeys(); err != nil {
-			return nil, err
-		}
 	}
 	return v, nil
 }

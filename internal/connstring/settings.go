@@ -387,9 +387,11 @@ func (o *values) libpqRewrites() ([][2]string, error) {
 }
 
 // pgxString returns what pgx parses, built from what was read and never the connection string
-// itself: a keyword/value string of the string's keys in the order written (a URL's parts
-// decoded as libpq decodes them), then the pairs added (which win over earlier ones), then
-// an empty passfile (which keeps pgx from reading the password file: the connector reads it per host).
+// itself: a keyword/value string of the service's keys (servicefile.go), then the string's keys
+// in the order written (a URL's parts decoded as libpq decodes them), which win over them, then
+// the pairs added (which win over earlier ones), then an empty passfile (which keeps pgx from
+// reading the password file: the connector reads it per host). service and servicefile are
+// left out: the connector has read the service (parsePgx keeps pgx from reading PGSERVICE's).
 // Every value is quoted, ' and \ escaped, so pgx's reading (pgconn/config.go,
 // parseKeywordValueSettings) is this one. requiressl, which pgx does not know, is left out: its
 // sslmode is among the pairs (libpqRewrites).
@@ -402,8 +404,15 @@ func (v *values) pgxString(pairs [][2]string) string {
 		}
 		b.WriteString(k + "='" + quote.Replace(val) + "'")
 	}
+	for _, k := range v.serviceKeys {
+		if k != "requiressl" {
+			write(k, v.service[k])
+		}
+	}
 	for _, e := range v.str {
-		if e.key != "requiressl" {
+		switch e.key {
+		case "requiressl", "service", "servicefile":
+		default:
 			write(e.key, e.src.value)
 		}
 	}

@@ -90,7 +90,7 @@ func TestParseSettingsLibpqKeys(t *testing.T) {
 // pgEnv lists the environment variables pgx and the connector read; the error tests clear them.
 var pgEnv = []string{"PGHOST", "PGPORT", "PGSSLMODE", "PGGSSENCMODE", "PGSSLNEGOTIATION", "PGSERVICE", "PGSERVICEFILE",
 	"PGTARGETSESSIONATTRS", "PGCHANNELBINDING", "PGREQUIREAUTH", "PGCONNECT_TIMEOUT", "PGSSLCERTMODE",
-	"PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLPASSWORD", "PGMINPROTOCOLVERSION", "PGMAXPROTOCOLVERSION"}
+	"PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLPASSWORD", "PGMINPROTOCOLVERSION", "PGMAXPROTOCOLVERSION", "PGSYSCONFDIR"}
 
 func clearPGEnv(t *testing.T) {
 	t.Helper()
@@ -116,6 +116,9 @@ func TestParseErrors(t *testing.T) {
 	}
 	services := write("pg_service.conf", "[known]\nhost=a\n[bad]\nhost=a\nsslmode=sometimes\n")
 	badServices := write("bad_service.conf", "host=a\n")
+	noEquals := write("no_equals.conf", "[known]\nhost=a\n"+secret+"\n")
+	unknownKey := write("unknown_key.conf", "[known]\nsslmdoe=disable\n")
+	nested := write("nested.conf", "[known]\nservice=other\n")
 
 	for _, tt := range []struct {
 		name, dsn string
@@ -164,10 +167,19 @@ func TestParseErrors(t *testing.T) {
 		{"port count", "host=a,b port=1,2,3", nil, "port", []string{"3 ports for 2 hosts"}},
 		{"connect_timeout", "host=a connect_timeout= password=" + secret, nil, "connect_timeout", []string{"seconds"}},
 		{"sslcertmode", "host=a sslcertmode=sometimes", nil, "sslcertmode", []string{"disable, allow, require"}},
-		{"service unknown", "service=nosuch servicefile=" + services + " password=" + secret, nil, "service", []string{`"nosuch"`, "not in the service file"}},
+		{"service unknown", "service=nosuch servicefile=" + services + " password=" + secret, nil, "service",
+			[]string{`definition of service "nosuch" not found in ` + strconv.Quote(services)}},
 		{"service file missing", "service=known servicefile=" + filepath.Join(dir, "missing.conf") + " password=" + secret, nil, "service",
-			[]string{"cannot read the service file " + strconv.Quote(filepath.Join(dir, "missing.conf")) + ` for service "known": no such file or directory`}},
-		{"service file malformed", "service=known servicefile=" + badServices, nil, "service", []string{strconv.Quote(badServices) + ` for service "known": line 1 is not in a section`}},
+			[]string{"service file " + strconv.Quote(filepath.Join(dir, "missing.conf")) + ` not found (for service "known": no such file or directory)`}},
+		// libpq reads no line outside the service's section: this one is not looked at.
+		{"a line outside any section", "service=known servicefile=" + badServices, nil, "service",
+			[]string{`definition of service "known" not found in ` + strconv.Quote(badServices)}},
+		{"a line without = in the section", "service=known servicefile=" + noEquals + " password=" + secret, nil, "service",
+			[]string{"syntax error in service file " + strconv.Quote(noEquals) + `, line 3: no "="`}},
+		{"an unknown key in the section", "service=known servicefile=" + unknownKey, nil, "service",
+			[]string{"syntax error in service file " + strconv.Quote(unknownKey) + `, line 2: invalid connection option "sslmdoe"`}},
+		{"a nested service", "service=known servicefile=" + nested, nil, "service",
+			[]string{"nested service specifications not supported in service file " + strconv.Quote(nested) + ", line 2"}},
 		{"service from PGSERVICE, file missing", "host=a", map[string]string{"PGSERVICE": "known", "PGSERVICEFILE": filepath.Join(dir, "missing.conf")}, "service",
 			[]string{`for service "known" (from PGSERVICE): no such file or directory`}},
 		// Malformed strings: no key to blame, nothing quoted.
