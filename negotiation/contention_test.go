@@ -22,7 +22,7 @@ func TestWarmDecisionStormSharesNoLock(t *testing.T) {
 	res, err := contention.Storm(64, 500, os.Getenv("PGCONNECTOR_PROFILE_DIR"), func(g, i int) {
 		j := (g + i) % len(keys)
 		b := n.newBudget()
-		plan, _, probe, err := n.decide(ctx, &b, &n.cfg.Hosts[j], keys[j], GSSCredentials{})
+		plan, _, probe, err := n.decide(ctx, &b, &n.cfg.Hosts[j], keys[j], GSSCredentials{}, false)
 		b.release()
 		if err != nil || probe != nil || plan.Methods()[0] != MethodPlain {
 			bad.Add(1)

@@ -123,6 +123,9 @@ type Negotiator struct {
 	dns *dnsCache
 	// down remembers the addresses that did not answer; nil with Config.DownTTL <= 0.
 	down *downAddrs
+	// roles is the role each host's server showed last (roles.go), by host index; nil without
+	// target_session_attrs.
+	roles []atomic.Uint32
 	// scram keeps the SCRAM keys derived for this negotiator's users and passwords (auth.go).
 	scram *scram.Keys
 	// requireAuth is the last require_auth parsed (requireAuthOf).
@@ -155,6 +158,7 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 	if cfg.DownTTL > 0 {
 		n.down = newDownAddrs(cfg.DownTTL)
 	}
+	n.roles = rolesFor(cfg)
 	if cfg.Trace != nil {
 		n.trace = *cfg.Trace
 	}
@@ -219,16 +223,21 @@ type connectResult struct {
 
 func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context) error, res *connectResult) error {
 	var failed []*HostError
-	var buf [8]int // the order of up to 8 hosts without an allocation
-	order := n.upHostsFirst(n.hostOrder(buf[:0]))
+	var buf, rbuf [8]int // the order of up to 8 hosts without an allocation
+	order, roleMoved := n.roleFirst(n.hostOrder(buf[:0]), rbuf[:0])
+	order = n.upHostsFirst(order)
 	ps := &pass{}
 	for {
 		for _, i := range order {
 			h := &n.cfg.Hosts[i]
 			res.host = h
+			ps.roleFirst = i < 64 && roleMoved&(1<<i) != 0
 			final, herr := n.connectHost(ctx, h, open, res, ps)
 			if herr == nil {
 				return nil
+			}
+			if herr.Step != "target_session_attrs" {
+				n.forgetRole(i) // refused, gone, failed: libpq's order until a check sees it again
 			}
 			failed = append(failed, herr)
 			if final {
@@ -248,6 +257,9 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 // takes any server.
 type pass struct {
 	anyServer bool
+	// roleFirst: the host being tried comes before hosts written before it, its remembered
+	// role being what target_session_attrs wants (roles.go).
+	roleFirst bool
 }
 
 // hostOrder is the order in which one connect tries the hosts: as written, or shuffled with
@@ -276,7 +288,7 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 	key := Key{Host: h.Host, HostAddr: h.HostAddr, Port: h.Port, Principal: creds.Principal}
 	retried := false
 	for {
-		plan, in, probe, err := n.decide(ctx, b, h, key, creds)
+		plan, in, probe, err := n.decide(ctx, b, h, key, creds, ps.roleFirst)
 		if err != nil {
 			if errors.Is(err, ErrGSSNoCredentials) && creds.Missing != "" {
 				err = fmt.Errorf("%w: %s", err, creds.Missing)
@@ -382,7 +394,7 @@ func (b *budget) context(ctx context.Context, addr string) (context.Context, con
 }
 
 // decide makes the plan for h, waiting for another connect's probe when one is running.
-func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, creds GSSCredentials) (plan Plan, in Input, probe *Probe, err error) {
+func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, creds GSSCredentials, roleFirst bool) (plan Plan, in Input, probe *Probe, err error) {
 	waited, gaveUp := false, false
 	for {
 		in = Input{
@@ -421,7 +433,7 @@ func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, cr
 			probe = p
 		}
 		if n.trace.Decision != nil {
-			n.trace.Decision(ctx, DecisionInfo{Host: h.Host, Port: h.Port, Input: in, Plan: plan, Waited: waited})
+			n.trace.Decision(ctx, DecisionInfo{Host: h.Host, Port: h.Port, Input: in, Plan: plan, Waited: waited, RoleFirst: roleFirst})
 		}
 		n.refreshSkipped(ctx, h, key, &plan, &in) // in the background: the connect does not wait
 		return plan, in, probe, nil
@@ -908,7 +920,11 @@ func (n *Negotiator) Configure(ctx context.Context, cfg *pgconn.Config) error {
 	cfg.KerberosSpn = "" // pgx's GSS provider is never asked: the exchange is ours
 	cfg.ValidateConnect = nil
 	if tsa := at.n.cfg.TargetSessionAttrs; tsa != TargetAny && !at.anyServer {
-		cfg.ValidateConnect = tsa.validate
+		cfg.ValidateConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+			r, err := tsa.validate(ctx, c)
+			at.n.learnRole(at.host, r)
+			return err
+		}
 	}
 	if at.method == MethodSSL && at.known.Direct == AnswerUnknown && at.n.cfg.Cache.remembers() && !at.n.cfg.NoLearnedDirect {
 		// The server's version, to learn direct TLS from (afterReady).

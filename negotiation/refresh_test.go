@@ -290,7 +290,7 @@ func TestDecisionWithYoungNegativeAnswerDoesNotAllocate(t *testing.T) {
 	b := n.newBudget()
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(1000, func() {
-		plan, _, _, err := n.decide(ctx, &b, h, key, GSSCredentials{})
+		plan, _, _, err := n.decide(ctx, &b, h, key, GSSCredentials{}, false)
 		if err != nil || len(plan.Skipped()) != 1 {
 			t.Fatal("not a plan that skips SSL")
 		}

@@ -118,6 +118,9 @@ type DecisionInfo struct {
 	Input  Input
 	Plan   Plan
 	Waited bool // the plan was made after waiting for another connect's probe
+	// RoleFirst: the host is tried before hosts written before it, because the role its server
+	// showed last is what target_session_attrs wants (Config.TargetSessionAttrs).
+	RoleFirst bool
 }
 
 // DNSDoneInfo is the outcome of a host name resolution.

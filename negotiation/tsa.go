@@ -62,50 +62,77 @@ func (e *TargetSessionAttrsError) Error() string {
 // (fe-connect.c, PQconnectPoll, CONNECTION_CHECK_TARGET): from the in_hot_standby and
 // default_transaction_read_only values the server reported at startup (PostgreSQL 14 and later),
 // without a round trip; before 14 with the query libpq sends ("SHOW transaction_read_only" or
-// "SELECT pg_catalog.pg_is_in_recovery()").
-func (t TargetSessionAttrs) validate(ctx context.Context, c *pgconn.PgConn) error {
+// "SELECT pg_catalog.pg_is_in_recovery()"). It returns what it saw of the server's role.
+func (t TargetSessionAttrs) validate(ctx context.Context, c *pgconn.PgConn) (serverRole, error) {
+	r := roleOf(c)
 	switch t {
 	case TargetReadWrite, TargetReadOnly:
-		ro, err := readOnly(ctx, c)
-		if err != nil {
-			return &TargetSessionAttrsError{Want: t, Reason: err.Error()}
+		if !r.roKnown {
+			v, err := queryOne(ctx, c, "SHOW transaction_read_only")
+			if err != nil {
+				return r, &TargetSessionAttrsError{Want: t, Reason: err.Error()}
+			}
+			r.roKnown, r.ro = true, v == "on"
 		}
-		if t == TargetReadWrite && ro {
-			return &TargetSessionAttrsError{Want: t, Reason: "session is read-only"}
+		if t == TargetReadWrite && r.ro {
+			return r, &TargetSessionAttrsError{Want: t, Reason: "session is read-only"}
 		}
-		if t == TargetReadOnly && !ro {
-			return &TargetSessionAttrsError{Want: t, Reason: "session is not read-only"}
+		if t == TargetReadOnly && !r.ro {
+			return r, &TargetSessionAttrsError{Want: t, Reason: "session is not read-only"}
 		}
 	case TargetPrimary, TargetStandby, TargetPreferStandby:
-		standby, err := inHotStandby(ctx, c)
-		if err != nil {
-			return &TargetSessionAttrsError{Want: t, Reason: err.Error()}
+		if !r.standbyKnown {
+			v, err := queryOne(ctx, c, "SELECT pg_catalog.pg_is_in_recovery()")
+			if err != nil {
+				return r, &TargetSessionAttrsError{Want: t, Reason: err.Error()}
+			}
+			r.standbyKnown, r.standby = true, v == "t"
 		}
-		if t == TargetPrimary && standby {
-			return &TargetSessionAttrsError{Want: t, Reason: "server is in hot standby mode"}
+		if t == TargetPrimary && r.standby {
+			return r, &TargetSessionAttrsError{Want: t, Reason: "server is in hot standby mode"}
 		}
-		if t != TargetPrimary && !standby {
-			return &TargetSessionAttrsError{Want: t, Reason: "server is not in hot standby mode"}
+		if t != TargetPrimary && !r.standby {
+			return r, &TargetSessionAttrsError{Want: t, Reason: "server is not in hot standby mode"}
 		}
 	}
-	return nil
+	return r, nil
 }
 
-func readOnly(ctx context.Context, c *pgconn.PgConn) (bool, error) {
-	dtro, hs := c.ParameterStatus("default_transaction_read_only"), c.ParameterStatus("in_hot_standby")
-	if dtro != "" && hs != "" {
-		return dtro == "on" || hs == "on", nil
-	}
-	v, err := queryOne(ctx, c, "SHOW transaction_read_only")
-	return v == "on", err
+// serverRole is what a connection showed of its server's role.
+type serverRole struct {
+	roKnown, ro           bool // the session is read-only (default_transaction_read_only or hot standby)
+	standbyKnown, standby bool // the server is in hot standby
 }
 
-func inHotStandby(ctx context.Context, c *pgconn.PgConn) (bool, error) {
-	if hs := c.ParameterStatus("in_hot_standby"); hs != "" {
-		return hs == "on", nil
+// roleOf reads the role a server of PostgreSQL 14 or later reported at startup (in_hot_standby,
+// default_transaction_read_only); nothing is known of an older one.
+func roleOf(c *pgconn.PgConn) serverRole {
+	var r serverRole
+	hs := c.ParameterStatus("in_hot_standby")
+	if hs == "" {
+		return r
 	}
-	v, err := queryOne(ctx, c, "SELECT pg_catalog.pg_is_in_recovery()")
-	return v == "t", err
+	r.standbyKnown, r.standby = true, hs == "on"
+	if dtro := c.ParameterStatus("default_transaction_read_only"); dtro != "" {
+		r.roKnown, r.ro = true, dtro == "on" || hs == "on"
+	}
+	return r
+}
+
+// matches reports whether a server of role r is one t wants (prefer-standby: a standby), and
+// whether r says so at all.
+func (t TargetSessionAttrs) matches(r serverRole) (match, known bool) {
+	switch t {
+	case TargetReadWrite:
+		return r.roKnown && !r.ro, r.roKnown
+	case TargetReadOnly:
+		return r.roKnown && r.ro, r.roKnown
+	case TargetPrimary:
+		return r.standbyKnown && !r.standby, r.standbyKnown
+	case TargetStandby, TargetPreferStandby:
+		return r.standbyKnown && r.standby, r.standbyKnown
+	}
+	return true, true
 }
 
 func queryOne(ctx context.Context, c *pgconn.PgConn, sql string) (string, error) {

@@ -65,7 +65,7 @@ func BenchmarkWarmDecisionParallel(b *testing.B) {
 			for pb.Next() {
 				j := i % len(keys)
 				i++
-				plan, _, _, err := n.decide(ctx, &bud, &n.cfg.Hosts[j], keys[j], GSSCredentials{})
+				plan, _, _, err := n.decide(ctx, &bud, &n.cfg.Hosts[j], keys[j], GSSCredentials{}, false)
 				if err != nil || plan.Methods()[0] != MethodPlain {
 					b.Fatal("unexpected plan")
 				}

@@ -64,6 +64,10 @@ const (
 	// PlanSkippedKey is the methods the cache let the plan leave out, for example "ssl"; set only
 	// when there are some. Event: decision (of that host).
 	PlanSkippedKey = attribute.Key("pgconnector.plan.skipped")
+	// RoleFirstKey is true when the host was tried before hosts written before it because the
+	// role its server showed last is the one target_session_attrs wants. Absent otherwise.
+	// Event: decision.
+	RoleFirstKey = attribute.Key("pgconnector.host.role_first")
 	// ProbeWaitedKey is true when the plan was made after waiting for another connect's probe.
 	// Event: decision (of that host).
 	ProbeWaitedKey = attribute.Key("pgconnector.probe.waited")

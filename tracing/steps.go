@@ -51,6 +51,9 @@ func decisionAttributes(dst []attribute.KeyValue, info negotiation.DecisionInfo)
 		dst = append(dst, CacheHitKey.Bool(use == negotiation.CacheUseHit))
 	}
 	dst = append(dst, ProbeWaitedKey.Bool(info.Waited))
+	if info.RoleFirst {
+		dst = append(dst, RoleFirstKey.Bool(true))
+	}
 	if info.Input.GSSEncMode != negotiation.GSSEncModeDisable && !info.Input.UnixSocket {
 		// Only where the credentials count, as in Decide: GSS is allowed unless
 		// gssencmode=disable, and never over a Unix socket (where they are not even checked).

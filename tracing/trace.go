@@ -229,7 +229,7 @@ func (t *tracer) decision(ctx context.Context, info negotiation.DecisionInfo) {
 	// Each host's decision is an event of its own, with the host: none of it goes on the connect
 	// span, whose attributes are about the connect as a whole (ConnectDone: the host connected
 	// to, its transport, the cache.hit of its plan, the sockets opened).
-	var a [8]attribute.KeyValue
+	var a [10]attribute.KeyValue
 	kv := decisionAttributes(a[:0], info)
 	st.span.AddEvent(EventDecision, trace.WithAttributes(kv...))
 }
