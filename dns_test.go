@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/pgconnector/pgconnector"
+	"github.com/pgconnector/pgconnector/internal/harness"
 	"github.com/pgconnector/pgconnector/tracing"
 )
 
@@ -60,35 +61,52 @@ func TestLookupFuncAndDNSCache(t *testing.T) {
 	}
 }
 
-// A first host that refuses costs the first connect a TCP connect; the next ones go to the
-// second host at once (one tcp_connect span each), and the span of a connect that tries the
-// dead host says it was remembered down. WithDownHostTTL(0) keeps libpq's order.
+// A first host that refuses, or whose SYNs are dropped (connect_timeout), costs the first
+// connect a TCP connect; the next ones go to the second host at once (one tcp_connect span
+// each). WithDownHostTTL(0) keeps libpq's order. A first host that resets the connection after
+// accepting it answered: it is not remembered down, and every connect fails on it as libpq's
+// does ("server closed the connection unexpectedly": no other host).
 func TestDownHostTriedLast(t *testing.T) {
 	plain, _ := servers(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := ln.Addr().(*net.TCPAddr).Port
+	refused := ln.Addr().(*net.TCPAddr).Port
 	ln.Close() // refuses from now on
-	dsn := plain.DSN(fmt.Sprintf("host=127.0.0.1,%s port=%d,%d", plain.Host, dead, plain.Port))
+	sink := harness.SYNSinkT(t, "127.0.0.1")
+	_, sinkPort, _ := net.SplitHostPort(sink.Addr())
+	resets := resettingListener(t)
+	dsn := func(first string) string {
+		return plain.DSN(fmt.Sprintf("host=127.0.0.1,%s port=%s,%d connect_timeout=1", plain.Host, first, plain.Port))
+	}
 	for _, tt := range []struct {
-		name string
-		opts []pgconnector.Option
-		dial []int // tcp_connect spans per connect
+		name  string
+		dsn   string
+		opts  []pgconnector.Option
+		dial  []int // tcp_connect spans per connect
+		fails bool
 	}{
-		{"default", nil, []int{2, 1, 1, 1}},
-		{"WithDownHostTTL(0)", []pgconnector.Option{pgconnector.WithDownHostTTL(0)}, []int{2, 2, 2, 2}},
+		{"refused", dsn(fmt.Sprint(refused)), nil, []int{2, 1, 1, 1}, false},
+		{"SYNs dropped", dsn(sinkPort), nil, []int{2, 1, 1, 1}, false},
+		{"refused, WithDownHostTTL(0)", dsn(fmt.Sprint(refused)), []pgconnector.Option{pgconnector.WithDownHostTTL(0)}, []int{2, 2, 2, 2}, false},
+		{"reset after accept", dsn(fmt.Sprint(resets)), nil, []int{1, 1, 1, 1}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			c := newConnector(t, dsn, append([]pgconnector.Option{pgconnector.WithTracerProvider(tp)}, tt.opts...)...)
+			c := newConnector(t, tt.dsn, append([]pgconnector.Option{pgconnector.WithTracerProvider(tp)}, tt.opts...)...)
 			defer c.Close()
 			var got []int
 			seen := 0
-			for range tt.dial {
-				connectN(t, c, 1)
+			for i := range tt.dial {
+				conn, err := c.Connect(context.Background())
+				if err == nil {
+					conn.Close()
+				}
+				if (err != nil) != tt.fails {
+					t.Fatalf("connect %d: %v", i+1, err)
+				}
 				dials := 0
 				for _, s := range rec.Ended()[seen:] {
 					if s.Name() == tracing.SpanTCPConnect {
@@ -103,4 +121,26 @@ func TestDownHostTriedLast(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resettingListener returns the port of a listener on 127.0.0.1 that accepts each connection
+// and resets it at once (SO_LINGER 0).
+func resettingListener(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
 }
