@@ -96,7 +96,8 @@ type Config struct {
 	// first attempt on the address, shared by every method tried there (and by a retry after a
 	// remembered answer proved wrong); the first address of a host also counts the wait for
 	// another connect's probe and the DNS lookup. On expiry the next address is tried, never
-	// the next method on the same address. Zero: only the context bounds the connect.
+	// the next method on the same address. Zero: only the context bounds the connect, and the
+	// wait for another connect's probe ends after DefaultProbeWait.
 	ConnectTimeout time.Duration
 	// Open makes one pgx connection attempt for a background refresh (refresh.go), as the open
 	// of Connect does, and returns the connection, which the negotiator closes at once. It is
@@ -381,7 +382,22 @@ func (b *budget) context(ctx context.Context, addr string) (context.Context, con
 	return context.WithCancel(b.host)
 }
 
-// decide makes the plan for h, waiting for another connect's probe when one is running.
+// DefaultProbeWait bounds, when connect_timeout is not set, how long a connect waits for another
+// connect's probe of the same host (the answer to its SSLRequest, or its first address with GSS)
+// before it negotiates itself, as libpq would have from the start. With connect_timeout set the
+// wait counts against the first address's connect_timeout instead (Config.ConnectTimeout).
+//
+// Why 2 s: a probe normally ends one round trip after its connection (a GSS probe after the KDC
+// exchange and the startup too); 2 s is twice the initial retransmission timeout of TCP (1 s,
+// RFC 6298 section 2, Linux's TCP_TIMEOUT_INIT), so a probe not done by then has lost a packet
+// or met a peer that does not answer (a middlebox that swallows SSLRequest). Waiting longer
+// would hold a connect with no deadline of its own (database/sql's background opener passes
+// none) for as long as that probe's connect lives; giving up costs the waiter only what every
+// libpq connect pays, its own negotiation.
+const DefaultProbeWait = 2 * time.Second
+
+// decide makes the plan for h, waiting for another connect's probe when one is running (at
+// most the first address's connect_timeout, else DefaultProbeWait).
 func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, creds GSSCredentials) (plan Plan, in Input, probe *Probe, err error) {
 	waited, gaveUp := false, false
 	for {
@@ -405,6 +421,9 @@ func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, cr
 			wait, p := n.cfg.Cache.BeginProbe(key, in.Known)
 			if p == nil {
 				wctx, cancel := b.context(ctx, "")
+				if b.d <= 0 {
+					wctx, cancel = context.WithTimeout(ctx, DefaultProbeWait)
+				}
 				err := n.waitProbe(wctx, h, wait)
 				cancel()
 				switch {
@@ -412,7 +431,8 @@ func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, cr
 					return plan, in, nil, err
 				case err != nil:
 					// The probe outlived the first address's connect_timeout, which this
-					// connect shares: go on without it, as libpq would have from the start.
+					// connect shares, or DefaultProbeWait without one: go on without it, as
+					// libpq would have from the start.
 					gaveUp = true
 				}
 				waited = true
