@@ -10,9 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/harness"
+	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // What a connect learns, and what a later one pays for it, against PostgreSQL 15 with GSSAPI,
@@ -335,5 +337,37 @@ func TestStaleRetryNeverRepeatsARefusedMethod(t *testing.T) {
 	}
 	if n := px.Stats().Connections - before; n != 1 {
 		t.Errorf("psql: %d TCP connections, want 1", n)
+	}
+}
+
+// A background refresh of "no GSS encryption" learned from a 28000 over GSS and a fallback that
+// got in (005's nogssuser: hostnogssenc only) meets the same 28000 while connects keep getting in
+// without GSS encryption: it confirms the answer (learned anew), as a refresh that meets 'N'
+// again does, instead of leaving it to expire.
+func TestRefreshConfirmsGSSRefusedWhileConnectsGetIn(t *testing.T) {
+	lab := sharedLearnLab(t)
+	lab.servers(t)
+	dsn, px := counted(t, lab.gssOn, "nogssuser", "sslmode=disable")
+	_, port := px.Addr()
+	rec, tp := newRecorder()
+	c := lab.connector(t, dsn, pgconnector.WithCacheTTL(2*time.Second), pgconnector.WithTracerProvider(tp))
+	defer c.Close()
+	if got := encryptionOf(t, c); got != "plain" {
+		t.Fatalf("first connect: %s, want plain", got)
+	}
+	key := negotiation.Key{Host: "localhost", HostAddr: "127.0.0.1", Port: uint16(port), Principal: "alice@" + lab.kdc.Realm}
+	a, learned := remembered(t, c, key, negotiation.MethodGSS)
+	if a != negotiation.AnswerNo {
+		t.Fatalf("the cache says %v about GSS, want no", a)
+	}
+	waitUntil(learned.Add(pgconnector.CacheOf(c).RefreshAge()))
+	if got := encryptionOf(t, c); got != "plain" {
+		t.Fatalf("the triggering connect: %s, want plain", got)
+	}
+	if got := waitRefresh(t, rec, 1); got != "confirmed" {
+		t.Errorf("refresh outcome %q, want confirmed", got)
+	}
+	if a, l := remembered(t, c, key, negotiation.MethodGSS); a != negotiation.AnswerNo || !l.After(learned) {
+		t.Errorf("after the refresh: %v learned at %v, want no learned after %v", a, l, learned)
 	}
 }

@@ -15,8 +15,10 @@ import (
 // of an answer at least Cache.RefreshAge old, one background refresh per key asks that question
 // again, while the connect goes on at once with its plan. The refresh runs the attempt a connect
 // would (tryAddr, with a plan of that one method), so what it learns goes into the cache under a
-// connect's rules (policy.go): an answer ('S', 'N', GSS established, 28000 over GSS) is
-// remembered; a timeout, a reset, load or a failed check of the server is not.
+// connect's rules (policy.go): an answer ('S', 'N', GSS established) is remembered, and so is
+// a 28000 over GSS while connects keep getting in without it (Cache.GotInSince: what taught
+// "no GSS encryption" still holds); a timeout, a reset, load or a failed check of the server is
+// not.
 
 // RefreshTimeout bounds a background refresh when connect_timeout is not set: a refresh has no
 // caller whose context would end it, and a stalled server must not hold a socket open for good.
