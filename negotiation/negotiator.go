@@ -100,7 +100,8 @@ type Config struct {
 	// first attempt on the address, shared by every method tried there (and by a retry after a
 	// remembered answer proved wrong); the first address of a host also counts the wait for
 	// another connect's probe and the DNS lookup. On expiry the next address is tried, never
-	// the next method on the same address. Zero: only the context bounds the connect.
+	// the next method on the same address. Zero: only the context bounds the connect, and the
+	// wait for another connect's probe ends after DefaultProbeWait.
 	ConnectTimeout time.Duration
 	// Open makes one pgx connection attempt for a background refresh (refresh.go), as the open
 	// of Connect does, and returns the connection, which the negotiator closes at once. It is
@@ -287,6 +288,9 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 	}
 	key := Key{Host: h.Host, HostAddr: h.HostAddr, Port: h.Port, Principal: creds.Principal}
 	retried := false
+	var tbuf [8]tried // on the stack, for the common host of one or two addresses
+	tr := triedMethods{list: tbuf[:0]}
+	var prev *HostError
 	for {
 		plan, in, probe, err := n.decide(ctx, b, h, key, creds, ps.roleFirst)
 		if err != nil {
@@ -298,14 +302,20 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 			// socket or without credentials), the remaining hosts untried.
 			return true, &HostError{Host: h.Host, Port: h.Port, Err: err}
 		}
-		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, probe, open, res, ps)
-		if herr == nil || retried || !stale || !plan.CacheHit() || ctx.Err() != nil {
+		tr.record = plan.CacheHit() && !retried // only a plan from remembered answers is retried
+		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, probe, open, res, ps, &tr, prev)
+		if herr == nil || retried || !stale || !plan.CacheHit() || ctx.Err() != nil || !n.cfg.Cache.GotInSince(key) {
 			return final, herr
 		}
 		// A plan made from a remembered answer failed in a way the transport can explain (pg_hba
-		// wants another one): the server may have changed. Forget the answer and negotiate this
-		// host again as libpq would, within the same connect_timeout.
+		// wants another one), and connects got in with that answer before: the server may have
+		// changed. Forget the answer and negotiate this host again as libpq would, within the
+		// same connect_timeout, never again with a method this connect was refused on the same
+		// address. A rejection that no connect got past since the answer was learned is the
+		// server's answer to this client, which a cold connect met too: the retry would only
+		// open more connections than libpq's connect (see Cache.GotIn).
 		n.cfg.Cache.Forget(key)
+		prev = herr
 		if n.trace.Fallback != nil {
 			n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, Reason: "remembered answer may be stale: negotiating again", NewConnection: true})
 		}
@@ -393,7 +403,22 @@ func (b *budget) context(ctx context.Context, addr string) (context.Context, con
 	return context.WithCancel(b.host)
 }
 
-// decide makes the plan for h, waiting for another connect's probe when one is running.
+// DefaultProbeWait bounds, when connect_timeout is not set, how long a connect waits for another
+// connect's probe of the same host (the answer to its SSLRequest, or its first address with GSS)
+// before it negotiates itself, as libpq would have from the start. With connect_timeout set the
+// wait counts against the first address's connect_timeout instead (Config.ConnectTimeout).
+//
+// Why 2 s: a probe normally ends one round trip after its connection (a GSS probe after the KDC
+// exchange and the startup too); 2 s is twice the initial retransmission timeout of TCP (1 s,
+// RFC 6298 section 2, Linux's TCP_TIMEOUT_INIT), so a probe not done by then has lost a packet
+// or met a peer that does not answer (a middlebox that swallows SSLRequest). Waiting longer
+// would hold a connect with no deadline of its own (database/sql's background opener passes
+// none) for as long as that probe's connect lives; giving up costs the waiter only what every
+// libpq connect pays, its own negotiation.
+const DefaultProbeWait = 2 * time.Second
+
+// decide makes the plan for h, waiting for another connect's probe when one is running (at
+// most the first address's connect_timeout, else DefaultProbeWait).
 func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, creds GSSCredentials, roleFirst bool) (plan Plan, in Input, probe *Probe, err error) {
 	waited, gaveUp := false, false
 	for {
@@ -417,6 +442,9 @@ func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, cr
 			wait, p := n.cfg.Cache.BeginProbe(key, in.Known)
 			if p == nil {
 				wctx, cancel := b.context(ctx, "")
+				if b.d <= 0 {
+					wctx, cancel = context.WithTimeout(ctx, DefaultProbeWait)
+				}
 				err := n.waitProbe(wctx, h, wait)
 				cancel()
 				switch {
@@ -424,7 +452,8 @@ func (n *Negotiator) decide(ctx context.Context, b *budget, h *Host, key Key, cr
 					return plan, in, nil, err
 				case err != nil:
 					// The probe outlived the first address's connect_timeout, which this
-					// connect shares: go on without it, as libpq would have from the start.
+					// connect shares, or DefaultProbeWait without one: go on without it, as
+					// libpq would have from the start.
 					gaveUp = true
 				}
 				waited = true
@@ -552,13 +581,38 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 	return addrs, nil
 }
 
-// tryHost runs the plan on every address of h. stale reports a failure that a wrong remembered
-// answer could explain (see judge); herr is nil on success. probe, when this connect probes h
-// for the others, ends with the first address at the latest.
+// tried is a method one connect tried on an address.
+type tried struct {
+	addr string
+	m    Method
+}
+
+// triedMethods are the methods a connect tried on each address of a host, recorded while
+// record is set, so that a retry of the host never tries one again.
+type triedMethods struct {
+	record bool
+	list   []tried
+}
+
+func (t *triedMethods) add(addr string, m Method) {
+	if t.record {
+		t.list = append(t.list, tried{addr, m})
+	}
+}
+
+func (t *triedMethods) has(addr string, m Method) bool {
+	return slices.Contains(t.list, tried{addr, m})
+}
+
+// tryHost runs the plan on every address of h, leaving out on each the methods tr lists for it.
+// stale reports a failure that a wrong remembered answer could explain (see judge); herr is nil
+// on success, prev when no method was left to try. probe, when this connect probes h for the
+// others, ends with the first address at the latest.
 func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, plan Plan, in Input, probe *Probe,
-	open func(context.Context) error, res *connectResult, ps *pass,
+	open func(context.Context) error, res *connectResult, ps *pass, tr *triedMethods, prev *HostError,
 ) (final, stale bool, herr *HostError) {
 	defer probe.End()
+	herr = prev
 	ans, err := n.resolve(ctx, b, h)
 	if err != nil {
 		return ctx.Err() != nil, false, &HostError{Host: h.Host, Port: h.Port, Step: "DNS lookup", Err: err}
@@ -569,13 +623,21 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 		reached := false
 		for i, addr := range addrs {
 			actx, cancel := b.context(ctx, addr)
-			r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, probe, open, res, ps)
+			r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, probe, open, res, ps, tr)
 			cancel()
 			// The others waited for what this host's first address would teach: it has.
 			probe.End()
 			probe = nil
+			if r.none {
+				// Every method of the plan was tried here already, by this connect: a server
+				// answered before (or the address failed then), no reason to look it up again.
+				reached = true
+				continue
+			}
 			stale = stale || r.stale
-			herr = r.herr
+			if !r.refusedOnly || prev == nil {
+				herr = r.herr // a retry's 'N' with nothing left says less than the failure before it
+			}
 			reached = reached || r.reached
 			if r.done || r.final || r.leave || ctx.Err() != nil {
 				if r.final && !r.soft {
@@ -617,13 +679,18 @@ type addrResult struct {
 	final, leave, stale bool // see verdict
 	soft                bool // final, unless a stale remembered answer explains it (a retry goes first)
 	reached             bool // a socket to the address was opened (a server may have answered)
-	herr                *HostError
+	// none: no method was left to try on the address; refusedOnly: the last attempt ended in
+	// the server's 'N' with nothing left to try, which says less than an earlier failure.
+	none, refusedOnly bool
+	// gssRefused: GSS encryption was refused with 28000 and nothing got in after it here.
+	gssRefused bool
+	herr       *HostError
 }
 
 // tryAddr runs the plan's methods on one address, each after the previous one failed as
 // judge allows. caller is the deadline of the caller's context.
 func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key Key, one []string, plan Plan, in Input, probe *Probe,
-	open func(context.Context) error, res *connectResult, ps *pass,
+	open func(context.Context) error, res *connectResult, ps *pass, tr *triedMethods,
 ) (r addrResult) {
 	addr := one[0]
 	var reuse net.Conn
@@ -634,7 +701,26 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		r.reached = reached
 	}()
 	methods := plan.Methods()
+	if len(tr.list) > 0 {
+		// A retry: what this connect tried here already is not asked again.
+		var left [len(plan.methods)]Method
+		k := 0
+		for _, m := range methods {
+			if !tr.has(addr, m) {
+				left[k] = m
+				k++
+			}
+		}
+		if k == 0 {
+			return addrResult{none: true}
+		}
+		methods = left[:k]
+	}
+	// gssRefused: GSS encryption was refused here with 28000 (gssNoIfFallbackGetsIn): "no GSS
+	// encryption" is learned if a method without it then gets in.
+	gssRefused := false
 	for i, m := range methods {
+		tr.add(addr, m)
 		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse(), caller: caller}
 		at.learnedDirect = m == MethodDirectSSL && plan.LearnedDirect()
 		if m == MethodDirectSSL && reuse != nil {
@@ -659,6 +745,9 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			g.c.Close() // pgx failed before dialing
 		}
 		if err == nil {
+			if gssRefused {
+				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+			}
 			switch {
 			case m == MethodGSS:
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
@@ -672,6 +761,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 				// ends) do not look for server_version again (Configure).
 				n.cfg.Cache.SetDirect(at.key, AnswerNo)
 			}
+			n.cfg.Cache.GotIn(at.key) // after what the connect taught
 			res.method, res.cache = m, at.cache
 			return addrResult{done: true}
 		}
@@ -681,6 +771,8 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		if errors.As(err, &tsaErr) {
 			if m == MethodGSS { // GSS encryption was established before the check
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
+			} else if gssRefused { // the server let this connection in without it
+				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
 			}
 			if n.trace.Fallback != nil {
 				n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, From: m, Reason: tsaErr.Reason})
@@ -714,7 +806,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 				n.fallback(ctx, h, m, methods[i+1], sameSocketReason(m), reuse != nil)
 				continue
 			}
-			return addrResult{herr: at.hostError(err)}
+			return addrResult{herr: at.hostError(err), refusedOnly: true}
 		}
 
 		st, c := at.failure(ctx, err)
@@ -739,6 +831,8 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			switch v.gss {
 			case gssNo:
 				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+			case gssNoIfFallbackGetsIn:
+				gssRefused = true
 			case gssStrike:
 				n.cfg.Cache.StrikeGSS(at.key, at.gssGeneration)
 			}
@@ -770,6 +864,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			n.fallback(ctx, h, m, to, failureReason(st, c, sqlState(err)), false)
 		}
 		r.stale = r.stale || v.stale
+		r.gssRefused = gssRefused
 		if !next {
 			r.final, r.leave = v.final, v.leave
 			return r

@@ -15,8 +15,10 @@ import (
 // of an answer at least Cache.RefreshAge old, one background refresh per key asks that question
 // again, while the connect goes on at once with its plan. The refresh runs the attempt a connect
 // would (tryAddr, with a plan of that one method), so what it learns goes into the cache under a
-// connect's rules (policy.go): an answer ('S', 'N', GSS established, 28000 over GSS) is
-// remembered; a timeout, a reset, load or a failed check of the server is not.
+// connect's rules (policy.go): an answer ('S', 'N', GSS established) is remembered, and so is
+// a 28000 over GSS while connects keep getting in without it (Cache.GotInSince: what taught
+// "no GSS encryption" still holds); a timeout, a reset, load or a failed check of the server is
+// not.
 
 // RefreshTimeout bounds a background refresh when connect_timeout is not set: a refresh has no
 // caller whose context would end it, and a stalled server must not hold a socket open for good.
@@ -231,10 +233,15 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 	ps := pass{anyServer: true}
 	for i, addr := range addrs {
 		actx, cancel := b.context(ctx, addr)
-		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, nil, open, &res, &ps)
+		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, nil, open, &res, &ps, &triedMethods{})
 		cancel()
 		if r.herr != nil {
 			err = r.herr
+		}
+		if r.gssRefused && n.cfg.Cache.GotInSince(key) {
+			// GSS encryption refused with 28000 while connects keep getting in without it:
+			// what taught "no GSS encryption" holds (gssNoIfFallbackGetsIn).
+			n.cfg.Cache.SetGSS(key, AnswerNo, in.GSSGeneration)
 		}
 		switch a, learned := n.cfg.Cache.Remembered(key, m); {
 		case a == AnswerYes:
