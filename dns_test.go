@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -123,8 +124,8 @@ func TestDownHostTriedLast(t *testing.T) {
 	}
 }
 
-// resettingListener returns the port of a listener on 127.0.0.1 that accepts each connection
-// and resets it at once (SO_LINGER 0).
+// resettingListener returns the port of a listener on 127.0.0.1 that accepts each connection,
+// reads the client's first packet and resets the connection (SO_LINGER 0).
 func resettingListener(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -138,8 +139,12 @@ func resettingListener(t *testing.T) int {
 			if err != nil {
 				return
 			}
-			c.(*net.TCPConn).SetLinger(0)
-			c.Close()
+			go func() {
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				c.Read(make([]byte, 8)) // SSLRequest, GSSENCRequest or a StartupMessage's start
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+			}()
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port
