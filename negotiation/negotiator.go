@@ -525,6 +525,9 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	var reuseReq request
 	defer func() { closeConn(reuse) }()
 	methods := plan.Methods()
+	// gssRefused: GSS encryption was refused here with 28000 (gssNoIfFallbackGetsIn): "no GSS
+	// encryption" is learned if a method without it then gets in.
+	gssRefused := false
 	for i, m := range methods {
 		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse()}
 		at.learnedDirect = m == MethodDirectSSL && plan.LearnedDirect()
@@ -549,6 +552,9 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			g.c.Close() // pgx failed before dialing
 		}
 		if err == nil {
+			if gssRefused {
+				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+			}
 			switch {
 			case m == MethodGSS:
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
@@ -571,6 +577,8 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		if errors.As(err, &tsaErr) {
 			if m == MethodGSS { // GSS encryption was established before the check
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
+			} else if gssRefused { // the server let this connection in without it
+				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
 			}
 			if n.trace.Fallback != nil {
 				n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, From: m, Reason: tsaErr.Reason})
@@ -629,6 +637,8 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			switch v.gss {
 			case gssNo:
 				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+			case gssNoIfFallbackGetsIn:
+				gssRefused = true
 			case gssStrike:
 				n.cfg.Cache.StrikeGSS(at.key, at.gssGeneration)
 			}
