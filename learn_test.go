@@ -235,3 +235,105 @@ func TestFailedGSSLoginTeachesNoTransport(t *testing.T) {
 		})
 	}
 }
+
+// A connect whose plan comes from remembered answers never opens more TCP connections than
+// the first (cold) connect did, nor than libpq's (psql 15, beside it on the same proxy), and
+// ends as psql does. The rows: 005_negotiate_encryption.pl's users and pg_hba (GSS on with SSL
+// off, both on), whose EVENTS give the cold count, and 001_auth.pl's failing map and realm.
+func TestWarmConnectsCostNoMoreThanCold(t *testing.T) {
+	lab := sharedLearnLab(t)
+	lab.servers(t)
+	for _, tt := range []struct {
+		name    string
+		srv     *harness.Postgres
+		user    string
+		modes   string
+		outcome string
+		cold    int // TCP connections: 005's EVENTS (a "connect" and each "reconnect")
+		warm    int // at most, for every later connect
+	}{
+		// GSS on, SSL off: "connect, authfail, reconnect, sslreject -> fail"
+		{"gssuser gssencmode=disable sslmode=allow, GSS on", lab.gssOn, "gssuser", "gssencmode=disable sslmode=allow", "fail", 2, 2},
+		// "connect, sslreject, authfail -> fail"
+		{"gssuser gssencmode=disable sslmode=prefer, GSS on", lab.gssOn, "gssuser", "gssencmode=disable sslmode=prefer", "fail", 1, 1},
+		// both on: "connect, gssaccept, authfail, reconnect, authfail -> fail"
+		{"ssluser gssencmode=prefer sslmode=disable, both on", lab.bothOn, "ssluser", "gssencmode=prefer sslmode=disable", "fail", 2, 2},
+		// GSS on: "connect, gssaccept, authfail, reconnect, sslreject, authok -> plain"; once
+		// the fallback got in, GSS is known to fail for this user and skipped.
+		{"nogssuser gssencmode=prefer sslmode=prefer, GSS on", lab.gssOn, "nogssuser", "gssencmode=prefer sslmode=prefer", "plain", 2, 1},
+		// "connect, gssaccept, authok -> gss"
+		{"gssuser gssencmode=prefer sslmode=prefer, GSS on", lab.gssOn, "gssuser", "gssencmode=prefer sslmode=prefer", "gss", 1, 1},
+		// 001_auth.pl: GSS-encrypted, refused; SSLRequest refused, plaintext, refused.
+		{"001_auth.pl fails without mapping", lab.mapped, "alice", "", "fail", 2, 2},
+		{"001_auth.pl fails with wrong krb_realm", lab.realmSrv, "alice", "", "fail", 2, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, px := counted(t, tt.srv, tt.user, tt.modes)
+			psql, libpq := connections(px, func() string { return lab.psqlOutcome(t, dsn) })
+			if psql != tt.outcome || libpq != tt.cold {
+				t.Fatalf("psql: %s in %d TCP connections; the table says %s in %d", psql, libpq, tt.outcome, tt.cold)
+			}
+			c := lab.connector(t, dsn)
+			got, cold := connections(px, func() string { return encryptionOf(t, c) })
+			if got != psql || cold != libpq {
+				t.Errorf("cold connect: %s in %d TCP connections, want %s in %d as psql", got, cold, psql, libpq)
+			}
+			for i := range 3 {
+				got, n := connections(px, func() string { return encryptionOf(t, c) })
+				if got != psql || n > tt.warm {
+					t.Errorf("warm connect %d: %s in %d TCP connections, want %s in at most %d (cold: %d)", i+1, got, n, psql, tt.warm, cold)
+				}
+			}
+		})
+	}
+}
+
+// When connects got in with a remembered 'N' and pg_hba then refuses plaintext, the retry of the
+// remembered answer asks SSLRequest again (the server might have turned TLS on) but, answered
+// 'N' again, does not send the StartupMessage that was refused a moment before; the retry
+// learned the 'N' again with no connect in since, so the next refused connect is one TCP
+// connection, as libpq's (psql beside it on the same proxy).
+func TestStaleRetryNeverRepeatsARefusedMethod(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{HBA: []string{"host all all 127.0.0.1/32 trust"}})
+	dsn, px := proxied(t, srv)
+	c := newConnector(t, dsn)
+	connectN(t, c, 2) // learns 'N', then gets in with it
+	if err := srv.SetHBA("host all all 127.0.0.1/32 reject"); err != nil {
+		t.Fatal(err)
+	}
+	connect := func() (outcome string, st harness.ProxyStats) {
+		before := px.Stats()
+		conn, err := c.Connect(context.Background())
+		outcome = "fail"
+		if err == nil {
+			conn.Close()
+			outcome = "in"
+		} else if !strings.Contains(err.Error(), "28000") {
+			t.Errorf("error %v, want pg_hba's 28000", err)
+		}
+		after := px.Stats()
+		return outcome, harness.ProxyStats{
+			Connections:     after.Connections - before.Connections,
+			SSLRequests:     after.SSLRequests - before.SSLRequests,
+			StartupMessages: after.StartupMessages - before.StartupMessages,
+		}
+	}
+	got, st := connect()
+	if want := (harness.ProxyStats{Connections: 2, SSLRequests: 1, StartupMessages: 1}); got != "fail" || st != want {
+		t.Errorf("first refused connect: %s with %+v, want fail with %+v (plaintext refused, then 'N' on a new connection)", got, st, want)
+	}
+	for i := range 2 {
+		got, st = connect()
+		if want := (harness.ProxyStats{Connections: 1, StartupMessages: 1}); got != "fail" || st != want {
+			t.Errorf("refused connect %d after it: %s with %+v, want fail with %+v", i+2, got, st, want)
+		}
+	}
+	before := px.Stats().Connections
+	if _, err := harness.Psql(context.Background(), nil, dsn, "select 1"); err == nil {
+		t.Error("psql got in")
+	}
+	if n := px.Stats().Connections - before; n != 1 {
+		t.Errorf("psql: %d TCP connections, want 1", n)
+	}
+}

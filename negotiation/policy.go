@@ -127,8 +127,9 @@ type verdict struct {
 	// leave: try no other address of this host (the server was reached and answered: another
 	// address is the same server), go on with the next host.
 	leave bool
-	// stale: when the attempt followed a remembered answer, that answer may be wrong: forget it
-	// and negotiate the host again (the server changed: TLS or hostgssenc turned on).
+	// stale: when the attempt followed a remembered answer, that answer may be wrong (the
+	// server changed: TLS or hostgssenc turned on): forget it and negotiate the host again,
+	// when a connect got in with it since it was learned (connectHost, Cache.GotIn).
 	stale bool
 }
 
