@@ -51,6 +51,9 @@ type entry struct {
 	strikeExp time.Time
 	// probe is non-nil while one connect probes this key; it is closed when the probe ends.
 	probe chan struct{}
+	// gotIn: a connect to k got in since an answer of this entry last changed (GotIn). A
+	// rejection of a plan made from the answers is then news: the server changed since.
+	gotIn bool
 	// refresh is the background refresh of a negative answer running for this key, if any;
 	// no other begins before refreshAfter (cache_refresh.go).
 	refresh      *Refresh
@@ -175,6 +178,7 @@ func (c *Cache) SetSSL(k Key, a Answer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, e := c.edit(k)
+	e.gotIn = e.gotIn && e.ssl == a
 	e.ssl, e.sslExp = a, c.now().Add(c.ttl)
 	s.e.Store(&e)
 }
@@ -243,6 +247,7 @@ func (c *Cache) SetGSS(k Key, a Answer, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, e := c.edit(k)
+	e.gotIn = e.gotIn && e.gss == a && e.gssGen == gen
 	e.gss, e.gssExp, e.gssGen = a, c.now().Add(c.ttl), gen
 	if a == AnswerYes {
 		e.strikeExp = time.Time{}
@@ -265,6 +270,7 @@ func (c *Cache) StrikeGSS(k Key, gen uint64) (remembered bool) {
 	now := c.now()
 	if e.strikeGen == gen && now.Before(e.strikeExp) {
 		e.strikeExp = time.Time{}
+		e.gotIn = e.gotIn && e.gss == AnswerNo && e.gssGen == gen
 		e.gss, e.gssExp, e.gssGen = AnswerNo, now.Add(c.ttl), gen
 		return true
 	}
@@ -279,6 +285,32 @@ func (c *Cache) Forget(k Key) {
 	if s := (*c.entries.Load())[k]; s != nil {
 		e := *s.e.Load()
 		e.ssl, e.gss, e.direct = AnswerUnknown, AnswerUnknown, AnswerUnknown
+		e.gotIn = false
 		s.e.Store(&e)
 	}
+}
+
+// GotIn notes that a connect to k got in. Until an answer remembered for k changes (Set*,
+// a second strike, Forget), a plan made from the answers that meets a rejection then meets
+// something new, which a change of the server may explain ([Cache.GotInSince]). It takes no
+// lock and does not allocate once noted, as it runs on every connect that gets in.
+func (c *Cache) GotIn(k Key) {
+	if c.ttl <= 0 {
+		return
+	}
+	if e := c.load(k); e == nil || e.gotIn {
+		return // nothing remembered to confirm, or noted already
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, e := c.edit(k)
+	e.gotIn = true
+	s.e.Store(&e)
+}
+
+// GotInSince reports whether a connect to k got in ([Cache.GotIn]) since an answer remembered
+// for k last changed. It takes no lock.
+func (c *Cache) GotInSince(k Key) bool {
+	e := c.load(k)
+	return e != nil && e.gotIn
 }

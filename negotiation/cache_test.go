@@ -205,3 +205,77 @@ func TestCacheDirect(t *testing.T) {
 		t.Errorf("a cache with no TTL remembered %+v", got)
 	}
 }
+
+// GotIn holds until an answer changes: the same answer learned again keeps it, another answer,
+// other credentials, a second strike or Forget drop it; a connect to a key with nothing
+// remembered, or with a cache that remembers nothing, notes nothing.
+func TestCacheGotInUntilAnAnswerChanges(t *testing.T) {
+	k := Key{Host: "h", Port: 1, Principal: "alice@REALM"}
+	for _, tt := range []struct {
+		name  string
+		after func(c *Cache)
+		kept  bool
+	}{
+		{"same 'N' again", func(c *Cache) { c.SetSSL(k, AnswerNo) }, true},
+		{"'S' now", func(c *Cache) { c.SetSSL(k, AnswerYes) }, false},
+		{"same GSS answer", func(c *Cache) { c.SetGSS(k, AnswerNo, 1) }, true},
+		{"GSS answer of other credentials", func(c *Cache) { c.SetGSS(k, AnswerNo, 2) }, false},
+		{"GSS now works", func(c *Cache) { c.SetGSS(k, AnswerYes, 1) }, false},
+		{"direct TLS learned", func(c *Cache) { c.SetDirect(k, AnswerNo) }, true},
+		{"Forget", func(c *Cache) { c.Forget(k) }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewCache(time.Minute)
+			c.GotIn(k)
+			if c.GotInSince(k) {
+				t.Fatal("noted with nothing remembered")
+			}
+			c.SetSSL(k, AnswerNo)
+			c.SetGSS(k, AnswerNo, 1)
+			if c.GotInSince(k) {
+				t.Fatal("noted before any connect got in")
+			}
+			c.GotIn(k)
+			if !c.GotInSince(k) {
+				t.Fatal("not noted")
+			}
+			tt.after(c)
+			if got := c.GotInSince(k); got != tt.kept {
+				t.Errorf("GotInSince = %v, want %v", got, tt.kept)
+			}
+		})
+	}
+	t.Run("second strike", func(t *testing.T) {
+		c := NewCache(time.Minute)
+		c.SetSSL(k, AnswerNo)
+		c.GotIn(k)
+		c.StrikeGSS(k, 1)
+		if !c.GotInSince(k) {
+			t.Fatal("a first strike, which remembers nothing, dropped it")
+		}
+		c.StrikeGSS(k, 1)
+		if c.GotInSince(k) {
+			t.Error("a second strike, which remembers no GSS, kept it")
+		}
+	})
+	t.Run("TTL 0", func(t *testing.T) {
+		c := NewCache(0)
+		c.SetSSL(k, AnswerNo)
+		c.GotIn(k)
+		if c.GotInSince(k) {
+			t.Error("a cache that remembers nothing noted a connect")
+		}
+	})
+}
+
+// Noting a connect that got in, once noted, takes no lock and allocates nothing: it runs on
+// every connect.
+func TestCacheGotInDoesNotAllocateOnceNoted(t *testing.T) {
+	c := NewCache(time.Minute)
+	k := Key{Host: "h", Port: 1}
+	c.SetSSL(k, AnswerNo)
+	c.GotIn(k)
+	if n := testing.AllocsPerRun(100, func() { c.GotIn(k) }); n != 0 {
+		t.Errorf("GotIn allocates %v times once noted", n)
+	}
+}

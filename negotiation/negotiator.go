@@ -257,6 +257,9 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 	}
 	key := Key{Host: h.Host, HostAddr: h.HostAddr, Port: h.Port, Principal: creds.Principal}
 	retried := false
+	var tbuf [8]tried // on the stack, for the common host of one or two addresses
+	tr := triedMethods{list: tbuf[:0]}
+	var prev *HostError
 	for {
 		plan, in, probe, err := n.decide(ctx, b, h, key, creds)
 		if err != nil {
@@ -268,14 +271,20 @@ func (n *Negotiator) connectHost(ctx context.Context, h *Host, open func(context
 			// socket or without credentials), the remaining hosts untried.
 			return true, &HostError{Host: h.Host, Port: h.Port, Err: err}
 		}
-		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, probe, open, res, ps)
-		if herr == nil || retried || !stale || !plan.CacheHit() || ctx.Err() != nil {
+		tr.record = plan.CacheHit() && !retried // only a plan from remembered answers is retried
+		final, stale, herr := n.tryHost(ctx, b, h, key, plan, in, probe, open, res, ps, &tr, prev)
+		if herr == nil || retried || !stale || !plan.CacheHit() || ctx.Err() != nil || !n.cfg.Cache.GotInSince(key) {
 			return final, herr
 		}
 		// A plan made from a remembered answer failed in a way the transport can explain (pg_hba
-		// wants another one): the server may have changed. Forget the answer and negotiate this
-		// host again as libpq would, within the same connect_timeout.
+		// wants another one), and connects got in with that answer before: the server may have
+		// changed. Forget the answer and negotiate this host again as libpq would, within the
+		// same connect_timeout, never again with a method this connect was refused on the same
+		// address. A rejection that no connect got past since the answer was learned is the
+		// server's answer to this client, which a cold connect met too: the retry would only
+		// open more connections than libpq's connect (see Cache.GotIn).
 		n.cfg.Cache.Forget(key)
+		prev = herr
 		if n.trace.Fallback != nil {
 			n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, Reason: "remembered answer may be stale: negotiating again", NewConnection: true})
 		}
@@ -476,13 +485,38 @@ func (n *Negotiator) lookup(ctx context.Context, h *Host) ([]string, error) {
 	return addrs, nil
 }
 
-// tryHost runs the plan on every address of h. stale reports a failure that a wrong remembered
-// answer could explain (see judge); herr is nil on success. probe, when this connect probes h
-// for the others, ends with the first address at the latest.
+// tried is a method one connect tried on an address.
+type tried struct {
+	addr string
+	m    Method
+}
+
+// triedMethods are the methods a connect tried on each address of a host, recorded while
+// record is set, so that a retry of the host never tries one again.
+type triedMethods struct {
+	record bool
+	list   []tried
+}
+
+func (t *triedMethods) add(addr string, m Method) {
+	if t.record {
+		t.list = append(t.list, tried{addr, m})
+	}
+}
+
+func (t *triedMethods) has(addr string, m Method) bool {
+	return slices.Contains(t.list, tried{addr, m})
+}
+
+// tryHost runs the plan on every address of h, leaving out on each the methods tr lists for it.
+// stale reports a failure that a wrong remembered answer could explain (see judge); herr is nil
+// on success, prev when no method was left to try. probe, when this connect probes h for the
+// others, ends with the first address at the latest.
 func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, plan Plan, in Input, probe *Probe,
-	open func(context.Context) error, res *connectResult, ps *pass,
+	open func(context.Context) error, res *connectResult, ps *pass, tr *triedMethods, prev *HostError,
 ) (final, stale bool, herr *HostError) {
 	defer probe.End()
+	herr = prev
 	addrs, err := n.resolve(ctx, b, h)
 	if err != nil {
 		return ctx.Err() != nil, false, &HostError{Host: h.Host, Port: h.Port, Step: "DNS lookup", Err: err}
@@ -490,13 +524,18 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 	caller, _ := ctx.Deadline()
 	for i, addr := range addrs {
 		actx, cancel := b.context(ctx, addr)
-		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, probe, open, res, ps)
+		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, probe, open, res, ps, tr)
 		cancel()
 		// The others waited for what this host's first address would teach: it has.
 		probe.End()
 		probe = nil
+		if r.none {
+			continue // every method of the plan was refused here already
+		}
 		stale = stale || r.stale
-		herr = r.herr
+		if !r.refusedOnly || prev == nil {
+			herr = r.herr // a retry's 'N' with nothing left says less than the failure before it
+		}
 		if r.done || r.final || r.leave || ctx.Err() != nil {
 			if r.final && !r.soft {
 				stale = false
@@ -512,20 +551,44 @@ type addrResult struct {
 	done                bool // connected
 	final, leave, stale bool // see verdict
 	soft                bool // final, unless a stale remembered answer explains it (a retry goes first)
-	herr                *HostError
+	// none: no method was left to try on the address; refusedOnly: the last attempt ended in
+	// the server's 'N' with nothing left to try, which says less than an earlier failure.
+	none, refusedOnly bool
+	// gssRefused: GSS encryption was refused with 28000 and nothing got in after it here.
+	gssRefused bool
+	herr       *HostError
 }
 
 // tryAddr runs the plan's methods on one address, each after the previous one failed as
 // judge allows. caller is the deadline of the caller's context.
 func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key Key, one []string, plan Plan, in Input, probe *Probe,
-	open func(context.Context) error, res *connectResult, ps *pass,
+	open func(context.Context) error, res *connectResult, ps *pass, tr *triedMethods,
 ) (r addrResult) {
 	addr := one[0]
 	var reuse net.Conn
 	var reuseReq request
 	defer func() { closeConn(reuse) }()
 	methods := plan.Methods()
+	if len(tr.list) > 0 {
+		// A retry: what this connect tried here already is not asked again.
+		var left [len(plan.methods)]Method
+		k := 0
+		for _, m := range methods {
+			if !tr.has(addr, m) {
+				left[k] = m
+				k++
+			}
+		}
+		if k == 0 {
+			return addrResult{none: true}
+		}
+		methods = left[:k]
+	}
+	// gssRefused: GSS encryption was refused here with 28000 (gssNoIfFallbackGetsIn): "no GSS
+	// encryption" is learned if a method without it then gets in.
+	gssRefused := false
 	for i, m := range methods {
+		tr.add(addr, m)
 		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse()}
 		at.learnedDirect = m == MethodDirectSSL && plan.LearnedDirect()
 		if m == MethodDirectSSL && reuse != nil {
@@ -549,6 +612,9 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			g.c.Close() // pgx failed before dialing
 		}
 		if err == nil {
+			if gssRefused {
+				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+			}
 			switch {
 			case m == MethodGSS:
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
@@ -562,6 +628,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 				// ends) do not look for server_version again (Configure).
 				n.cfg.Cache.SetDirect(at.key, AnswerNo)
 			}
+			n.cfg.Cache.GotIn(at.key) // after what the connect taught
 			res.method, res.cache = m, at.cache
 			return addrResult{done: true}
 		}
@@ -571,6 +638,8 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		if errors.As(err, &tsaErr) {
 			if m == MethodGSS { // GSS encryption was established before the check
 				n.cfg.Cache.SetGSS(at.key, AnswerYes, at.gssGeneration)
+			} else if gssRefused { // the server let this connection in without it
+				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
 			}
 			if n.trace.Fallback != nil {
 				n.trace.Fallback(ctx, FallbackInfo{Host: h.Host, From: m, Reason: tsaErr.Reason})
@@ -604,7 +673,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 				n.fallback(ctx, h, m, methods[i+1], sameSocketReason(m), reuse != nil)
 				continue
 			}
-			return addrResult{herr: at.hostError(err)}
+			return addrResult{herr: at.hostError(err), refusedOnly: true}
 		}
 
 		st, c := at.failure(ctx, err)
@@ -629,6 +698,8 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			switch v.gss {
 			case gssNo:
 				n.cfg.Cache.SetGSS(at.key, AnswerNo, at.gssGeneration)
+			case gssNoIfFallbackGetsIn:
+				gssRefused = true
 			case gssStrike:
 				n.cfg.Cache.StrikeGSS(at.key, at.gssGeneration)
 			}
@@ -660,6 +731,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 			n.fallback(ctx, h, m, to, failureReason(st, c, sqlState(err)), false)
 		}
 		r.stale = r.stale || v.stale
+		r.gssRefused = gssRefused
 		if !next {
 			r.final, r.leave = v.final, v.leave
 			return r

@@ -127,8 +127,9 @@ type verdict struct {
 	// leave: try no other address of this host (the server was reached and answered: another
 	// address is the same server), go on with the next host.
 	leave bool
-	// stale: when the attempt followed a remembered answer, that answer may be wrong: forget it
-	// and negotiate the host again (the server changed: TLS or hostgssenc turned on).
+	// stale: when the attempt followed a remembered answer, that answer may be wrong (the
+	// server changed: TLS or hostgssenc turned on): forget it and negotiate the host again,
+	// when a connect got in with it since it was learned (connectHost, Cache.GotIn).
 	stale bool
 }
 
@@ -144,9 +145,17 @@ const (
 	// remembered only when it comes twice in a row with the same credentials (Cache.StrikeGSS).
 	gssStrike
 	// gssNo: remembered at once: the KDC says the service principal cannot be had (unknown,
-	// no common encryption type), or the server, over the GSS-encrypted channel it
-	// authenticated (AP-REP), rejected the connection in pg_hba (28000).
+	// no common encryption type).
 	gssNo
+	// gssNoIfFallbackGetsIn: the server, over the GSS-encrypted channel it authenticated
+	// (AP-REP), refused the connection with 28000 before AuthenticationOk. That is pg_hba
+	// refusing GSS encryption (no hostgssenc line for it, a hostnogssenc one) or a failed
+	// GSSAPI authentication (no pg_ident map for the principal, another krb_realm), which a
+	// connection without GSS encryption gets too: the server sends the same SQLSTATE for both
+	// (auth.c, ClientAuthentication and auth_failed). Remembered as gssNo only when the same
+	// connect then gets in on this host without GSS encryption, which proves the refusal was
+	// about the transport; when it does not, nothing.
+	gssNoIfFallbackGetsIn
 )
 
 // judge returns the verdict on an attempt of method m that failed at st with an error of class
@@ -178,14 +187,21 @@ const (
 //	GSS context: server fails a check         yes (new)     nothing         same (tampering: never remembered)
 //	GSS context: reset, other                 yes (new)     nothing         same
 //	startup 57P03 (starting, in recovery)     no (host)     nothing         next host
-//	startup 28000 (pg_hba), before AuthOk     yes (new)     GSS: no         next method, new connection; then fails
+//	startup 28000 (pg_hba; a failed GSSAPI authentication: no pg_ident map, another krb_realm),
+//	before AuthOk                             yes (new)     GSS: no, only   next method, new connection; then fails
+//	                                                        if a method
+//	                                                        without it then
+//	                                                        gets in
 //	startup other SQLSTATE, before AuthOk     yes (new)     nothing         same
 //	startup 28P01, 3D000, 42501, 53300        no (final)    nothing         28P01, 53300 before AuthenticationOk: next method, then fails
 //	startup, after AuthenticationOk           no (final)    nothing         fails
 //	server rejected by target_session_attrs   no (host)     nothing         next host (handled before judge)
 //	startup: closed, reset, wrap token check  no (final)    nothing         fails
 //
-// A strike is remembered when it comes twice in a row (gssLesson). An error response, a failed
+// A strike is remembered when it comes twice in a row (gssLesson). A 28000 over GSS encryption
+// teaches "no GSS encryption" only when the connect then gets in without it: a failed GSSAPI
+// authentication (a missing pg_ident map, a wrong krb_realm) is refused over every transport
+// and teaches nothing about any (gssNoIfFallbackGetsIn). An error response, a failed
 // TLS handshake or the client's refusal of a TLS server, with no method left to try, fails the
 // connect (tryAddr), as in libpq 17 and 18 (a failed TLS open goes to error_return; checked with
 // psql 15.18: sslmode=verify-ca, two hosts, the first one's certificate not verifying: the second
@@ -211,7 +227,7 @@ func judge(m Method, st step, c class, code string, authOK bool) verdict {
 		case code == "28000":
 			v := verdict{next: true, stale: true}
 			if m == MethodGSS {
-				v.gss = gssNo
+				v.gss = gssNoIfFallbackGetsIn
 			}
 			return v
 		}

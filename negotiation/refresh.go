@@ -230,10 +230,15 @@ func (n *Negotiator) reask(ctx context.Context, h *Host, key Key, m Method) (out
 	ps := pass{anyServer: true}
 	for i, addr := range addrs {
 		actx, cancel := b.context(ctx, addr)
-		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, nil, open, &res, &ps)
+		r := n.tryAddr(actx, caller, h, key, addrs[i:i+1:i+1], plan, in, nil, open, &res, &ps, &triedMethods{})
 		cancel()
 		if r.herr != nil {
 			err = r.herr
+		}
+		if r.gssRefused && n.cfg.Cache.GotInSince(key) {
+			// GSS encryption refused with 28000 while connects keep getting in without it:
+			// what taught "no GSS encryption" holds (gssNoIfFallbackGetsIn).
+			n.cfg.Cache.SetGSS(key, AnswerNo, in.GSSGeneration)
 		}
 		switch a, learned := n.cfg.Cache.Remembered(key, m); {
 		case a == AnswerYes:
