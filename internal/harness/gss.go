@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -164,6 +165,12 @@ func (p *Postgres) CreateRole(name string) error {
 // in env are replaced by "[password]" in psql's message (libpq quotes a
 // connection string it cannot parse).
 func Psql(ctx context.Context, env []string, conninfo, query string) (string, error) {
+	return runPsql(ctx, env, conninfo, nil, "-c", query)
+}
+
+// runPsql runs psql as Psql describes, with the last arguments args (-c QUERY, or -f - and
+// the script on stdin).
+func runPsql(ctx context.Context, env []string, conninfo string, stdin io.Reader, args ...string) (string, error) {
 	psql, err := psqlPath(ctx)
 	if err != nil {
 		return "", err
@@ -171,7 +178,8 @@ func Psql(ctx context.Context, env []string, conninfo, query string) (string, er
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, psql, "-X", "-w", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", query)
+	cmd := exec.CommandContext(ctx, psql, append([]string{"-X", "-w", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", conninfo}, args...)...)
+	cmd.Stdin = stdin
 	cmd.Env = append(append(CleanEnv(), "PGCONNECT_TIMEOUT=20", "PGAPPNAME=pgconnector-harness",
 		"KRB5_CONFIG=/dev/null", "KRB5CCNAME=MEMORY:pgconnector-harness-none", "KRB5_CLIENT_KTNAME="), env...)
 	cmd.Dir = "/"
