@@ -49,14 +49,25 @@ func TestLookupFuncAndDNSCache(t *testing.T) {
 			if got := lookups.Load(); got != tt.lookups {
 				t.Errorf("%d connects: %d lookups, want %d", n, got, tt.lookups)
 			}
-			var spans int32
+			var spans, aged int32
 			for _, s := range rec.Ended() {
-				if s.Name() == tracing.SpanDNSLookup {
+				switch s.Name() {
+				case tracing.SpanDNSLookup:
 					spans++
+				case tracing.SpanTCPConnect:
+					for _, kv := range s.Attributes() {
+						if kv.Key == tracing.AddressAgeKey && kv.Value.AsFloat64() > 0 {
+							aged++
+						}
+					}
 				}
 			}
 			if spans != tt.lookups {
 				t.Errorf("%d dns_lookup spans, want %d (one per lookup)", spans, tt.lookups)
+			}
+			// Every connect without a lookup of its own says how old its addresses are.
+			if aged != n-tt.lookups {
+				t.Errorf("%d tcp_connect spans with pgconnector.dns.age, want %d", aged, n-tt.lookups)
 			}
 		})
 	}

@@ -258,6 +258,9 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 // takes any server.
 type pass struct {
 	anyServer bool
+	// addrAge: how old the remembered addresses of the host being tried are (zero when looked
+	// up by this connect), for DialInfo.AddressAge.
+	addrAge time.Duration
 	// roleFirst: the host being tried comes before hosts written before it, its remembered
 	// role being what target_session_attrs wants (roles.go).
 	roleFirst bool
@@ -619,6 +622,10 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 	}
 	caller, _ := ctx.Deadline()
 	addrs := n.upFirst(h, ans.addrs)
+	ps.addrAge = 0
+	if ans.remembered {
+		ps.addrAge = max(ans.age, time.Nanosecond) // waited for another connect's lookup: just now
+	}
 	for again := false; ; again = true {
 		reached := false
 		for i, addr := range addrs {
@@ -652,6 +659,7 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 		// Every address of a remembered answer failed before a server answered: the name may
 		// have moved. Ask again at once, and try what is new.
 		addrs = n.resolveAgain(ctx, h, ans.raw)
+		ps.addrAge = 0
 		if len(addrs) == 0 {
 			return false, stale, herr
 		}
@@ -721,7 +729,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	gssRefused := false
 	for i, m := range methods {
 		tr.add(addr, m)
-		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse(), caller: caller}
+		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse(), caller: caller, addrAge: ps.addrAge}
 		at.learnedDirect = m == MethodDirectSSL && plan.LearnedDirect()
 		if m == MethodDirectSSL && reuse != nil {
 			// A server reads a ClientHello as direct TLS only as a connection's first bytes
@@ -1114,6 +1122,7 @@ type attempt struct {
 	sockets  atomic.Int32               // sockets opened
 	reached  atomic.Bool                // some socket connected (or was given)
 	caller   time.Time                  // the deadline of the connect's caller, zero for none
+	addrAge  time.Duration              // DialInfo.AddressAge
 
 	sslAnswer atomic.Uint32 // Answer to SSLRequest on this attempt's socket
 
@@ -1222,7 +1231,7 @@ func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn,
 		at.dialNetwork, at.dialAddress = network, address
 	}
 	tr := &at.n.trace
-	info := DialInfo{Host: at.host.Host, Address: address, Method: at.method}
+	info := DialInfo{Host: at.host.Host, Address: address, Method: at.method, AddressAge: at.addrAge}
 	var conn net.Conn
 	if h := at.given.Swap(nil); h != nil {
 		conn = h.c

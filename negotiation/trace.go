@@ -137,6 +137,10 @@ type DialInfo struct {
 	// RememberedDown: the address was remembered not to answer (Config.DownTTL), so it was
 	// tried after the others.
 	RememberedDown bool
+	// AddressAge is how long ago the host name was resolved to this address, when the answer
+	// was remembered (Config.DNSTTL); zero when this connect looked it up, or for hostaddr, an
+	// IP address or a Unix socket.
+	AddressAge time.Duration
 }
 
 // RequestDoneInfo is the outcome of an SSLRequest or GSSENCRequest.

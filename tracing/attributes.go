@@ -98,6 +98,10 @@ const (
 	// (its TCP connect timed out, was refused or found no route within WithDownHostTTL): it was
 	// tried after the addresses and hosts not remembered so. Absent otherwise. Span: tcp_connect.
 	AddressRememberedDownKey = attribute.Key("pgconnector.address.remembered_down")
+	// AddressAgeKey is how long ago, in seconds, the host name was resolved to the address
+	// dialed, when the connect used a remembered answer (WithDNSCacheTTL) instead of a lookup of
+	// its own. Absent otherwise. Span: tcp_connect.
+	AddressAgeKey = attribute.Key("pgconnector.dns.age")
 	// DNSAddressesKey is the IP addresses a host name resolved to. Span: dns_lookup.
 	DNSAddressesKey = attribute.Key("pgconnector.dns.addresses")
 	// MethodKey is the method a socket is opened for or a startup runs under: "gss", "ssl",

@@ -81,6 +81,9 @@ func tcpConnectAttributes(dst []attribute.KeyValue, info negotiation.DialInfo) [
 	if info.RememberedDown {
 		dst = append(dst, AddressRememberedDownKey.Bool(true))
 	}
+	if info.AddressAge > 0 {
+		dst = append(dst, AddressAgeKey.Float64(info.AddressAge.Seconds()))
+	}
 	return append(dst, MethodKey.String(info.Method.String()))
 }
 

@@ -293,7 +293,7 @@ func (t *tracer) dnsDone(ctx context.Context, info negotiation.DNSDoneInfo) {
 func (t *tracer) tcpConnectStart(ctx context.Context, info negotiation.DialInfo) context.Context {
 	ctx, span := t.startStep(ctx, stepTCPConnect, SpanTCPConnect)
 	if span != nil {
-		var a [5]attribute.KeyValue
+		var a [7]attribute.KeyValue
 		span.SetAttributes(tcpConnectAttributes(a[:0], info)...)
 	}
 	return ctx

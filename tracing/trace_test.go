@@ -626,7 +626,7 @@ var documented = func() map[attribute.Key]bool {
 		DNSAddressesKey, MethodKey, SSLAnswerKey, GSSAnswerKey, GSSTicketFromCacheKey, GSSEnctypeKey,
 		TLSDirectKey, AuthMethodKey, FallbackFromKey, FallbackToKey, FallbackReasonKey,
 		FallbackNewConnectionKey, GSSCredentialsSourceKey, GSSDelegatedKey, GSSDelegationSkippedKey,
-		AddressRememberedDownKey, RoleFirstKey,
+		AddressRememberedDownKey, RoleFirstKey, AddressAgeKey,
 	} {
 		m[k] = true
 	}

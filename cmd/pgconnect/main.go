@@ -116,6 +116,9 @@ type Decision struct {
 	// DirectLearned: the plan opens TLS with a ClientHello at once because the host is
 	// remembered to take direct TLS (no SSLRequest round trip).
 	DirectLearned bool `json:"direct_tls_learned,omitempty"`
+	// RoleFirst: the host was tried before hosts written before it, because the role its
+	// server showed last is the one target_session_attrs wants.
+	RoleFirst bool `json:"role_first,omitempty"`
 }
 
 // Step is one child span of the connect: its start relative to the connect's and its duration.
@@ -405,6 +408,7 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 			Plan: ea["pgconnector.plan"].AsString(), Skipped: ea["pgconnector.plan.skipped"].AsString(),
 			ProbeWaited:   ea["pgconnector.probe.waited"].AsBool(),
 			DirectLearned: ea["pgconnector.plan.direct_learned"].AsBool(),
+			RoleFirst:     ea["pgconnector.host.role_first"].AsBool(),
 		}
 		if v, ok := ea["pgconnector.gss.credentials"]; ok {
 			d.Credentials = "none"

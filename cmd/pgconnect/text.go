@@ -32,6 +32,9 @@ func printText(w io.Writer, rep *Report) {
 			if d.DirectLearned {
 				fmt.Fprint(w, ", direct TLS (the server is remembered to take it: no SSLRequest)")
 			}
+			if d.RoleFirst {
+				fmt.Fprint(w, ", tried first: its server's remembered role is the one target_session_attrs wants")
+			}
 			if d.ProbeWaited {
 				fmt.Fprint(w, ", waited for another connection's probe")
 			}
