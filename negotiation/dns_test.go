@@ -30,22 +30,10 @@ type dnsFixture struct {
 
 func newDNSFixture(t *testing.T, ttl time.Duration) *dnsFixture {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	_, ln := listen(t, "127.0.0.2")
 	port := ln.Addr().(*net.TCPAddr).Port
 	f := &dnsFixture{answer: []string{"127.0.0.2"}, now: time.Unix(1_000_000, 0), dialed: make(chan string, 100)}
+	var err error
 	f.n, err = NewNegotiator(Config{
 		Hosts:          []Host{{Host: "db.example", Port: uint16(port), SSLMode: SSLModeDisable}},
 		GSSEncMode:     GSSEncModeDisable,
