@@ -277,7 +277,7 @@ func TestParseRequireAuth(t *testing.T) {
 		{"!none,!md5,!none", false, `require_auth method "!none" is specified more than once`},
 		{"scram-sha-256,scram-sha-256", false, `require_auth method "scram-sha-256" is specified more than once`},
 		{"!scram-sha-256,!scram-sha-256", false, `require_auth method "!scram-sha-256" is specified more than once`},
-		{"gss,sspi", true, ""},   // they share GSSContinue, and are not duplicates
+		{"gss,sspi", true, ""}, // they share GSSContinue, and are not duplicates
 		{"!gss,!sspi", false, ""},
 		{"password=secret", false, `invalid require_auth value: (value not shown)`},
 	} {
