@@ -37,7 +37,12 @@ import (
 // PostgreSQL 18 has 16.0. The versions cannot give different results here: step 5 lets only
 // code points assigned in Unicode 3.2 reach NFKC, and Unicode's normalization stability policy
 // (since 4.1) fixes the normalization of such strings in every later version.
-func saslPrep(password string) (string, bool) {
+func saslPrep(password string) (string, bool) { return SASLprep(password) }
+
+// SASLprep is the password preparation of PostgreSQL's pg_saslprep (see saslPrep, which every
+// exchange uses): the prepared password and true, or the password as it is and false where
+// pg_saslprep fails. It is exported for the tests that hold it against a PostgreSQL server.
+func SASLprep(password string) (string, bool) {
 	ascii := true
 	for i := 0; i < len(password); i++ {
 		if password[i] >= utf8.RuneSelf {
