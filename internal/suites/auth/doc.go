@@ -19,6 +19,8 @@
 //     that file, get it as password=pass, what the file gives them.
 //   - 001_password.pl's checks of the server log (log_like, log_unlike) and of SYSTEM_USER and the
 //     \password of psql are not connection rows: they are left out.
+//   - 001_password.pl's rows are followed by rows of this project on require_auth's SASL
+//     mechanisms (!scram-sha-256,!oauth; oauth; !oauth) and on white space in require_auth.
 //   - 002_saslprep.pl's rows are followed by rows of this project: the passwords where the order of
 //     PostgreSQL's SASLprep (src/common/saslprep.c) differs from RFC 4013's, each set on the server
 //     and logged into with the same text (libpq succeeds) and with RFC 4013's preparation of it

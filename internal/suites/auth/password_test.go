@@ -158,6 +158,16 @@ var passwordSteps = []step{
 		{conn: "user=regress_member dbname=regress_regression_group", ok: true},
 		{conn: "user=regress_not_member dbname=regress_regression_group"},
 	}},
+	// Beyond the script: require_auth's SASL mechanisms as libpq 18 holds them (fe-connect.c,
+	// pqConnectOptions2: a SASL request is allowed while a mechanism is; fe-auth.c, pg_SASL_init:
+	// the mechanism chosen is checked), and libpq's white space (none trimmed).
+	{name: "SASL mechanisms", hba: []string{hostLine("all", "all", "scram-sha-256")}, rows: []row{
+		{conn: "user=scram_role require_auth=!scram-sha-256,!oauth", msg: requirement("!scram-sha-256,!oauth", sasl)},
+		{conn: "user=scram_role require_auth=oauth", msg: requirement("oauth", scramSHA256)},
+		{conn: "user=scram_role require_auth=!oauth", ok: true},
+		{conn: "user=scram_role require_auth=oauth,scram-sha-256", ok: true},
+		{conn: "user=scram_role require_auth='password, scram-sha-256'", msg: `invalid require_auth value: `},
+	}},
 	{name: "samegroup", hba: []string{hostLine("samegroup", "all", "scram-sha-256")}, rows: []row{
 		{conn: "user=regress_regression_group dbname=regress_regression_group", ok: true},
 		{conn: "user=regress_member dbname=regress_regression_group", ok: true},
