@@ -30,7 +30,7 @@ type peer struct {
 // the password is set (the password as it is when SASLprep refuses it).
 func storedCredentials(t testing.TB, password string, salt []byte, iters int) xscram.StoredCredentials {
 	t.Helper()
-	prepared, _ := saslPrep(password)
+	prepared, _ := SASLprep(password)
 	c, _ := xscram.SHA256.NewClientUnprepped("", prepared, "")
 	creds, err := c.WithMinIterations(1).GetStoredCredentialsWithError(xscram.KeyFactors{Salt: string(salt), Iters: iters})
 	if err != nil {

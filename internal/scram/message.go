@@ -49,8 +49,7 @@ type serverFirst struct {
 // parseServerFirst reads server-first-message (RFC 5802 section 7) as strictly as libpq's
 // read_server_first_message (fe-auth-scram.c): the attributes r, s and i in this order and nothing
 // after them; the nonce must extend clientNonce with printable characters; the salt must be base64
-// of 1 to maxSaltLen bytes; the iteration count must be decimal digits worth 1 to maxIters. The
-// checks are at least as strict as xdg-go/scram's.
+// of 1 to maxSaltLen bytes; the iteration count must be decimal digits worth 1 to maxIters.
 func parseServerFirst(msg []byte, clientNonce string, maxIters int) (serverFirst, error) {
 	s := string(msg)
 	if strings.HasPrefix(s, "m=") {

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// saslPrep prepares a password as PostgreSQL's pg_saslprep does (src/common/saslprep.c), which
+// SASLprep prepares a password as PostgreSQL's pg_saslprep does (src/common/saslprep.c), which
 // both the server (when a password is set) and libpq (when it logs in) run: SASLprep (RFC 4013,
 // the stringprep profile of RFC 3454) in PostgreSQL's own steps and order, which are not RFC
 // 4013's in three ways. It returns the prepared password and true, or the password as it is and
@@ -32,16 +32,14 @@ import (
 //
 // The tables are RFC 3454's, as github.com/xdg-go/stringprep exports them where they are
 // PostgreSQL's (its prohibited table is the union of the ones above, merged into ranges), and
-// this package's own B.1, which xdg-go/stringprep has without U+1806. NFKC
-// is golang.org/x/text/unicode/norm's: Unicode 15.0 with Go 1.26, 17.0 with Go 1.27, where
+// this package's own B.1, which xdg-go/stringprep has without U+1806. NFKC is
+// golang.org/x/text/unicode/norm's: Unicode 15.0 with Go 1.26, 17.0 with Go 1.27, where
 // PostgreSQL 18 has 16.0. The versions cannot give different results here: step 5 lets only
 // code points assigned in Unicode 3.2 reach NFKC, and Unicode's normalization stability policy
 // (since 4.1) fixes the normalization of such strings in every later version.
-func saslPrep(password string) (string, bool) { return SASLprep(password) }
-
-// SASLprep is the password preparation of PostgreSQL's pg_saslprep (see saslPrep, which every
-// exchange uses): the prepared password and true, or the password as it is and false where
-// pg_saslprep fails. It is exported for the tests that hold it against a PostgreSQL server.
+//
+// Every exchange prepares its password with it; it is exported for the tests that hold it
+// against a PostgreSQL server.
 func SASLprep(password string) (string, bool) {
 	ascii := true
 	for i := 0; i < len(password); i++ {

@@ -52,9 +52,9 @@ func TestSASLprep(t *testing.T) {
 		{"tagging (C.9)", "a\U000e0041", "a\U000e0041", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, ok := saslPrep(tc.in)
+			out, ok := SASLprep(tc.in)
 			if out != tc.out || ok != tc.ok {
-				t.Errorf("saslPrep(%+q) = %+q, %v; want %+q, %v", tc.in, out, ok, tc.out, tc.ok)
+				t.Errorf("SASLprep(%+q) = %+q, %v; want %+q, %v", tc.in, out, ok, tc.out, tc.ok)
 			}
 		})
 	}
@@ -86,7 +86,7 @@ func FuzzSASLprep(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		out, ok := saslPrep(in)
+		out, ok := SASLprep(in)
 		ascii := true
 		for i := 0; i < len(in); i++ {
 			ascii = ascii && in[i] < utf8.RuneSelf

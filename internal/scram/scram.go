@@ -116,7 +116,7 @@ type factor struct {
 // gen with a fresh one when the gen is full (maxFactors) or an exchange with it fails; exchanges
 // that started with the old gen keep it.
 type gen struct {
-	password string // prepared (saslPrep)
+	password string // prepared (SASLprep)
 
 	// Guarded by Keys.mu.
 	factors map[keyFactors]*factor
@@ -186,10 +186,10 @@ func writeLenPrefixed(h hash.Hash, s string) {
 	h.Write([]byte(s))
 }
 
-// newGen returns a gen for password, prepared as PostgreSQL prepares it (saslPrep: the password
+// newGen returns a gen for password, prepared as PostgreSQL prepares it (SASLprep: the password
 // as it is where pg_saslprep fails, as libpq and the server do).
 func newGen(password string) *gen {
-	prepared, _ := saslPrep(password)
+	prepared, _ := SASLprep(password)
 	return &gen{password: prepared, factors: make(map[keyFactors]*factor)}
 }
 
