@@ -163,7 +163,7 @@ func (e *Exchange) Cached() bool { return e.cached }
 // Abandon is for an exchange that failed after ServerFirst without ServerFinal (the server sent an
 // ErrorResponse instead of AuthenticationSASLFinal, e.g. a wrong password): nothing it derived or
 // used stays cached. It does nothing before a successful ServerFirst (a derivation that ServerFirst
-// stopped waiting for stays, unverified), after ServerFinal (which forgets on its own failure and
+// stopped waiting for is stopped, unless another exchange waits for it), after ServerFinal (which forgets on its own failure and
 // whose success proved the keys), or a second time.
 func (e *Exchange) Abandon() {
 	if e.state == finalSent {
@@ -210,7 +210,7 @@ func (k *Keys) verify(e *Exchange) {
 }
 
 // forget drops what a failed exchange derived or used: its gen dies (exchanges holding it move to
-// fresh Clients at ServerFirst), and the entry of its (user, password) goes, whatever gen it has now.
+// fresh gens of their own at ServerFirst), and the entry of its (user, password) goes, whatever gen it has now.
 func (k *Keys) forget(e *Exchange) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
