@@ -351,7 +351,7 @@ func (x *authExchange) checkRequest(code uint32) error {
 		return nil
 	}
 	switch code {
-	case authCleartext, authMD5, authGSS, authSSPI:
+	case authCleartext, authMD5, authGSS, authSSPI, authSASL:
 		if !ra.allows(code) {
 			return ra.failure(authRequestDescription(code))
 		}
@@ -359,20 +359,31 @@ func (x *authExchange) checkRequest(code uint32) error {
 	return nil
 }
 
-// startSASL picks the mechanism among the server's (pg_SASL_init) and sends
-// SASLInitialResponse.
+// startSASL picks the mechanism among the server's and sends SASLInitialResponse, with libpq's
+// checks in libpq's order (fe-auth.c, pg_SASL_init): channel_binding=require without TLS; a
+// SCRAM-SHA-256-PLUS offered over a connection without TLS (a server offers it only over TLS:
+// something in between stripped TLS, or the server is not what it seems), refused whatever
+// channel_binding says; no mechanism this client supports; the chosen mechanism not allowed by
+// require_auth (named by its SASL name); channel_binding=require without -PLUS.
 func (x *authExchange) startSASL(data []byte) error {
 	mechs, err := saslMechanisms(data)
 	if err != nil {
 		return err
 	}
+	if x.s.channelBinding == "require" && !x.tlsInUse() {
+		return &AuthError{Problem: "channel binding required, but SSL not in use"}
+	}
+	plus := slices.Contains(mechs, scram.MechanismSHA256Plus)
+	if plus && !x.tlsInUse() {
+		return &AuthError{Problem: "server offered SCRAM-SHA-256-PLUS authentication over a non-SSL connection"}
+	}
 	ra := &x.s.requireAuth
 	if x.s.oauth != nil && slices.Contains(mechs, "OAUTHBEARER") {
+		if ra.text != "" && !ra.allowsMechanism("OAUTHBEARER") {
+			return ra.failure("server requested OAUTHBEARER authentication")
+		}
 		if x.s.channelBinding == "require" {
 			return &AuthError{Problem: "channel binding is required, but server did not offer an authentication method that supports channel binding"}
-		}
-		if ra.text != "" && !ra.allowsOAuth() {
-			return ra.failure("server requested OAuth authentication")
 		}
 		token, err := x.s.oauth(x.ctx)
 		if err != nil {
@@ -384,14 +395,7 @@ func (x *authExchange) startSASL(data []byte) error {
 		// RFC 7628 section 3.1: gs2-header, then auth=Bearer <token>, kvsep-terminated.
 		return x.send(&pgproto3.SASLInitialResponse{AuthMechanism: "OAUTHBEARER", Data: []byte("n,,\x01auth=Bearer " + token + "\x01\x01")})
 	}
-	if ra.text != "" && !ra.allows(authSASL) {
-		return ra.failure("server requested SASL authentication")
-	}
-	if err := x.needPassword(); err != nil {
-		return err
-	}
 	state, tlsOK := x.tlsState()
-	plus := slices.Contains(mechs, scram.MechanismSHA256Plus)
 	var (
 		mech      string
 		cb        []byte
@@ -399,22 +403,34 @@ func (x *authExchange) startSASL(data []byte) error {
 	)
 	switch {
 	case tlsOK && plus && x.s.channelBinding != "disable":
+		mech = scram.MechanismSHA256Plus
+	case slices.Contains(mechs, scram.MechanismSHA256):
+		mech = scram.MechanismSHA256
+		advertise = tlsOK && x.s.channelBinding != "disable"
+	case x.s.channelBinding == "require" && plus:
+		return &AuthError{Problem: "channel binding required, but the TLS connection is hidden by the connection AfterNetConnect returned"}
+	default:
+		return &AuthError{Problem: "none of the server's SASL authentication mechanisms are supported"}
+	}
+	if ra.text != "" && !ra.allowsMechanism(mech) {
+		// libpq names the mechanism it chose: "server requested SCRAM-SHA-256 authentication".
+		return ra.failure("server requested " + mech + " authentication")
+	}
+	if x.s.channelBinding == "require" && mech != scram.MechanismSHA256Plus {
+		if plus {
+			return &AuthError{Problem: "channel binding required, but the TLS connection is hidden by the connection AfterNetConnect returned"}
+		}
+		return &AuthError{Problem: "channel binding is required, but server did not offer an authentication method that supports channel binding"}
+	}
+	if err := x.needPassword(); err != nil {
+		return err
+	}
+	if mech == scram.MechanismSHA256Plus {
 		b, err := scram.EndPointBinding(state)
 		if err != nil {
 			return &AuthError{Problem: "channel binding data could not be computed from the server certificate", Err: err}
 		}
-		mech, cb = scram.MechanismSHA256Plus, b
-	case x.s.channelBinding == "require" && !x.tlsInUse():
-		return &AuthError{Problem: "channel binding required, but SSL not in use"}
-	case x.s.channelBinding == "require" && plus:
-		return &AuthError{Problem: "channel binding required, but the TLS connection is hidden by the connection AfterNetConnect returned"}
-	case x.s.channelBinding == "require":
-		return &AuthError{Problem: "channel binding is required, but server did not offer an authentication method that supports channel binding"}
-	case slices.Contains(mechs, scram.MechanismSHA256):
-		mech = scram.MechanismSHA256
-		advertise = tlsOK && x.s.channelBinding != "disable"
-	default:
-		return &AuthError{Problem: "none of the server's SASL authentication mechanisms are supported"}
+		cb = b
 	}
 	ex, err := x.at.n.scram.Start(mech, x.s.user, x.s.password, cb, advertise)
 	if err != nil {
@@ -568,55 +584,159 @@ func authRequestDescription(code uint32) string {
 	return "server requested an unknown authentication type"
 }
 
-// requireAuth is require_auth parsed as libpq parses it (fe-connect.c, pqConnectOptions2): a
+// requireAuth is require_auth parsed as libpq 18 parses it (fe-connect.c, pqConnectOptions2): a
 // list of methods the server may ask for, or, with every element prefixed by '!', of methods it
-// may not; "none" (or "!none") says whether the server may skip authentication.
+// may not; "none" (or "!none") says whether the server may skip authentication. Like libpq, it
+// keeps a set of authentication request codes and, apart, a set of SASL mechanisms
+// (scram-sha-256, oauth): a SASL request is allowed while any mechanism is, and the mechanism the
+// client picks is checked when it picks it (fe-auth.c, pg_SASL_init).
 type requireAuth struct {
 	text         string // as given; "" means no requirement
 	negated      bool
-	methods      map[string]bool // the methods named, without '!'
+	codes        uint32 // 1<<code for each authentication request code allowed
+	scram, oauth bool   // the SASL mechanisms allowed
 	authRequired bool
 }
 
-// parseRequireAuth parses s; pgx has checked it when the string was parsed, but a hook may have
-// changed it since.
+// The request codes each require_auth method stands for (fe-connect.c, pqConnectOptions2): GSS and
+// SSPI share AuthenticationGSSContinue.
+const (
+	saslCodes = 1<<authSASL | 1<<authSASLContinue | 1<<authSASLFinal
+	allCodes  = ^uint32(0)
+)
+
+// RequireAuthError is a require_auth value that libpq refuses, with libpq's reason
+// (fe-connect.c, pqConnectOptions2): negative and positive methods mixed, a method named twice,
+// or a method libpq does not know. Method is the element at fault as libpq quotes it (with its
+// '!' where libpq keeps it).
+type RequireAuthError struct {
+	Kind   RequireAuthProblem
+	Method string
+}
+
+// RequireAuthProblem is what is wrong with a require_auth value.
+type RequireAuthProblem uint8
+
+const (
+	RequireAuthNegativeAfterPositive RequireAuthProblem = iota + 1 // "!md5" after "scram-sha-256"
+	RequireAuthPositiveAfterNegative                               // "scram-sha-256" after "!password"
+	RequireAuthDuplicate                                           // a method named twice
+	RequireAuthUnknown                                             // not a method libpq knows
+)
+
+// Error is libpq's message. The method is shown only when it cannot be part of a secret (a
+// require_auth left empty before password=... in a connection string takes the rest as its
+// value): short, printable, without '=', quotes, a backslash or white space.
+func (e *RequireAuthError) Error() string {
+	m := quoteMethod(e.Method)
+	switch e.Kind {
+	case RequireAuthNegativeAfterPositive:
+		return "negative require_auth method " + m + " cannot be mixed with non-negative methods"
+	case RequireAuthPositiveAfterNegative:
+		return "require_auth method " + m + " cannot be mixed with negative methods"
+	case RequireAuthDuplicate:
+		return "require_auth method " + m + " is specified more than once"
+	default:
+		return "invalid require_auth value: " + m
+	}
+}
+
+func quoteMethod(s string) string {
+	if len(s) > 64 {
+		return "(value not shown)"
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '=' || c == '"' || c == '\'' || c == '`' || c == '\\' {
+			return "(value not shown)"
+		}
+	}
+	return `"` + s + `"`
+}
+
+// ParseRequireAuth checks require_auth s as libpq 18 does when it connects (fe-connect.c,
+// pqConnectOptions2): elements separated by commas, taken as they are (no white space is
+// trimmed), each one of password, md5, gss, sspi, scram-sha-256, oauth and none, all or none of
+// them prefixed by '!', none twice. The error is a *RequireAuthError.
+func ParseRequireAuth(s string) error {
+	_, err := parseRequireAuth(s)
+	return err
+}
+
+// parseRequireAuth parses s; the connection string's reading checked it (ParseRequireAuth),
+// but a hook may have changed it since.
 func parseRequireAuth(s string) (requireAuth, error) {
 	ra := requireAuth{text: s}
 	if s == "" {
 		return ra, nil
 	}
-	ra.methods = map[string]bool{}
 	ra.authRequired = true
 	for i, part := range strings.Split(s, ",") {
-		m := strings.TrimSpace(part)
-		neg := strings.HasPrefix(m, "!")
-		if i == 0 {
-			ra.negated = neg
-			if neg {
-				ra.authRequired = false
+		m := part
+		if strings.HasPrefix(m, "!") {
+			if i == 0 {
+				// Everything allowed, nothing required, and the methods named taken away.
+				ra.negated, ra.authRequired = true, false
+				ra.codes, ra.scram, ra.oauth = allCodes, true, true
+			} else if !ra.negated {
+				return ra, &RequireAuthError{Kind: RequireAuthNegativeAfterPositive, Method: m}
 			}
-		} else if neg != ra.negated {
-			return ra, fmt.Errorf("require_auth %q: negative and positive methods cannot be mixed", s)
+			m = m[1:]
+		} else if ra.negated {
+			return ra, &RequireAuthError{Kind: RequireAuthPositiveAfterNegative, Method: m}
 		}
-		m = strings.TrimPrefix(m, "!")
+		var bits uint32
+		var mech *bool
 		switch m {
-		case "password", "md5", "gss", "sspi", "scram-sha-256", "oauth":
+		case "password":
+			bits = 1 << authCleartext
+		case "md5":
+			bits = 1 << authMD5
+		case "gss":
+			bits = 1<<authGSS | 1<<authGSSContinue
+		case "sspi":
+			bits = 1<<authSSPI | 1<<authGSSContinue
+		case "scram-sha-256":
+			mech = &ra.scram
+		case "oauth":
+			mech = &ra.oauth
 		case "none":
+			// !none: the server must ask for something; none: it may ask for nothing.
+			if ra.authRequired == ra.negated {
+				return ra, &RequireAuthError{Kind: RequireAuthDuplicate, Method: part}
+			}
 			ra.authRequired = ra.negated
+			continue
 		default:
-			return ra, fmt.Errorf("require_auth %q: invalid method %q", s, m)
+			return ra, &RequireAuthError{Kind: RequireAuthUnknown, Method: m}
 		}
-		if ra.methods[m] {
-			return ra, fmt.Errorf("require_auth %q: method %q is listed more than once", s, m)
+		dup := false
+		switch {
+		case mech != nil:
+			dup = *mech != ra.negated
+			*mech = !ra.negated
+		case ra.negated:
+			dup = ra.codes&bits == 0
+			ra.codes &^= bits
+		default:
+			dup = ra.codes&bits == bits
+			ra.codes |= bits
 		}
-		ra.methods[m] = true
+		if dup {
+			return ra, &RequireAuthError{Kind: RequireAuthDuplicate, Method: part}
+		}
+	}
+	// SASL requests are allowed when (and only when) a SASL mechanism is.
+	if ra.scram || ra.oauth {
+		ra.codes |= saslCodes
+	} else {
+		ra.codes &^= saslCodes
 	}
 	return ra, nil
 }
 
 // requireAuthOf returns require_auth s parsed, from the last parse when s is the same: a
 // connector's require_auth seldom changes from one connect to the next, so the connect path does
-// not parse it again. The parse's map is only read once made, so it is shared.
+// not parse it again.
 func (n *Negotiator) requireAuthOf(s string) (requireAuth, error) {
 	if s == "" {
 		return requireAuth{}, nil
@@ -631,27 +751,22 @@ func (n *Negotiator) requireAuthOf(s string) (requireAuth, error) {
 	return ra, err
 }
 
-// allows reports whether the request code is one of the allowed methods.
+// allows reports whether the request code is allowed (fe-auth.c, check_expected_areq).
 func (ra *requireAuth) allows(code uint32) bool {
-	var m string
-	switch code {
-	case authCleartext:
-		m = "password"
-	case authMD5:
-		m = "md5"
-	case authGSS, authGSSContinue:
-		m = "gss"
-	case authSSPI:
-		m = "sspi"
-	case authSASL, authSASLContinue, authSASLFinal:
-		m = "scram-sha-256"
-	default:
-		return false
-	}
-	return ra.methods[m] != ra.negated
+	return code < 32 && ra.codes&(1<<code) != 0
 }
 
-func (ra *requireAuth) allowsOAuth() bool { return ra.methods["oauth"] != ra.negated }
+// allowsMechanism reports whether the SASL mechanism the client picked is allowed (fe-auth.c,
+// pg_SASL_init): scram-sha-256 covers SCRAM-SHA-256 and -PLUS, oauth OAUTHBEARER.
+func (ra *requireAuth) allowsMechanism(mech string) bool {
+	switch mech {
+	case scram.MechanismSHA256, scram.MechanismSHA256Plus:
+		return ra.scram
+	case "OAUTHBEARER":
+		return ra.oauth
+	}
+	return false
+}
 
 // failure is libpq's error for a refused method: `authentication method requirement "..."
 // failed: <reason>`.

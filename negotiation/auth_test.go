@@ -188,7 +188,13 @@ func TestAuthExchangeRequirements(t *testing.T) {
 		{"trust not allowed", "password", "", 0, ok, "server did not complete authentication"},
 		{"trust allowed with none", "password,none", "", 0, ok, ""},
 		{"!none refuses trust", "!none", "", 0, ok, "server did not complete authentication"},
-		{"scram not allowed", "password", "", 0, sasl, "server requested SASL authentication"},
+		{"scram not allowed", "password", "", 0, sasl, `authentication method requirement "password" failed: server requested SASL authentication`},
+		{"SASL allowed for oauth, SCRAM refused", "oauth", "", 0, sasl, `authentication method requirement "oauth" failed: server requested SCRAM-SHA-256 authentication`},
+		{"SCRAM refused by name", "!scram-sha-256", "", 0, sasl, `authentication method requirement "!scram-sha-256" failed: server requested SCRAM-SHA-256 authentication`},
+		{"every SASL mechanism refused", "!scram-sha-256,!oauth", "", 0, sasl, `authentication method requirement "!scram-sha-256,!oauth" failed: server requested SASL authentication`},
+		{"-PLUS without TLS", "", "", 0, cat(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256-PLUS\x00SCRAM-SHA-256\x00\x00")...)), ok), "server offered SCRAM-SHA-256-PLUS authentication over a non-SSL connection"},
+		{"-PLUS without TLS, channel_binding=disable", "", "disable", 0, cat(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256-PLUS\x00SCRAM-SHA-256\x00\x00")...)), ok), "server offered SCRAM-SHA-256-PLUS authentication over a non-SSL connection"},
+		{"-PLUS without TLS, channel_binding=require", "", "require", 0, cat(backendMsg('R', authBody(10, []byte("SCRAM-SHA-256-PLUS\x00SCRAM-SHA-256\x00\x00")...)), ok), "channel binding required, but SSL not in use"},
 		{"gss refused", "!gss", "", 0, gss, "server requested GSSAPI authentication"},
 		{"gss over GSS encryption", "gss", "", MethodGSS, ok, ""},
 		{"gss, AuthenticationOk at once over TLS", "gss", "", MethodSSL, ok, "server did not complete authentication"},
@@ -260,8 +266,20 @@ func TestParseRequireAuth(t *testing.T) {
 		{"!password", false, ""},
 		{"!password,!none", true, ""},
 		{"password,!md5", false, "cannot be mixed"},
-		{"password,password", false, "more than once"},
-		{"kerberos", false, `invalid method "kerberos"`},
+		{"password,password", false, `require_auth method "password" is specified more than once`},
+		{"kerberos", false, `invalid require_auth value: "kerberos"`},
+		{"password, md5", false, `invalid require_auth value: (value not shown)`}, // " md5": no white space trimmed, none shown
+		{"password,", false, `invalid require_auth value: ""`},
+		{"scram-sha-256,!md5", false, `negative require_auth method "!md5" cannot be mixed with non-negative methods`},
+		{"!password,!none,scram-sha-256", false, `require_auth method "scram-sha-256" cannot be mixed with negative methods`},
+		{"!password,!md5,!password", false, `require_auth method "!password" is specified more than once`},
+		{"none,md5,none", false, `require_auth method "none" is specified more than once`},
+		{"!none,!md5,!none", false, `require_auth method "!none" is specified more than once`},
+		{"scram-sha-256,scram-sha-256", false, `require_auth method "scram-sha-256" is specified more than once`},
+		{"!scram-sha-256,!scram-sha-256", false, `require_auth method "!scram-sha-256" is specified more than once`},
+		{"gss,sspi", true, ""}, // they share GSSContinue, and are not duplicates
+		{"!gss,!sspi", false, ""},
+		{"password=secret", false, `invalid require_auth value: (value not shown)`},
 	} {
 		ra, err := parseRequireAuth(tt.in)
 		if tt.err != "" {
@@ -309,7 +327,7 @@ func TestAuthExchangeOAuth(t *testing.T) {
 	asked := false
 	x, w = testExchange(t, cat(offer, ok), 0, authSettings{user: "u", requireAuth: ra,
 		oauth: func(context.Context) (string, error) { asked = true; return "t", nil }}, false)
-	if _, err := io.ReadAll(x); err == nil || !strings.Contains(err.Error(), "server requested OAuth authentication") || asked || w.Len() > 0 {
+	if _, err := io.ReadAll(x); err == nil || !strings.Contains(err.Error(), `authentication method requirement "scram-sha-256" failed: server requested OAUTHBEARER authentication`) || asked || w.Len() > 0 {
 		t.Errorf("require_auth=scram-sha-256 against OAUTHBEARER: %v (token asked: %v, %d bytes sent)", err, asked, w.Len())
 	}
 }

@@ -77,6 +77,7 @@ go test -run '^$' -fuzz '^FuzzPrimaryName$' -fuzztime "$FUZZTIME" ./internal/cca
 go test -run '^$' -fuzz '^FuzzKCMReply$' -fuzztime "$FUZZTIME" ./internal/ccache
 go test -run '^$' -fuzz '^FuzzKeytab$' -fuzztime "$FUZZTIME" ./internal/keytabfile
 go test -run '^$' -fuzz '^FuzzServerFirst$' -fuzztime "$FUZZTIME" ./internal/scram
+go test -run '^$' -fuzz '^FuzzSASLprep$' -fuzztime "$FUZZTIME" ./internal/scram
 echo "== go test -race"
 status=0
 for m in "${modules[@]}"; do

@@ -53,7 +53,7 @@ var keywords = []Keyword{
 	{"user", "PGUSER", "15", Honoured, ""},
 	{"password", "PGPASSWORD", "15", Honoured, "never shown in errors or spans"},
 	{"passfile", "PGPASSFILE", "15", Honoured, "read at each connect and looked up for each host apart, by its name (else hostaddr) and port, as libpq: a host without an entry gets no password, never another host's; a file that is not a plain file or that group or others may access is ignored, as libpq; over 1 MiB is an error"},
-	{"require_auth", "PGREQUIREAUTH", "16", Honoured, "a GSS-encrypted channel satisfies gss; a refusal fails the connect"},
+	{"require_auth", "PGREQUIREAUTH", "16", Honoured, "read as libpq 18 reads it (no white space trimmed), a bad value refused with libpq's reason; a GSS-encrypted channel satisfies gss; a refusal fails the connect"},
 	{"channel_binding", "PGCHANNELBINDING", "15", Honoured, "a refusal fails the connect"},
 	{"connect_timeout", "PGCONNECT_TIMEOUT", "15", Honoured, "per host and address, as libpq 17"},
 	{"client_encoding", "PGCLIENTENCODING", "15", Honoured, "sent to the server; auto means UTF8, the only encoding pgx reads"},

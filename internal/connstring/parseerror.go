@@ -10,6 +10,8 @@ import (
 	"unicode"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgconnector/pgconnector/negotiation"
 )
 
 // ParseError is every error of [Parse] (pgconnector.ParseSettings), and of pgconnector.New but
@@ -174,6 +176,30 @@ func fromPgx(err error, v *values) *ParseError {
 		return bad("require_auth", requireAuthMethods, "", false)
 	}
 	return e("", "invalid connection string (pgx's message is not shown: it may quote a value)")
+}
+
+// checkRequireAuth checks require_auth (or PGREQUIREAUTH, or the service file's) as libpq 18 does
+// when it connects, before pgx, whose one message says nothing of the reason: libpq's reason
+// (fe-connect.c, pqConnectOptions2; see negotiation.ParseRequireAuth), the element at fault shown
+// only when it cannot be part of a secret, and for an unknown method the methods there are.
+func (v *values) checkRequireAuth() *ParseError {
+	ra, src, ok := v.get("require_auth", "PGREQUIREAUTH", false)
+	if !ok {
+		return nil
+	}
+	err := negotiation.ParseRequireAuth(ra)
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if src.env != "" {
+		msg += " (from " + src.env + ")"
+	}
+	var rae *negotiation.RequireAuthError
+	if errors.As(err, &rae) && rae.Kind == negotiation.RequireAuthUnknown {
+		msg += "; require_auth must be " + requireAuthMethods
+	}
+	return &ParseError{Key: "require_auth", Env: src.env, msg: msg}
 }
 
 // keyName is what a connection-string key (or a server setting passed as one) looks like.

@@ -75,6 +75,9 @@ func Parse(dsn string) (*Settings, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := v.checkRequireAuth(); err != nil {
+		return nil, err
+	}
 	// pgx parses what was read, never the string itself, with an empty passfile: pgx would look
 	// the password file up for the first host and give that password to every host; the
 	// connector looks it up per host (passfile.go).

@@ -30,10 +30,8 @@ type peer struct {
 // the password is set (the password as it is when SASLprep refuses it).
 func storedCredentials(t testing.TB, password string, salt []byte, iters int) xscram.StoredCredentials {
 	t.Helper()
-	c, err := xscram.SHA256.NewClient("", password, "")
-	if err != nil {
-		c, _ = xscram.SHA256.NewClientUnprepped("", password, "")
-	}
+	prepared, _ := SASLprep(password)
+	c, _ := xscram.SHA256.NewClientUnprepped("", prepared, "")
 	creds, err := c.WithMinIterations(1).GetStoredCredentialsWithError(xscram.KeyFactors{Salt: string(salt), Iters: iters})
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ func badMessage(format string, args ...any) error {
 
 // serverFirst is a server-first-message: r=<client nonce><server nonce>,s=<salt, base64>,i=<count>.
 type serverFirst struct {
+	nonce string // the whole nonce: the client's and the server's
 	salt  []byte
 	iters int
 }
@@ -48,9 +49,7 @@ type serverFirst struct {
 // parseServerFirst reads server-first-message (RFC 5802 section 7) as strictly as libpq's
 // read_server_first_message (fe-auth-scram.c): the attributes r, s and i in this order and nothing
 // after them; the nonce must extend clientNonce with printable characters; the salt must be base64
-// of 1 to maxSaltLen bytes; the iteration count must be decimal digits worth 1 to maxIters. The
-// checks are at least as strict as xdg-go/scram's, which reads the message again, so both find
-// the same salt and count.
+// of 1 to maxSaltLen bytes; the iteration count must be decimal digits worth 1 to maxIters.
 func parseServerFirst(msg []byte, clientNonce string, maxIters int) (serverFirst, error) {
 	s := string(msg)
 	if strings.HasPrefix(s, "m=") {
@@ -94,7 +93,7 @@ func parseServerFirst(msg []byte, clientNonce string, maxIters int) (serverFirst
 	if err != nil {
 		return serverFirst{}, err
 	}
-	return serverFirst{salt: salt, iters: iters}, nil
+	return serverFirst{nonce: nonce, salt: salt, iters: iters}, nil
 }
 
 // parseIterations reads the iteration count: decimal digits (no sign) worth 1 to maxIters.
@@ -129,31 +128,32 @@ func parseIterations(t string, maxIters int) (int, error) {
 
 // parseServerFinal reads server-final-message (RFC 5802 section 7) as libpq's
 // read_server_final_message does: "e=<error>", or "v=<base64 ServerSignature>" of the hash's size
-// with nothing after it. It returns nil for a well-formed verifier, which is left to check.
-func parseServerFinal(msg []byte) error {
+// with nothing after it. It returns the ServerSignature of a well-formed verifier, which is left
+// to check.
+func parseServerFinal(msg []byte) ([]byte, error) {
 	s := string(msg)
 	switch {
 	case strings.HasPrefix(s, "e="):
 		v, _, _ := strings.Cut(s[len("e="):], ",")
-		return &messageError{text: "SCRAM error from the server: " + serverErrorValue(v), kind: ErrServerError}
+		return nil, &messageError{text: "SCRAM error from the server: " + serverErrorValue(v), kind: ErrServerError}
 	case strings.HasPrefix(s, "v="):
 		b64 := s[len("v="):]
 		if strings.Contains(b64, ",") {
-			return badMessage("SCRAM server-final-message goes on after the verifier (libpq rejects that too)")
+			return nil, badMessage("SCRAM server-final-message goes on after the verifier (libpq rejects that too)")
 		}
 		if len(b64) > 2*base64.StdEncoding.EncodedLen(sha256.Size) {
-			return badMessage("SCRAM server signature is longer than %d bytes (SHA-256)", sha256.Size)
+			return nil, badMessage("SCRAM server signature is longer than %d bytes (SHA-256)", sha256.Size)
 		}
 		sig, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
-			return badMessage("SCRAM server signature is not valid base64")
+			return nil, badMessage("SCRAM server signature is not valid base64")
 		}
 		if len(sig) != sha256.Size {
-			return badMessage("SCRAM server signature is %d bytes, not %d (SHA-256)", len(sig), sha256.Size)
+			return nil, badMessage("SCRAM server signature is %d bytes, not %d (SHA-256)", len(sig), sha256.Size)
 		}
-		return nil
+		return sig, nil
 	default:
-		return badMessage("SCRAM server-final-message has neither a verifier (v=) nor an error (e=) (RFC 5802 section 7)")
+		return nil, badMessage("SCRAM server-final-message has neither a verifier (v=) nor an error (e=) (RFC 5802 section 7)")
 	}
 }
 

@@ -4,15 +4,18 @@
 // derivation of SaltedPassword, and from it ClientKey, StoredKey and ServerKey, runs once per (user,
 // password, salt, iteration count, hash), not once per connection.
 //
-// The conversation itself is github.com/xdg-go/scram's client. This package adds what PostgreSQL
-// and a connection pool need around it: the empty SCRAM user name that PostgreSQL expects (the
-// user is in the StartupMessage), libpq's password rule (SASLprep, or the password as it is when
-// SASLprep refuses it), an upper bound on the server's iteration count checked before any
-// derivation, a strict reading of the server's messages, one derivation for a herd of connections
-// that miss the cache together, a derivation waited for only as long as the caller's context
-// allows, and a cache bounded in entries and in salts per entry, whose keys count as cached only
-// once a server has proven it knows them (a valid ServerSignature) and go as soon as an exchange
-// with them fails.
+// The conversation is this package's own (RFC 5802 sections 3 and 7, as libpq's fe-auth-scram.c
+// writes it), and so is the PBKDF2 derivation: a derivation has to stop when no connection waits
+// for it any more, which neither github.com/xdg-go/scram's client nor crypto/pbkdf2 allows
+// (derive.go). What is here for PostgreSQL and a connection pool: the empty SCRAM user name that
+// PostgreSQL expects (the user is in the StartupMessage), PostgreSQL's password preparation
+// (saslprep.go: pg_saslprep, or the password as it is where that fails), an upper bound on the
+// server's iteration count checked before any derivation, a strict reading of the server's
+// messages, one derivation for a herd of connections that miss the cache together, a
+// derivation waited for only as long as the caller's context allows and stopped when no
+// exchange waits for it, at most GOMAXPROCS derivations at once in the process, and a cache
+// bounded in entries and in salts per entry, whose keys count as cached only once a server has
+// proven it knows them (a valid ServerSignature) and go as soon as an exchange with them fails.
 //
 // Errors name what is wrong; none carries a password, a key, a salt or a nonce.
 package scram
@@ -28,10 +31,10 @@ import (
 	"fmt"
 	"hash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	xscram "github.com/xdg-go/scram"
-	"golang.org/x/sync/singleflight"
 )
 
 // The SASL mechanism names PostgreSQL offers in AuthenticationSASL (PostgreSQL doc
@@ -56,9 +59,9 @@ const (
 type Config struct {
 	MaxEntries    int // (user, password) entries kept; 0 = 64
 	MaxIterations int // the largest iteration count a server may ask for; 0 = 10_000_000 (pgx's cap)
-	// OnDerive, if set, is called after each PBKDF2 derivation with how long it took (for metrics).
-	// It is called on the goroutine that ran the derivation, possibly after the exchange that asked
-	// for it gave up waiting, and possibly from several goroutines at once.
+	// OnDerive, if set, is called after each PBKDF2 derivation that completed with how long it
+	// took (for metrics), not for one that was stopped. It is called on the goroutine that ran the
+	// derivation, and possibly from several goroutines at once.
 	OnDerive func(time.Duration)
 }
 
@@ -66,10 +69,10 @@ type Config struct {
 // concurrent use.
 //
 // An entry is keyed by an HMAC-SHA-256, under a random secret of this Keys, of the hash name, the
-// user and the password, so the map's keys reveal nothing of the password. It holds one
-// xdg-go/scram Client (whose own map holds ClientKey, StoredKey and ServerKey per salt and
-// iteration count, never SaltedPassword) and the state of each (salt, iteration count): being
-// derived, derived, or verified (an exchange with these keys got a valid ServerSignature).
+// user and the password, so the map's keys reveal nothing of the password. It holds the prepared
+// password and, per (salt, iteration count), its state: being derived, derived (ClientKey,
+// StoredKey and ServerKey kept, never SaltedPassword), or verified (an exchange with these keys
+// got a valid ServerSignature).
 type Keys struct {
 	cfg    Config
 	secret [32]byte
@@ -86,25 +89,37 @@ type entry struct {
 	gen *gen
 }
 
-// factorState is how far the keys of one KeyFactors have come in a gen.
+// factorState is how far the keys of one keyFactors have come in a gen.
 type factorState uint8
 
 const (
-	absent   factorState = iota
-	pending              // a derivation was started
-	derived              // ClientKey, StoredKey and ServerKey are in the Client's map
-	verified             // and a server proved it knows them (ServerSignature)
+	pending  factorState = iota + 1 // a derivation is running (factor.flight)
+	derived                         // ClientKey, StoredKey and ServerKey are in factor.keys
+	verified                        // and a server proved it knows them (ServerSignature)
 )
 
-// gen is one xdg-go/scram Client with our record of what its map holds. An entry replaces its gen
-// with a fresh one when the gen is full (maxFactors) or an exchange with it fails; exchanges that
-// started with the old gen keep it.
+// keyFactors are what a server's first message gives the derivation: the salt and the
+// iteration count.
+type keyFactors struct {
+	salt  string
+	iters int
+}
+
+// factor is the state of one keyFactors in a gen.
+type factor struct {
+	state  factorState
+	keys   derivedKeys // derived or verified
+	flight *flight     // pending
+}
+
+// gen is the prepared password of an entry with what was derived from it. An entry replaces its
+// gen with a fresh one when the gen is full (maxFactors) or an exchange with it fails; exchanges
+// that started with the old gen keep it.
 type gen struct {
-	client *xscram.Client
-	flight singleflight.Group // one derivation per KeyFactors at a time
+	password string // prepared (SASLprep)
 
 	// Guarded by Keys.mu.
-	factors map[xscram.KeyFactors]factorState
+	factors map[keyFactors]*factor
 	dead    bool // an exchange with this gen failed: nothing in it is to be used again
 }
 
@@ -171,19 +186,11 @@ func writeLenPrefixed(h hash.Hash, s string) {
 	h.Write([]byte(s))
 }
 
-// newGen returns a gen with a new Client for password. The SCRAM user is empty: PostgreSQL takes
-// the user from the StartupMessage and ignores the one in client-first-message, which libpq sends
-// as "n=," (fe-auth-scram.c, build_client_first_message). The password goes through SASLprep (RFC
-// 4013) as xdg-go/scram does it; when SASLprep refuses it (invalid UTF-8, prohibited or unassigned
-// code points), it is used as it is, as PostgreSQL and libpq do (src/common/saslprep.c callers).
-// The iteration minimum is 1: PostgreSQL's scram_iterations can be as low as 1, and libpq accepts
-// any count >= 1.
+// newGen returns a gen for password, prepared as PostgreSQL prepares it (SASLprep: the password
+// as it is where pg_saslprep fails, as libpq and the server do).
 func newGen(password string) *gen {
-	c, err := xscram.SHA256.NewClient("", password, "")
-	if err != nil {
-		c, _ = xscram.SHA256.NewClientUnprepped("", password, "") // never fails
-	}
-	return &gen{client: c.WithMinIterations(1), factors: make(map[xscram.KeyFactors]factorState)}
+	prepared, _ := SASLprep(password)
+	return &gen{password: prepared, factors: make(map[keyFactors]*factor)}
 }
 
 // genFor returns the gen of the entry for (user, password), making the entry if there is none (and
@@ -219,6 +226,15 @@ func (k *Keys) genFor(key [32]byte, password string) (*gen, bool) {
 		delete(k.entries, old.key)
 	}
 	return g, true
+}
+
+// testHooks, set by tests only, are called around each PBKDF2 derivation: start as it begins, end
+// as it ends (completed false when it was stopped).
+var testHooks atomic.Pointer[derivationHooks]
+
+type derivationHooks struct {
+	start func()
+	end   func(completed bool)
 }
 
 // errNoPassword is what libpq says (PQnoPasswordSupplied) when it has no password for SCRAM;

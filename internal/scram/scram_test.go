@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -327,6 +328,16 @@ func TestContextEndsDuringDerivation(t *testing.T) {
 	go func() { credsc <- storedCredentials(t, testPassword, testSalt, iters) }()
 	p := newPeer(t, xscram.StoredCredentials{KeyFactors: xscram.KeyFactors{Salt: string(testSalt), Iters: iters}})
 
+	var stopped atomic.Int64
+	ended := make(chan bool, 16)
+	testHooks.Store(&derivationHooks{start: func() {}, end: func(done bool) {
+		if !done {
+			stopped.Add(1)
+		}
+		ended <- done
+	}})
+	t.Cleanup(func() { testHooks.Store(nil) })
+
 	d := newDerivations()
 	k := NewKeys(d.config(Config{MaxIterations: 2 * iters}))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -340,30 +351,36 @@ func TestContextEndsDuringDerivation(t *testing.T) {
 	if took > 500*time.Millisecond {
 		t.Errorf("ServerFirst returned %v after the start, the context ended after 50ms", took)
 	}
-	d.expect(t, 0)
 
-	// The derivation goes on and is kept.
-	select {
-	case took := <-d.done:
-		t.Logf("derivation of %d iterations: %v", iters, took)
-	case <-time.After(5 * time.Minute):
-		t.Fatal("the derivation did not finish")
+	// No exchange waits for it any more: the derivation stops, and nothing is kept.
+	if done := <-ended; done {
+		t.Fatal("the derivation completed after its only exchange gave up")
 	}
+	d.expect(t, 0)
+	if n := factorCount(t, k, testUser, testPassword); n != 0 {
+		t.Errorf("%d key factors kept after a stopped derivation", n)
+	}
+
+	// The next exchange derives again.
 	p = newPeer(t, <-credsc)
 	if mustExchange(t, k, p, attempt{}) {
-		t.Error("exchange with unverified keys is Cached")
+		t.Error("exchange with fresh keys is Cached")
 	}
+	<-ended
 	d.expect(t, 1)
 	if !mustExchange(t, k, p, attempt{}) {
 		t.Error("exchange after a verified one is not Cached")
 	}
 	d.expect(t, 1)
+	if n := stopped.Load(); n != 1 {
+		t.Errorf("%d derivations stopped, want 1", n)
+	}
 
 	// A context already ended starts nothing.
 	k2 := NewKeys(d.config(Config{MaxIterations: 2 * iters}))
-	ended, stop := context.WithCancel(context.Background())
+	ended2, stop := context.WithCancel(context.Background())
 	stop()
-	if _, err := exchange(t, k2, p, attempt{ctx: ended}); !errors.Is(err, context.Canceled) {
+	if _, err := exchange(t, k2, p, attempt{ctx: ended2}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
 	if n := factorCount(t, k2, testUser, testPassword); n != 0 {
@@ -473,6 +490,10 @@ func TestPasswordPreparation(t *testing.T) {
 		// SASLprep refuses a control character and invalid UTF-8: the password is used as it is.
 		{"control", "bell\x07ring", "bell\x07ring"},
 		{"invalid UTF-8", "caf\xe9", "caf\xe9"},
+		// PostgreSQL's order (saslprep.go): prohibited and unassigned code points are looked for
+		// before NFKC, and an empty result gives the password as it is.
+		{"unassigned before NFKC", "x\u1d43", "x\u1d43"},
+		{"only a soft hyphen", "\u00ad", "\u00ad"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := NewKeys(Config{})
