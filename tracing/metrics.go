@@ -36,9 +36,10 @@ const (
 	// MetricConnectionWaitTime is the total time callers waited for a connection, in seconds
 	// (DBStats.WaitDuration). Attribute: db.client.connection.pool.name.
 	MetricConnectionWaitTime = "pgconnector.connection.wait_time"
-	// MetricSCRAMDerivations counts the PBKDF2 derivations of SCRAM keys (RFC 5802 section 3):
-	// one per user, password, salt and iteration count while the connector keeps them, however
-	// many connections authenticate with them. Attribute: db.client.connection.pool.name.
+	// MetricSCRAMDerivations counts the PBKDF2 derivations of SCRAM keys (RFC 5802 section 3)
+	// that completed: one per user, password, salt and iteration count while the connector keeps
+	// them, however many connections authenticate with them (one stopped because no connect
+	// waited for it any more is not counted). Attribute: db.client.connection.pool.name.
 	MetricSCRAMDerivations = "pgconnector.scram.derivations"
 	// MetricSCRAMDerivationTime is the CPU-bound time of those derivations, in seconds.
 	// Attribute: db.client.connection.pool.name.
