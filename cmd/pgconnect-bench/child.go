@@ -79,6 +79,8 @@ type clientSpec struct {
 	// Spans, for workStmt: record the spans and measurements of one iteration
 	// (clientResult.Spans, Metrics) instead of measuring the loop.
 	Spans bool `json:"spans,omitempty"`
+	// For is how long a workFailover loops.
+	For time.Duration `json:"for_ns,omitempty"`
 }
 
 type clientResult struct {
@@ -102,6 +104,10 @@ type clientResult struct {
 	// Spans and Metrics are what one iteration of a workStmt with spec.Spans recorded.
 	Spans   []SpanShape `json:"spans,omitempty"`
 	Metrics []string    `json:"metrics,omitempty"`
+	// Lookups is the answers of scenario 12's lookup function in this process, warm-up included.
+	Lookups int64 `json:"lookups,omitempty"`
+	// Events is a workFailover's connections, in order.
+	Events []fleetEvent `json:"events,omitempty"`
 }
 
 // childMain is main for a client process. It returns the exit status.
@@ -136,6 +142,7 @@ func childMain(stdin io.Reader, stdout io.Writer) int {
 	if spec.Workload != workStmt { // workStmt measures its loop itself
 		res.CPU = int64(cpuTime() - cpu0)
 	}
+	res.Lookups = fleetLookups.Load()
 	stopProfile()
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		return fail(err)
@@ -187,6 +194,9 @@ func cpuTime() time.Duration {
 
 // connectorFor returns a new driver.Connector of the given kind for dsn.
 func connectorFor(kind, dsn string) (driver.Connector, error) {
+	if c, ok, err := fleetConnector(kind, dsn); ok {
+		return c, err
+	}
 	switch kind {
 	case kindPgconnector, kindPgconnectorCold:
 		return pgconnector.New(dsn)
@@ -243,6 +253,8 @@ func prepare(spec clientSpec) (func() clientResult, error) {
 		return prepareBulk(spec)
 	case workStmt:
 		return prepareStmt(spec)
+	case workFailover:
+		return prepareFailover(spec)
 	}
 	return nil, fmt.Errorf("unknown workload %q", spec.Workload)
 }

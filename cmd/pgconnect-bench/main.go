@@ -38,11 +38,15 @@
 //     OpenDB) and pgxpool (untraced, with otelpgx, the connector's OpenPool), all traced peers
 //     with the same OpenTelemetry SDK: ns/op, client CPU/op, allocs/op and B/op, and what each
 //     traced peer's spans hold.
+//  12. A fleet: a dead first host (a SYN sink before the server), a standby first with
+//     target_session_attrs=read-write, a failover (the primary stopped, the standby promoted,
+//     a client connecting in a loop) and a slow resolver (WithLookupFunc, 50 ms per answer);
+//     libpq and pgx beside pgconnector.
 //
 // -scenarios scram runs 8 and 9 alone (about 2 minutes on 2 cores);
 // -scenarios distance runs 10 alone (a few minutes); -scenarios stmt runs 11 alone (about 2
-// minutes). A run of one scenario goes into an earlier report with -render and -merge-distance
-// or -merge-statement.
+// minutes); -scenarios fleet runs 12 alone (about 2 minutes). A run of one scenario goes into
+// an earlier report with -render and -merge-distance, -merge-statement or -merge-fleet.
 //
 // Each peer runs in a process of its own (pgbench, psql, or this program
 // re-executed as a Go client), so that the client CPU time reported is that
@@ -109,6 +113,7 @@ type config struct {
 	render         string // a benchmarks.json to render again instead of measuring
 	mergeDistance  string // with render: a benchmarks.json whose scenario 10 replaces the report's
 	mergeStatement string // with render: a benchmarks.json whose scenario 11 replaces the report's
+	mergeFleet     string // with render: a benchmarks.json whose scenario 12 replaces the report's
 	pin            bool   // clients and servers on separate CPUs
 }
 
@@ -118,7 +123,7 @@ func parseFlags(args []string) (config, error) {
 	var scenarios, fakeClients, scramClients, tlsClients, distanceDelays string
 	fs.StringVar(&c.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and the charts")
 	fs.BoolVar(&c.quick, "quick", false, "small counts: a smoke run whose figures are not for publishing")
-	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9,10,11", `comma-separated scenarios to run (1-11); "scram" stands for 8,9, "distance" for 10, "stmt" for 11`)
+	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9,10,11,12", `comma-separated scenarios to run (1-12); "scram" stands for 8,9, "distance" for 10, "stmt" for 11, "fleet" for 12`)
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients in scenarios 1-4")
 	fs.IntVar(&c.conns, "conns", 2000, "connections per peer in scenarios 1-3")
 	fs.IntVar(&c.gssConns, "gss-conns", 1000, "connections per peer in scenario 4")
@@ -142,6 +147,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.render, "render", "", "render benchmarks.md and the charts again from this benchmarks.json, measuring nothing")
 	fs.StringVar(&c.mergeDistance, "merge-distance", "", "with -render: take scenario 10 from this benchmarks.json (a run of -scenarios distance), saying when it ran")
 	fs.StringVar(&c.mergeStatement, "merge-statement", "", "with -render: take scenario 11 from this benchmarks.json (a run of -scenarios stmt), saying when it ran")
+	fs.StringVar(&c.mergeFleet, "merge-fleet", "", "with -render: take scenario 12 from this benchmarks.json (a run of -scenarios fleet), saying when it ran")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "directory where each Go client process writes a CPU profile of its measured part")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -156,8 +162,8 @@ func parseFlags(args []string) (config, error) {
 		c.copyMiB, c.byteaMiB, c.bulkReps = 4, 2, 1
 	}
 	var err error
-	scenarios = strings.NewReplacer("scram", "8,9", "distance", "10", "stmt", "11").Replace(scenarios)
-	if c.scenarios, err = intList("-scenarios", scenarios, 1, 11); err != nil {
+	scenarios = strings.NewReplacer("scram", "8,9", "distance", "10", "stmt", "11", "fleet", "12").Replace(scenarios)
+	if c.scenarios, err = intList("-scenarios", scenarios, 1, 12); err != nil {
 		return c, err
 	}
 	if c.distanceDelays, err = intList("-distance-delays", distanceDelays, 0, 1000); err != nil {
@@ -200,6 +206,9 @@ func parseFlags(args []string) (config, error) {
 	if c.mergeStatement != "" && c.render == "" {
 		return c, errors.New("-merge-statement: only with -render")
 	}
+	if c.mergeFleet != "" && c.render == "" {
+		return c, errors.New("-merge-fleet: only with -render")
+	}
 	return c, nil
 }
 
@@ -236,6 +245,9 @@ func main() {
 		}
 		if err == nil && cfg.mergeStatement != "" {
 			err = mergeStatement(rep, cfg.mergeStatement)
+		}
+		if err == nil && cfg.mergeFleet != "" {
+			err = mergeFleet(rep, cfg.mergeFleet)
 		}
 	} else {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -357,6 +369,12 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	if has(11) {
 		log.Printf("scenario 11: %s", scenarioTitles[11])
 		if err := statementPath(ctx, cfg, r, rep); err != nil {
+			return nil, err
+		}
+	}
+	if has(12) {
+		log.Printf("scenario 12: %s", scenarioTitles[12])
+		if err := l.fleet(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -35,6 +35,10 @@ type Report struct {
 	Statement         []StatementResult `json:"statement,omitempty"`
 	StatementSpans    []StatementSpans  `json:"statement_spans,omitempty"`
 	StatementMeasured time.Time         `json:"statement_measured,omitzero"`
+	// Fleet is scenario 12, one row per part and peer; FleetMeasured when it ran, set only when
+	// that was in another run than the rest of the report (-merge-fleet).
+	Fleet         []FleetResult `json:"fleet,omitempty"`
+	FleetMeasured time.Time     `json:"fleet_measured,omitzero"`
 	// WarmDecision is the warm decision path measured in process (its
 	// allocations and time), as target lines.
 	WarmDecision []Target `json:"warm_decision"`
@@ -161,6 +165,34 @@ type Target struct {
 	Met  bool   `json:"met"`
 }
 
+// FleetResult is one peer in one part of scenario 12 (fleetDead, fleetStandby, fleetFailover,
+// fleetResolver); the figures a part does not measure are zero.
+type FleetResult struct {
+	Part   string `json:"part"`
+	Peer   string `json:"peer"`
+	Family string `json:"family"`
+	Conns  int    `json:"conns"`  // logical connections attempted, measured
+	Errors int    `json:"errors"` // of which failed
+	Error  string `json:"error"`  // the first error, if any
+	// Seconds is the measured part's wall time.
+	Seconds float64       `json:"seconds,omitempty"`
+	P50     time.Duration `json:"p50_ns,omitempty"` // connect latency, after the first connect
+	// Backends is server backends (of both servers) per logical connection (fleetStandby).
+	Backends float64 `json:"backends,omitempty"`
+	// Lookups is the answers of the lookup function in the client process, its warm-up
+	// connect included (fleetResolver).
+	Lookups int64 `json:"lookups,omitempty"`
+	// The failover (fleetFailover): Recovered when a connect succeeded after the primary's stop
+	// began; FirstSuccess the first such connect's end after the promotion's (0 when before);
+	// FailedMeanwhile the connects that failed from the stop to it; WrongRole the connects that
+	// reached a read-only session; Outage the time from the stop to the promotion's end.
+	Recovered       bool          `json:"recovered,omitempty"`
+	FirstSuccess    time.Duration `json:"first_success_ns,omitempty"`
+	FailedMeanwhile int           `json:"failed_meanwhile,omitempty"`
+	WrongRole       int           `json:"wrong_role,omitempty"`
+	Outage          time.Duration `json:"outage_ns,omitempty"`
+}
+
 // StatementResult is one peer of scenario 11: Ops iterations of QueryRow(stmtQuery, 1).Scan on
 // one pooled connection to the fake server, over the rounds, and what their loops cost the client
 // process.
@@ -221,4 +253,5 @@ var scenarioTitles = map[int]string{
 	9:  "SCRAM-SHA-256 over TLS to PostgreSQL",
 	10: "connect over distance",
 	11: "statement path: a traced query on one pooled connection",
+	12: "a fleet: a dead first host, a standby first, a failover, a slow resolver",
 }

@@ -44,6 +44,7 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	writeConnectScenario(&b, 9, scenarioRows(r.Connect, 9))
 	writeDistance(&b, r)
 	writeStatement(&b, r)
+	writeFleet(&b, r)
 	if _, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n"); err != nil {
 		return fmt.Errorf("write benchmarks markdown: %w", err)
 	}
@@ -117,6 +118,12 @@ servers on loopback, and in a process of its own:
   OpenTelemetry SDK (every span sampled, batched to an exporter that discards it; a meter provider
   with a manual reader), and its loop runs inside a recording span; each traced peer's spans are
   recorded once more in a separate process with ` + "`tracetest.SpanRecorder`" + `, to show what they hold.
+- Scenario 12 measures what the connector remembers about several hosts, where libpq and pgx
+  remember nothing between connects: a first host whose SYNs are dropped, a standby written before
+  the primary with ` + "`target_session_attrs=read-write`" + `, a failover (the primary stopped and
+  its standby promoted while one client connects in a loop) and a resolver that takes 50 ms per
+  answer. One client per peer, in one round; the peers that wait for ` + "`connect_timeout`" + ` on
+  every connect make 5 connects, the others 60.
 - **Telemetry**: in scenarios 1-10 pgconnector runs as an application that has set no OpenTelemetry
   provider: with the global default providers it starts no span and records no measurement, though
   its statement tracer still wraps each connection. What spans cost with an SDK is scenario 11, and

@@ -226,6 +226,7 @@ func checkTargets(r *Report) []Target {
 		}
 	}
 	ts = append(ts, stmtTargets(r)...)
+	ts = append(ts, fleetTargets(r)...)
 	return append(ts, r.WarmDecision...)
 }
 
