@@ -228,7 +228,9 @@ func TestParseFlags(t *testing.T) {
 		want string // part of the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-scenarios", "1,12"}, `-scenarios: "12" is not a number from 1 to 11`},
+		{[]string{"-scenarios", "1,13"}, `-scenarios: "13" is not a number from 1 to 12`},
+		{[]string{"-merge-fleet", "x.json"}, "-merge-fleet: only with -render"},
+		{[]string{"-render", "x.json", "-merge-fleet", "y.json"}, ""},
 		{[]string{"-stmt-ops", "0"}, "-stmt-ops must be at least 1"},
 		{[]string{"-merge-statement", "x.json"}, "-merge-statement: only with -render"},
 		{[]string{"-scenarios", "distance,1"}, ""},
@@ -266,8 +268,12 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || !slices.Equal(c.scenarios, []int{11}) {
 		t.Errorf("-scenarios stmt: %v, %v; want scenario 11", c.scenarios, err)
 	}
+	c, err = parseFlags([]string{"-scenarios", "fleet"})
+	if err != nil || !slices.Equal(c.scenarios, []int{12}) {
+		t.Errorf("-scenarios fleet: %v, %v; want scenario 12", c.scenarios, err)
+	}
 	c, err = parseFlags(nil)
-	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) ||
+	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) ||
 		!slices.Equal(c.distanceDelays, []int{0, 5, 25}) || c.pgMajor != 18 {
 		t.Errorf("defaults: scenarios %v, SCRAM clients %v, delays %v, PostgreSQL %d, %v", c.scenarios, c.scramClients, c.distanceDelays, c.pgMajor, err)
 	}
@@ -480,5 +486,47 @@ func TestStatementPath(t *testing.T) {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md has no %q", want)
 		}
+	}
+}
+
+// TestFleet runs scenario 12 alone with the -quick counts and checks what does not depend on the
+// machine's speed: every peer connects; pgconnector opens one backend per connect with the
+// standby first and looks the name up once, libpq two backends, pgx a lookup per connect at the
+// least; after the failover pgconnector connects again and never reaches a read-only session.
+func TestFleet(t *testing.T) {
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-quick", "-scenarios", "fleet", fmt.Sprintf("-pin=%v", runtime.NumCPU() >= 2), "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeOutputs(out, rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Fleet) != 12 {
+		t.Errorf("%d rows of scenario 12, want 12", len(rep.Fleet))
+	}
+	for _, r := range rep.Fleet {
+		if r.Part != fleetFailover && (r.Errors != 0 || r.P50 <= 0) {
+			t.Errorf("scenario 12, %s, %s: %d of %d failed (%s), p50 %v", r.Part, r.Peer, r.Errors, r.Conns, r.Error, r.P50)
+		}
+	}
+	if r := fleetRow(rep.Fleet, fleetStandby, "pgconnector"); r == nil || r.Backends != 1 {
+		t.Errorf("standby first, pgconnector: %+v, want 1 backend per connect", r)
+	}
+	if r := fleetRow(rep.Fleet, fleetStandby, "libpq (pgbench -C)"); r == nil || r.Backends != 2 {
+		t.Errorf("standby first, libpq: %+v, want 2 backends per connect", r)
+	}
+	if r := fleetRow(rep.Fleet, fleetResolver, "pgconnector, resolver 50 ms"); r == nil || r.Lookups != 1 {
+		t.Errorf("slow resolver, pgconnector: %+v, want 1 lookup", r)
+	}
+	if r := fleetRow(rep.Fleet, fleetResolver, "pgx, resolver 50 ms"); r == nil || r.Lookups < int64(r.Conns) {
+		t.Errorf("slow resolver, pgx: %+v, want a lookup per connect at the least", r)
+	}
+	if r := fleetRow(rep.Fleet, fleetFailover, "pgconnector"); r == nil || !r.Recovered || r.WrongRole != 0 {
+		t.Errorf("failover, pgconnector: %+v, want a connect after the promotion and no read-only session", r)
 	}
 }

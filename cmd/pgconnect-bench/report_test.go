@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"image/png"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -600,5 +601,147 @@ func TestMissingKeysSameInformation(t *testing.T) {
 	}
 	if got := missingKeys(with, otelpgx); len(got) != 0 {
 		t.Errorf("missing %q, want none (db.response.returned_rows carries pgx.rows_affected)", got)
+	}
+}
+
+// fleetReport is a scenario 12 whose pgconnector rows meet every target.
+func fleetReport() []FleetResult {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	return []FleetResult{
+		{Part: fleetDead, Peer: "pgconnector, first host dead", Family: "pgconnector", Conns: 60, P50: ms(2.2)},
+		{Part: fleetDead, Peer: "pgconnector, healthy host alone", Family: "pgconnector", Conns: 60, P50: ms(2)},
+		{Part: fleetDead, Peer: "pgx, first host dead", Family: "pgx", Conns: 5, P50: ms(2003)},
+		{Part: fleetStandby, Peer: "pgconnector", Family: "pgconnector", Conns: 60, P50: ms(2), Backends: 1},
+		{Part: fleetStandby, Peer: "libpq (pgbench -C)", Family: "libpq", Conns: 60, P50: ms(3), Backends: 2},
+		{Part: fleetFailover, Peer: "pgconnector", Family: "pgconnector", Conns: 300, Errors: 20, Recovered: true, FirstSuccess: ms(12), FailedMeanwhile: 20},
+		{Part: fleetResolver, Peer: "pgconnector, resolver 50 ms", Family: "pgconnector", Conns: 60, P50: ms(2.1), Lookups: 1, Seconds: 0.3},
+		{Part: fleetResolver, Peer: "pgconnector, instant resolver", Family: "pgconnector", Conns: 60, P50: ms(2), Lookups: 1, Seconds: 0.3},
+		{Part: fleetResolver, Peer: "pgx, resolver 50 ms", Family: "pgx", Conns: 60, P50: ms(53), Lookups: 61, Seconds: 3.3},
+	}
+}
+
+// fleetMet is whether each of scenario 12's targets was met, by the start of its name.
+func fleetMet(r *Report) map[string]bool {
+	got := map[string]bool{}
+	for _, tg := range fleetTargets(r) {
+		got[strings.SplitN(tg.Name, ":", 2)[0]] = tg.Met
+	}
+	return got
+}
+
+// Scenario 12's targets: each is computed from its rows, missed past its bound, and left out
+// when its rows are missing or failed.
+func TestFleetTargets(t *testing.T) {
+	r := &Report{Fleet: fleetReport()}
+	want := map[string]bool{"Fleet, dead first host": true, "Fleet, standby first (target_session_attrs=read-write)": true,
+		"Fleet, failover": true, "Fleet, slow resolver (50 ms)": true}
+	if got := fleetMet(r); !maps.Equal(got, want) {
+		t.Errorf("targets met: %v, want %v", got, want)
+	}
+	for _, tc := range []struct {
+		change func(rows []FleetResult)
+		target string
+		met    bool // false; absent when the target is left out
+		absent bool
+	}{
+		{func(rows []FleetResult) { rows[0].P50 = rows[1].P50 * 13 / 10 }, "Fleet, dead first host", false, false},
+		{func(rows []FleetResult) { rows[1].Errors = 1 }, "Fleet, dead first host", false, true},
+		{func(rows []FleetResult) { rows[3].Backends = 1.1 }, "Fleet, standby first (target_session_attrs=read-write)", false, false},
+		{func(rows []FleetResult) { rows[5].WrongRole = 1 }, "Fleet, failover", false, false},
+		{func(rows []FleetResult) { rows[5].FirstSuccess = 2 * time.Second }, "Fleet, failover", false, false},
+		{func(rows []FleetResult) { rows[5].Recovered = false }, "Fleet, failover", false, false},
+		{func(rows []FleetResult) { rows[6].Lookups = 2 }, "Fleet, slow resolver (50 ms)", false, false},
+		{func(rows []FleetResult) { rows[6].Lookups, rows[6].Seconds = 2, 16 }, "Fleet, slow resolver (50 ms)", true, false},
+		{func(rows []FleetResult) { rows[6].P50 = rows[7].P50 * 12 / 10 }, "Fleet, slow resolver (50 ms)", false, false},
+		{func(rows []FleetResult) { rows[7].P50 = 0 }, "Fleet, slow resolver (50 ms)", false, true},
+	} {
+		rows := fleetReport()
+		tc.change(rows)
+		got, ok := fleetMet(&Report{Fleet: rows})[tc.target]
+		if ok == tc.absent || got != tc.met {
+			t.Errorf("%s after a change: met=%v present=%v, want met=%v present=%v", tc.target, got, ok, tc.met, !tc.absent)
+		}
+	}
+}
+
+// The failover's figures come from the loop's connections: the first success after the stop,
+// timed from the promotion, the failures between, and the read-only sessions.
+func TestFailoverResult(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	at := func(ms int) int64 { return t0.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	stopping, stopped, promoted := t0.Add(100*time.Millisecond), t0.Add(120*time.Millisecond), t0.Add(300*time.Millisecond)
+	r := failoverResult([]fleetEvent{
+		{At: at(50), OK: true},
+		{At: at(110), OK: true}, // the old primary, during its stop
+		{At: at(150)}, {At: at(250)},
+		{At: at(320), OK: true},
+		{At: at(330)},
+		{At: at(340), OK: true, ReadOnly: true},
+	}, stopping, stopped, promoted)
+	if !r.Recovered || r.FirstSuccess != 20*time.Millisecond || r.FailedMeanwhile != 2 || r.Errors != 3 || r.WrongRole != 1 ||
+		r.Conns != 7 || r.Outage != 200*time.Millisecond {
+		t.Errorf("failoverResult = %+v", r)
+	}
+	// A success before Promote returned counts as 0; none after the stop is no recovery.
+	if r := failoverResult([]fleetEvent{{At: at(150)}, {At: at(290), OK: true}}, stopping, stopped, promoted); !r.Recovered || r.FirstSuccess != 0 || r.FailedMeanwhile != 1 {
+		t.Errorf("success before the promotion's end: %+v", r)
+	}
+	if r := failoverResult([]fleetEvent{{At: at(50), OK: true}, {At: at(110), OK: true}, {At: at(150)}}, stopping, stopped, promoted); r.Recovered {
+		t.Errorf("no success after the stop: %+v", r)
+	}
+}
+
+// -merge-fleet takes scenario 12 from a run of it alone, says when it ran, and checks its
+// targets; the report's section shows each part.
+func TestMergeFleet(t *testing.T) {
+	dir := t.TempDir()
+	full := &Report{Started: time.Date(2026, 12, 1, 23, 4, 0, 0, time.UTC), Connect: []ConnectResult{
+		{Scenario: 1, Peer: peerDefault, Family: "pgconnector", Conns: 10, ConnsPerSec: 40},
+	}}
+	alone := &Report{Started: time.Date(2026, 12, 6, 1, 21, 0, 0, time.UTC), Fleet: fleetReport()}
+	var paths []string
+	for i, r := range []*Report{full, alone} {
+		d := filepath.Join(dir, fmt.Sprint(i))
+		if _, err := writeOutputs(d, r); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, filepath.Join(d, "benchmarks.json"))
+	}
+	rep, err := readReport(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeFleet(rep, paths[1]); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Fleet) != len(fleetReport()) || len(scenarioRows(rep.Connect, 1)) != 1 {
+		t.Errorf("after the merge: %d rows of scenario 12, scenario 1 %v", len(rep.Fleet), rep.Connect)
+	}
+	var b strings.Builder
+	if err := writeMarkdown(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, s := range []string{"## Scenario 12: " + scenarioTitles[12], "Measured 2026-12-06 01:21 UTC in a run of this scenario alone",
+		"| failover | pgconnector |", "| slow resolver | pgx, resolver 50 ms |"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("the report lacks %q", s)
+		}
+	}
+	n := 0
+	for _, tg := range rep.Targets {
+		if strings.HasPrefix(tg.Name, "Fleet, ") && tg.Met {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d of scenario 12's 4 targets met after the merge: %v", n, rep.Targets)
+	}
+	empty := filepath.Join(dir, "empty.json")
+	if err := os.WriteFile(empty, []byte(`{"connect":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeFleet(rep, empty); err == nil {
+		t.Error("a report without scenario 12 was merged")
 	}
 }
