@@ -39,6 +39,8 @@ type Report struct {
 	// that was in another run than the rest of the report (-merge-fleet).
 	Fleet         []FleetResult `json:"fleet,omitempty"`
 	FleetMeasured time.Time     `json:"fleet_measured,omitzero"`
+	// FleetRounds is the rounds scenario 12's compared Go peers took turns in.
+	FleetRounds int `json:"fleet_rounds,omitempty"`
 	// WarmDecision is the warm decision path measured in process (its
 	// allocations and time), as target lines.
 	WarmDecision []Target `json:"warm_decision"`
@@ -174,9 +176,10 @@ type FleetResult struct {
 	Conns  int    `json:"conns"`  // logical connections attempted, measured
 	Errors int    `json:"errors"` // of which failed
 	Error  string `json:"error"`  // the first error, if any
-	// Seconds is the measured part's wall time.
-	Seconds float64       `json:"seconds,omitempty"`
-	P50     time.Duration `json:"p50_ns,omitempty"` // connect latency, after the first connect
+	// Seconds is the measured parts' wall time, over Processes client processes.
+	Seconds   float64       `json:"seconds,omitempty"`
+	Processes int           `json:"processes,omitempty"`
+	P50       time.Duration `json:"p50_ns,omitempty"` // connect latency, after the first connect
 	// Backends is server backends (of both servers) per logical connection (fleetStandby).
 	Backends float64 `json:"backends,omitempty"`
 	// Lookups is the answers of the lookup function in the client process, its warm-up

@@ -652,6 +652,8 @@ func TestFleetTargets(t *testing.T) {
 		{func(rows []FleetResult) { rows[5].Recovered = false }, "Fleet, failover", false, false},
 		{func(rows []FleetResult) { rows[6].Lookups = 2 }, "Fleet, slow resolver (50 ms)", false, false},
 		{func(rows []FleetResult) { rows[6].Lookups, rows[6].Seconds = 2, 16 }, "Fleet, slow resolver (50 ms)", true, false},
+		{func(rows []FleetResult) { rows[6].Lookups, rows[6].Processes = 3, 3 }, "Fleet, slow resolver (50 ms)", true, false},
+		{func(rows []FleetResult) { rows[6].Lookups, rows[6].Processes = 4, 3 }, "Fleet, slow resolver (50 ms)", false, false},
 		{func(rows []FleetResult) { rows[6].P50 = rows[7].P50 * 12 / 10 }, "Fleet, slow resolver (50 ms)", false, false},
 		{func(rows []FleetResult) { rows[7].P50 = 0 }, "Fleet, slow resolver (50 ms)", false, true},
 	} {
