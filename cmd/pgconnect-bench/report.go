@@ -122,8 +122,8 @@ servers on loopback, and in a process of its own:
   remember nothing between connects: a first host whose SYNs are dropped, a standby written before
   the primary with ` + "`target_session_attrs=read-write`" + `, a failover (the primary stopped and
   its standby promoted while one client connects in a loop) and a resolver that takes 50 ms per
-  answer. One client per peer, in one round; the peers that wait for ` + "`connect_timeout`" + ` on
-  every connect make 5 connects, the others 60.
+  answer. One client per peer; the peers that wait for ` + "`connect_timeout`" + ` on every connect
+  make a few connects, the others more, pgconnector's compared rows taking turns in rounds as above.
 - **Telemetry**: in scenarios 1-10 pgconnector runs as an application that has set no OpenTelemetry
   provider: with the global default providers it starts no span and records no measurement, though
   its statement tracer still wraps each connection. What spans cost with an SDK is scenario 11, and
