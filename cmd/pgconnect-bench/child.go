@@ -71,7 +71,7 @@ type clientSpec struct {
 	// is in, whose first faults and collections a short storm would otherwise pay for.
 	WarmConns int    `json:"warm_conns"`
 	Query     string `json:"query"` // workCopy: the COPY statement
-	File      string `json:"file"`  // workBytea: the SQL file
+	File      string `json:"file"`  // workBytea: the SQL file; workFailover: the file that ends the loop
 	Want      int64  `json:"want"`  // workBytea: length of the expected text result
 	// Metrics, for workHerd and kindPgconnector: give the Connector a meter provider and report
 	// its pgconnector.scram.derivations counter (clientResult.Derivations).
@@ -79,7 +79,7 @@ type clientSpec struct {
 	// Spans, for workStmt: record the spans and measurements of one iteration
 	// (clientResult.Spans, Metrics) instead of measuring the loop.
 	Spans bool `json:"spans,omitempty"`
-	// For is how long a workFailover loops.
+	// For is how long a workFailover loops at the most; it ends sooner once File exists.
 	For time.Duration `json:"for_ns,omitempty"`
 }
 

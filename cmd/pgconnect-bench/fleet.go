@@ -9,6 +9,8 @@ import (
 	"log"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -48,6 +50,8 @@ const (
 	// the failover's.
 	fleetDeadTimeout     = 2
 	fleetFailoverTimeout = 5
+	// fleetFailoverCap bounds a failover loop that is never told to end.
+	fleetFailoverCap = 2 * time.Minute
 )
 
 // fleetLookups counts the answers of fleetLookup in a client process.
@@ -100,12 +104,15 @@ type fleetEvent struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// failoverLoop opens connections one after the other on db until d has passed, each running
-// `show transaction_read_only`, 10 ms apart.
-func failoverLoop(db *sql.DB, d time.Duration) clientResult {
+// failoverLoop opens connections one after the other on db until the file stop exists or d has
+// passed, each running `show transaction_read_only`, 10 ms apart.
+func failoverLoop(db *sql.DB, stop string, d time.Duration) clientResult {
 	var res clientResult
 	start := time.Now()
 	for time.Since(start) < d {
+		if _, err := os.Stat(stop); err == nil {
+			break
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		ev := fleetEvent{}
 		c, err := db.Conn(ctx)
@@ -148,17 +155,19 @@ func prepareFailover(spec clientSpec) (func() clientResult, error) {
 	}
 	return func() clientResult {
 		defer db.Close()
-		return failoverLoop(db, spec.For)
+		return failoverLoop(db, spec.File, spec.For)
 	}, nil
 }
 
 // fleetCounts are scenario 12's connections per peer: Go peers and pgbench where a connect is
 // cheap, and the peers that pay connect_timeout on every connect.
+// failover is how long the failover loop runs before the primary's stop, and after the
+// promotion.
 func fleetCounts(quick bool) (conns, slow int, failover time.Duration) {
 	if quick {
-		return 10, 3, 6 * time.Second
+		return 10, 3, 2 * time.Second
 	}
-	return 60, 5, 10 * time.Second
+	return 60, 5, 3 * time.Second
 }
 
 // fleet is scenario 12: a dead first host, a standby first, a failover and a slow resolver.
@@ -349,8 +358,9 @@ func startPair(ctx context.Context) (primary, standby *harness.Postgres, err err
 	return primary, standby, nil
 }
 
-// failover runs peer p's failover loop for d against primary and standby: after a third of d
-// the primary is stopped and the standby promoted.
+// failover runs peer p's failover loop against primary and standby: after d the primary is
+// stopped and the standby promoted, and d after the promotion the loop is told to end (at the
+// latest after fleetFailoverCap).
 func (l *lab) failover(ctx context.Context, env []string, p peer, primary, standby *harness.Postgres, dsn string, d time.Duration) (FleetResult, error) {
 	log.Printf("scenario 12: %s, %s", fleetFailover, p.Name)
 	type times struct {
@@ -358,9 +368,10 @@ func (l *lab) failover(ctx context.Context, env []string, p peer, primary, stand
 		err                         error
 	}
 	done := make(chan times, 1)
+	stop := filepath.Join(l.r.tmp, "failover-"+p.Kind+".stop")
 	mark := func() {
 		go func() {
-			time.Sleep(d / 3)
+			time.Sleep(d)
 			var t times
 			t.stopping = time.Now()
 			if err := primary.Stop(); err != nil {
@@ -371,10 +382,14 @@ func (l *lab) failover(ctx context.Context, env []string, p peer, primary, stand
 				t.err = err
 			}
 			t.promoted = time.Now()
+			time.Sleep(d)
+			if err := os.WriteFile(stop, nil, 0o644); err != nil && t.err == nil {
+				t.err = err
+			}
 			done <- t
 		}()
 	}
-	spec := clientSpec{Kind: p.Kind, Peer: p.Name, DSN: dsn, Workload: workFailover, Clients: 1, For: d}
+	spec := clientSpec{Kind: p.Kind, Peer: p.Name, DSN: dsn, Workload: workFailover, Clients: 1, File: stop, For: fleetFailoverCap}
 	res, err := l.r.child(ctx, env, spec, mark)
 	t := <-done
 	if err == nil {
@@ -529,8 +544,8 @@ func writeFleet(b *strings.Builder, r *Report) {
 		"received` lines of both servers over logical connections (pgbench's own first counted). *Failover*: "+
 		"`host=PRIMARY,STANDBY target_session_attrs=read-write connect_timeout=%d`, one client connecting in a "+
 		"loop (10 ms apart, each connection running `show transaction_read_only`) after one unmeasured "+
-		"connect; after a third of the loop the primary is stopped (`pg_ctl stop -m fast`) and the standby "+
-		"promoted; the figures are the first successful connect after the old primary stopped (so on the "+
+		"connect; after a few seconds the primary is stopped (`pg_ctl stop -m immediate`, its files removed) "+
+		"and the standby promoted, and the loop goes on for as long after the promotion; the figures are the first successful connect after the old primary stopped (so on the "+
 		"promoted standby), timed from the end of the harness's `Promote` (`pg_ctl promote`, then "+
 		"`pg_is_in_recovery()` polled until false; 0 when the connect came before that end), the connects that "+
 		"failed from the stop's start to it, and the sessions that were read-only; libpq is left out of this "+
