@@ -548,7 +548,8 @@ func writeFleet(b *strings.Builder, r *Report) {
 		"and the standby promoted, and the loop goes on for as long after the promotion; the figures are the first successful connect after the old primary stopped (so on the "+
 		"promoted standby), timed from the end of the harness's `Promote` (`pg_ctl promote`, then "+
 		"`pg_is_in_recovery()` polled until false; 0 when the connect came before that end), the connects that "+
-		"failed from the stop's start to it, and the sessions that were read-only; libpq is left out of this "+
+		"failed from the stop's start to it (the stop to the promotion's end is in its column: the harness's stop "+
+		"removes the server's files too), and the sessions that were read-only; libpq is left out of this "+
 		"part. *Slow resolver*: the host written as `%s`, resolved to 127.0.0.1 by a lookup function that "+
 		"answers after %d ms (`WithLookupFunc`; pgx's `LookupFunc` in its configuration), beside the same with "+
 		"an instant answer; lookups are counted in each client process, its unmeasured first connect included. "+
@@ -562,11 +563,11 @@ func writeFleet(b *strings.Builder, r *Report) {
 	}
 	b.WriteString("\n\n")
 	t := table{
-		head:  []string{"Part", "Peer", "Connects", "p50", "Backends/connect", "Lookups", "First success after promotion", "Failed meanwhile", "Read-only sessions", "Failed"},
-		right: []bool{false, false, true, true, true, true, true, true, true, false},
+		head:  []string{"Part", "Peer", "Connects", "p50", "Backends/connect", "Lookups", "Stop to promotion", "First success after promotion", "Failed meanwhile", "Read-only sessions", "Failed"},
+		right: []bool{false, false, true, true, true, true, true, true, true, true, false},
 	}
 	for _, f := range r.Fleet {
-		p50, backends, lookups, first, meanwhile, ro := dash, dash, dash, dash, dash, dash
+		p50, backends, lookups, outage, first, meanwhile, ro := dash, dash, dash, dash, dash, dash, dash
 		if f.P50 > 0 {
 			p50 = latency(f.P50)
 		}
@@ -576,13 +577,14 @@ func writeFleet(b *strings.Builder, r *Report) {
 		case fleetResolver:
 			lookups = strconv.FormatInt(f.Lookups, 10)
 		case fleetFailover:
+			outage = latency(f.Outage)
 			first, meanwhile, ro = firstSuccessText(f), strconv.Itoa(f.FailedMeanwhile), strconv.Itoa(f.WrongRole)
 		}
 		failed := errorsCell(f.Errors, f.Conns, f.Error)
 		if f.Part == fleetFailover && f.Errors > 0 {
 			failed = strconv.Itoa(f.Errors) // the standby's refusals while it is in recovery are expected
 		}
-		t.add(f.Part, cell(f.Peer), strconv.Itoa(f.Conns), p50, backends, lookups, first, meanwhile, ro, failed)
+		t.add(f.Part, cell(f.Peer), strconv.Itoa(f.Conns), p50, backends, lookups, outage, first, meanwhile, ro, failed)
 	}
 	t.write(b)
 }
