@@ -267,7 +267,7 @@ func (n *Negotiator) upHostsFirst(order []int) []int {
 // negotiator's life, and records what it showed.
 func (n *Negotiator) recheckDown(k downKey) {
 	started := n.bg.start(func(life context.Context) {
-		ctx, cancel := context.WithTimeout(life, n.dnsRefreshTimeout())
+		ctx, cancel := context.WithTimeout(life, n.backgroundTimeout())
 		defer cancel()
 		conn, err := n.cfg.DialFunc(ctx, "tcp", net.JoinHostPort(k.ip, strconv.Itoa(int(k.port))))
 		if err == nil {

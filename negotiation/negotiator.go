@@ -523,9 +523,10 @@ func (n *Negotiator) shuffled(addrs []string) []string {
 	return addrs
 }
 
-// dnsRefreshTimeout bounds a lookup of the background (refreshDNS, and the one after every
-// remembered address failed): connect_timeout, else 10 s.
-func (n *Negotiator) dnsRefreshTimeout() time.Duration {
+// backgroundTimeout bounds what the negotiator does for later connects, with no caller waiting:
+// a lookup in the background (refreshDNS), the one after every remembered address failed, and
+// the dial of an address remembered down (recheckDown): connect_timeout, else 10 s.
+func (n *Negotiator) backgroundTimeout() time.Duration {
 	if n.cfg.ConnectTimeout > 0 {
 		return n.cfg.ConnectTimeout
 	}
@@ -537,7 +538,7 @@ func (n *Negotiator) dnsRefreshTimeout() time.Duration {
 func (n *Negotiator) refreshDNS(ctx context.Context, h *Host) {
 	parent := context.WithoutCancel(ctx)
 	started := n.bg.start(func(life context.Context) {
-		lctx, cancel := context.WithTimeout(parent, n.dnsRefreshTimeout())
+		lctx, cancel := context.WithTimeout(parent, n.backgroundTimeout())
 		defer cancel()
 		defer context.AfterFunc(life, cancel)()
 		addrs, err := n.lookup(lctx, h)
@@ -671,7 +672,7 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 // answer that were not tried.
 func (n *Negotiator) resolveAgain(ctx context.Context, h *Host, tried []string) []string {
 	n.dns.forget(h.Host, tried)
-	lctx, cancel := context.WithTimeout(ctx, n.dnsRefreshTimeout())
+	lctx, cancel := context.WithTimeout(ctx, n.backgroundTimeout())
 	defer cancel()
 	addrs, err := n.lookup(lctx, h)
 	if err != nil {
