@@ -342,3 +342,63 @@ func DirName(name []byte) []byte {
 	gn, _ := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 4, IsCompound: true, Bytes: name})
 	return gn
 }
+
+// Junk is a server certificate list that chains to nothing, made by JunkChain.
+type Junk struct {
+	// Leaf is a server certificate for localhost, with its key, issued by "Junk A".
+	Leaf CA
+	// List is sent after the leaf: CA certificates alternating the subject "Junk A" issued by
+	// "Junk B" and "Junk B" issued by "Junk A", all of one P-521 key, each with the
+	// subjectKeyIdentifier of that key and an authorityKeyIdentifier naming the same
+	// identifier (the leaf's too), all signed by another key. Every certificate's issuer name
+	// and key identifier therefore match half of the list, and no signature verifies: a chain
+	// builder that checks each candidate's signature checks about len(List)/2 at each step.
+	List []*x509.Certificate
+	// Anchor is a self-signed "Junk B" of a key of its own with the list's subjectKeyIdentifier:
+	// a root file that holds it completes the chain leaf, List[0], Anchor, whose first
+	// signature (Anchor's on List[0]) fails.
+	Anchor *x509.Certificate
+}
+
+// JunkChain is a Junk of n certificates after the leaf.
+func JunkChain(t testing.TB, n int) *Junk {
+	t.Helper()
+	// P-521: the dearest signature check of crypto/x509 (about 2.6 ms), as a hostile server would
+	// choose.
+	junkKey, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := NewKey(t)
+	spki, err := x509.MarshalPKIXPublicKey(&junkKey.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(spki)
+	skid := sum[:20]
+	names := [2]pkix.Name{{CommonName: "Junk A"}, {CommonName: "Junk B"}}
+	// The parent templates carry no public key: crypto/x509 then signs with signer, whose
+	// key is nobody's.
+	parent := func(name pkix.Name) *CA {
+		return &CA{Cert: &x509.Certificate{Subject: name, SubjectKeyId: skid}, Key: signer}
+	}
+	j := &Junk{}
+	for i := range n {
+		c := Issue(t, &x509.Certificate{
+			Subject: names[i%2], SubjectKeyId: skid,
+			KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+		}, parent(names[(i+1)%2]), junkKey)
+		j.List = append(j.List, c.Cert)
+	}
+	j.Leaf = Issue(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "localhost"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{"localhost"},
+	}, parent(names[0]), NewKey(t))
+	j.Anchor = Issue(t, &x509.Certificate{
+		Subject: names[1], SubjectKeyId: skid,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+	}, nil, NewKey(t)).Cert
+	return j
+}

@@ -660,7 +660,7 @@ func (s *CRLStore) checkCert(chain []*x509.Certificate, i int, now time.Time, de
 			}
 			return errors.New("CRL has expired")
 		}
-		if err := issuer.CheckSignature(best.rl.SignatureAlgorithm, best.rl.RawTBSRevocationList, best.rl.Signature); err != nil {
+		if err := checkSignature(issuer, best.rl.SignatureAlgorithm, best.rl.RawTBSRevocationList, best.rl.Signature); err != nil {
 			return errors.New("CRL signature failure")
 		}
 

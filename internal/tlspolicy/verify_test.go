@@ -42,6 +42,8 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 	other := testpki.New(t)
 	self := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, nil, testpki.NewKey(t))
+	junk := testpki.JunkChain(t, 120)
+	junkPeer := append([]*x509.Certificate{junk.Leaf.Cert}, junk.List...)
 	dir := t.TempDir()
 	for _, tt := range []struct {
 		name   string
@@ -60,6 +62,8 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 		{"self-signed server certificate not in file", []*x509.Certificate{p.Root.Cert}, []*x509.Certificate{self.Cert}, "self-signed certificate"},
 		{"self-signed server certificate in file", []*x509.Certificate{self.Cert}, []*x509.Certificate{self.Cert}, ""},
 		{"leaf itself in file", []*x509.Certificate{p.Leaf.Cert}, []*x509.Certificate{p.Leaf.Cert, p.Inter.Cert}, "unable to get local issuer certificate"},
+		{"120 junk certificates chaining to each other", []*x509.Certificate{p.Root.Cert}, junkPeer, "certificate chain too long"},
+		{"junk certificates, an anchor of their name", []*x509.Certificate{junk.Anchor}, junkPeer, "certificate signature failure"},
 	} {
 		rootFile := filepath.Join(dir, "root.pem")
 		writeRoots(t, rootFile, 0, tt.file...)

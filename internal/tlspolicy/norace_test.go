@@ -1,0 +1,5 @@
+//go:build !race
+
+package tlspolicy
+
+const raceEnabled = false
