@@ -32,38 +32,72 @@ import (
 //     crypto/x509 checks the rest (names chaining, signatures, validity, basic constraints, path
 //     length, extended key usage, name constraints).
 //
-// A refusal says "certificate verify failed: " and OpenSSL's reason (X509_verify_cert_error_string),
-// found by building the chain as build_chain does (issuers from the file first, then from the
-// server's certificates): "self-signed certificate" (the server's certificate alone, self-signed,
-// not in the file), "self-signed certificate in certificate chain" (the chain ends at a self-signed
-// certificate not in the file), "unable to get issuer certificate" (it ends at a certificate of
-// the file that is not self-signed), "unable to get local issuer certificate" (it ends at a
-// certificate the server sent), then for a complete chain "invalid CA certificate", "unsupported
-// certificate purpose", "certificate signature failure", "certificate has expired", "certificate
-// is not yet valid"; crypto/x509's reason when none of these is found. The certificate is named by
-// its depth in the chain (0: the server's) and its subject, as the CRL check names it.
+// The chain is the one OpenSSL's build_chain builds, without checking a signature: from the
+// server's certificate up, at each step the issuer looked for in the root file first, then (as
+// long as no certificate of the file is in the chain) among the certificates the server sent,
+// as check_issued picks it: the subject name equal to the issuer name (canonical forms), the
+// authorityKeyIdentifier matching, the key usage (when given) allowing certificate signing, not
+// already in the chain; of those the first valid at the time, else the one that expires last
+// (find_issuer, X509_STORE_CTX_get1_issuer). It stops at a self-signed certificate, when no
+// issuer is found, or past OpenSSL's default depth (100 certificates between the server's and
+// the anchor). With a root file, a chain that does not end at a self-signed certificate of the
+// file is refused there, and one that does is checked as OpenSSL checks it (the certificates
+// above the server's are CAs, the server's purpose, then from the anchor down each signature
+// and validity period, stopping at the first failure) before crypto/x509 checks the same chain
+// (its intermediates are the chain's certificates, no other). A refusal thus checks at most one
+// signature that fails, however many certificates the server sent; with sslrootcert=system or
+// an application's pool, which cannot be listed, the chain is built from the server's
+// certificates alone and crypto/x509 finds the anchor (at most 100 signature checks, its own
+// bound).
+//
+// A refusal says "certificate verify failed: " and OpenSSL's reason (X509_verify_cert_error_string):
+// "certificate chain too long" (no anchor within the depth), "self-signed certificate" (the
+// server's certificate alone, self-signed, not in the file), "self-signed certificate in
+// certificate chain" (the chain ends at a self-signed certificate not in the file), "unable to
+// get issuer certificate" (it ends at a certificate of the file that is not self-signed),
+// "unable to get local issuer certificate" (it ends at a certificate the server sent), then for
+// a complete chain "invalid CA certificate", "unsupported certificate purpose", "certificate
+// signature failure", "certificate has expired", "certificate is not yet valid"; crypto/x509's
+// reason when none of these is found. The certificate is named by its depth in the chain (0:
+// the server's) and its subject, as the CRL check names it.
 
-// maxChainDepth bounds the chain built to name a refusal's reason (OpenSSL's default
-// verification depth is 100).
+// maxChainDepth is OpenSSL's default verification depth (X509_VERIFY_PARAM's depth, which libpq
+// leaves): at most that many certificates between the server's and the anchor. build_chain
+// builds one certificate further and refuses a chain that reaches it untrusted.
 const maxChainDepth = 100
 
 // rootSet is a root certificate file as OpenSSL's store holds it.
 type rootSet struct {
 	anchors *x509.CertPool      // the self-signed certificates: the trust anchors
-	others  []*x509.Certificate // the other certificates: chain material only
 	certs   []*x509.Certificate // every certificate of the file, in order
+	index   issuerIndex         // certs by subject
+	raw     map[string]bool     // the DER encodings of certs
 }
 
 func newRootSet(certs []*x509.Certificate) *rootSet {
-	rs := &rootSet{anchors: x509.NewCertPool(), certs: certs}
+	rs := &rootSet{anchors: x509.NewCertPool(), certs: certs, index: indexBySubject(certs), raw: map[string]bool{}}
 	for _, c := range certs {
 		if selfSigned(c) {
 			rs.anchors.AddCert(c)
-		} else {
-			rs.others = append(rs.others, c)
 		}
+		rs.raw[string(c.Raw)] = true
 	}
 	return rs
+}
+
+// issuerIndex is a list of certificates by canonical subject name, in the list's order.
+type issuerIndex map[string][]*x509.Certificate
+
+// indexBySubject indexes certs by subject; a certificate whose subject has no canonical form
+// (does not parse) issues nothing.
+func indexBySubject(certs []*x509.Certificate) issuerIndex {
+	idx := issuerIndex{}
+	for _, c := range certs {
+		if name, err := canonicalName(c.RawSubject); err == nil {
+			idx[string(name)] = append(idx[string(name)], c)
+		}
+	}
+	return idx
 }
 
 // selfSigned is OpenSSL's X509_self_signed(c, 0) (see above).
@@ -76,23 +110,22 @@ func selfSigned(c *x509.Certificate) bool {
 	if err != nil || !bytes.Equal(subject, issuer) {
 		return false
 	}
-	if !issuedBy(c, c) {
+	if a, ok := certAKID(c); !ok || !a.matches(c) {
 		return false
 	}
 	return signatureKeyType(c.SignatureAlgorithm) == c.PublicKeyAlgorithm
 }
 
-// issuedBy is the part of OpenSSL's X509_check_issued that needs no signature: c's
-// authorityKeyIdentifier, when it has one, matches issuer (X509_check_akid). An
-// authorityKeyIdentifier that does not parse matches nothing.
-func issuedBy(c, issuer *x509.Certificate) bool {
+// certAKID is c's authorityKeyIdentifier, the part of OpenSSL's X509_check_issued that needs no
+// signature (X509_check_akid): nil when c has none (it matches any issuer); ok false when it
+// does not parse (it matches none).
+func certAKID(c *x509.Certificate) (a *authorityKeyID, ok bool) {
 	for _, e := range c.Extensions {
 		if e.Id.Equal(oidAKID) {
-			a, ok := parseAKID(e.Value)
-			return ok && a.matches(issuer)
+			return parseAKID(e.Value)
 		}
 	}
-	return true
+	return nil, true
 }
 
 // signatureKeyType is the key type a signature algorithm signs with (OpenSSL's
@@ -115,12 +148,8 @@ func signatureKeyType(a x509.SignatureAlgorithm) x509.PublicKeyAlgorithm {
 // chainTrust is where a chain's trust anchors come from.
 type chainTrust struct {
 	anchors *x509.CertPool
-	// others are chain material besides the server's certificates (a root file's certificates
-	// that are not self-signed).
-	others []*x509.Certificate
-	// store is every certificate of the root file, to name a refusal's reason; nil for a pool
-	// that cannot be listed.
-	store []*x509.Certificate
+	// store is the root file; nil for a pool that cannot be listed (system, application).
+	store *rootSet
 	// filter: the pool may hold certificates that are not self-signed (system, application):
 	// chains that end at one are refused.
 	filter bool
@@ -133,11 +162,14 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 	if len(peer) == 0 {
 		return nil, errors.New("certificate verify failed: the server sent no certificate")
 	}
-	inter := x509.NewCertPool()
-	for _, c := range peer[1:] {
-		inter.AddCert(c)
+	b := buildChain(peer, t.store, now)
+	if t.store != nil {
+		if err := b.check(now); err != nil {
+			return nil, err
+		}
 	}
-	for _, c := range t.others {
+	inter := x509.NewCertPool()
+	for _, c := range b.certs[1:] {
 		inter.AddCert(c)
 	}
 	chains, err := peer[0].Verify(x509.VerifyOptions{Roots: t.anchors, Intermediates: inter, CurrentTime: now})
@@ -154,8 +186,7 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 		chains = kept
 	}
 	if err == nil && len(chains) > 0 {
-		if leaf := peer[0]; leaf.KeyUsage != 0 &&
-			leaf.KeyUsage&(x509.KeyUsageDigitalSignature|x509.KeyUsageKeyEncipherment|x509.KeyUsageKeyAgreement) == 0 {
+		if leaf := peer[0]; !serverKeyUsage(leaf) {
 			return nil, verifyFailed("unsupported certificate purpose", 0, leaf)
 		}
 		return chains, nil
@@ -163,48 +194,85 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 	if partial != nil {
 		return nil, verifyFailed("unable to get issuer certificate", len(partial)-1, partial[len(partial)-1])
 	}
-	return nil, diagnose(peer, t.store, err, now)
+	if t.store == nil {
+		if err := b.check(now); err != nil {
+			return nil, err
+		}
+	}
+	if err == nil {
+		err = errors.New("no chain to a trusted root")
+	}
+	return nil, fmt.Errorf("certificate verify failed: %w", err)
+}
+
+// serverKeyUsage is OpenSSL's key usage check of a server's certificate (check_purpose_ssl_server,
+// KU_TLS): no key usage, or one that allows digital signature, key encipherment or key agreement.
+func serverKeyUsage(c *x509.Certificate) bool {
+	return c.KeyUsage == 0 ||
+		c.KeyUsage&(x509.KeyUsageDigitalSignature|x509.KeyUsageKeyEncipherment|x509.KeyUsageKeyAgreement) != 0
 }
 
 func verifyFailed(reason string, depth int, c *x509.Certificate) error {
 	return fmt.Errorf("certificate verify failed: %s (certificate at depth %d, %s)", reason, depth, c.Subject)
 }
 
-// diagnose names OpenSSL's reason for a chain crypto/x509 refused (goErr, nil when the chain was
-// refused for ending at a certificate that is not self-signed): it builds the chain as
-// build_chain does, issuers from store (the root file) first, then from the server's
-// certificates.
-func diagnose(peer, store []*x509.Certificate, goErr error, now time.Time) error {
-	inStore := func(c *x509.Certificate) bool {
-		return slices.ContainsFunc(store, func(s *x509.Certificate) bool { return bytes.Equal(s.Raw, c.Raw) })
+// builtChain is the chain build_chain builds (see above).
+type builtChain struct {
+	certs   []*x509.Certificate // from the server's certificate up
+	trusted bool                // a certificate of the root file is in the chain
+	store   *rootSet            // the root file; nil for a pool that cannot be listed
+}
+
+// buildChain builds the chain of peer (the server's certificates, its own first) with the root
+// file store (nil: the server's certificates alone), checking no signature.
+func buildChain(peer []*x509.Certificate, store *rootSet, now time.Time) *builtChain {
+	b := &builtChain{certs: []*x509.Certificate{peer[0]}, store: store}
+	var fromStore issuerIndex
+	if store != nil {
+		fromStore = store.index
 	}
+	fromPeer := indexBySubject(peer[1:])
 	// The server's certificate counts as untrusted even when the file holds it; once a
 	// certificate of the file is in the chain, issuers are looked for in the file only.
-	chain := []*x509.Certificate{peer[0]}
-	trusted := false
-	for len(chain) < maxChainDepth && !selfSigned(chain[len(chain)-1]) {
-		cur := chain[len(chain)-1]
-		issuer := findIssuer(cur, store, chain, now)
-		if issuer == nil && !trusted {
-			if issuer = findIssuer(cur, peer[1:], chain, now); issuer != nil && inStore(issuer) {
-				trusted = true
+	inChain := map[string]bool{string(peer[0].Raw): true}
+	for len(b.certs) <= maxChainDepth+1 && !selfSigned(b.certs[len(b.certs)-1]) {
+		cur := b.certs[len(b.certs)-1]
+		issuer := findIssuer(cur, fromStore, inChain, now)
+		if issuer == nil && !b.trusted {
+			if issuer = findIssuer(cur, fromPeer, inChain, now); issuer != nil && b.inStore(issuer) {
+				b.trusted = true
 			}
 		} else if issuer != nil {
-			trusted = true
+			b.trusted = true
 		}
 		if issuer == nil {
 			break
 		}
-		chain = append(chain, issuer)
+		b.certs = append(b.certs, issuer)
+		inChain[string(issuer.Raw)] = true
 	}
+	return b
+}
+
+func (b *builtChain) inStore(c *x509.Certificate) bool {
+	return b.store != nil && b.store.raw[string(c.Raw)]
+}
+
+// check returns OpenSSL's refusal of the chain (see above), nil when it ends at a self-signed
+// certificate of the root file and passes OpenSSL's checks made here: then crypto/x509 has the
+// last word.
+func (b *builtChain) check(now time.Time) error {
+	chain := b.certs
 	top, depth := chain[len(chain)-1], len(chain)-1
 	ss := selfSigned(top)
 	switch {
-	case ss && !inStore(top) && depth == 0:
+	case depth > maxChainDepth && !(ss && b.inStore(top)):
+		return verifyFailed("certificate chain too long", depth, top)
+	case ss && !b.inStore(top) && depth == 0:
 		return verifyFailed("self-signed certificate", 0, top)
-	case ss && !inStore(top):
+	case ss && !b.inStore(top):
 		return verifyFailed("self-signed certificate in certificate chain", depth, top)
-	case !ss && trusted:
+	case !ss && b.trusted:
 		return verifyFailed("unable to get issuer certificate", depth, top)
 	case !ss:
 		return verifyFailed("unable to get local issuer certificate", depth, top)
@@ -216,7 +284,8 @@ func diagnose(peer, store []*x509.Certificate, goErr error, now time.Time) error
 			return verifyFailed("invalid CA certificate", i+1, c)
 		}
 	}
-	if leaf := chain[0]; len(leaf.ExtKeyUsage) > 0 && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+	if leaf := chain[0]; len(leaf.ExtKeyUsage) > 0 && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) ||
+		!serverKeyUsage(leaf) {
 		return verifyFailed("unsupported certificate purpose", 0, leaf)
 	}
 	for n := depth; n >= 0; n-- {
@@ -231,40 +300,37 @@ func diagnose(peer, store []*x509.Certificate, goErr error, now time.Time) error
 			return verifyFailed("certificate has expired", n, c)
 		}
 	}
-	if goErr == nil {
-		goErr = errors.New("no chain to a trusted root")
-	}
-	return fmt.Errorf("certificate verify failed: %w", goErr)
+	return nil
 }
 
-// findIssuer is the issuer of c among candidates, as OpenSSL's check_issued picks it: the subject
-// name equal to c's issuer name (canonical forms), c's authorityKeyIdentifier matching, the key
-// usage (when given) allowing certificate signing; of those, the first whose signature on c
-// verifies and that is valid at now, else the first. Certificates already in chain are skipped.
-func findIssuer(c *x509.Certificate, candidates, chain []*x509.Certificate, now time.Time) *x509.Certificate {
+// findIssuer is the issuer of c among the candidates (by subject), as OpenSSL's check_issued and
+// find_issuer pick it: the subject name equal to c's issuer name (canonical forms), c's
+// authorityKeyIdentifier matching, the key usage (when given) allowing certificate signing, not
+// in the chain (inChain, by DER encoding); of those, the first valid at now, else the one that
+// expires last (the first of those). No signature is checked.
+func findIssuer(c *x509.Certificate, candidates issuerIndex, inChain map[string]bool, now time.Time) *x509.Certificate {
 	want, err := canonicalName(c.RawIssuer)
 	if err != nil {
 		return nil
 	}
-	var first *x509.Certificate
-	for _, cand := range candidates {
-		if slices.ContainsFunc(chain, func(x *x509.Certificate) bool { return bytes.Equal(x.Raw, cand.Raw) }) {
-			continue
-		}
-		name, err := canonicalName(cand.RawSubject)
-		if err != nil || !bytes.Equal(name, want) || !issuedBy(c, cand) ||
+	akid, ok := certAKID(c)
+	if !ok {
+		return nil
+	}
+	var best *x509.Certificate
+	for _, cand := range candidates[string(want)] {
+		if inChain[string(cand.Raw)] || !akid.matches(cand) ||
 			cand.KeyUsage != 0 && cand.KeyUsage&x509.KeyUsageCertSign == 0 {
 			continue
 		}
-		if checkSignature(cand, c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) == nil &&
-			!now.Before(cand.NotBefore) && !now.After(cand.NotAfter) {
+		if !now.Before(cand.NotBefore) && !now.After(cand.NotAfter) {
 			return cand
 		}
-		if first == nil {
-			first = cand
+		if best == nil || cand.NotAfter.After(best.NotAfter) {
+			best = cand
 		}
 	}
-	return first
+	return best
 }
 
 // signatureChecks, when a test sets it, counts the signatures checked by checkSignature.

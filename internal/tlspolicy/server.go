@@ -106,7 +106,7 @@ func stampOf(fi fs.FileInfo) fileStamp {
 
 // trustOf is the chain check's trust for the anchors of one connection; roots nil is none.
 func trustOf(rs *rootSet) chainTrust {
-	return chainTrust{anchors: rs.anchors, others: rs.others, store: rs.certs}
+	return chainTrust{anchors: rs.anchors, store: rs}
 }
 
 // roots returns the trust anchors for one connection; ok false (and no error) when there are
