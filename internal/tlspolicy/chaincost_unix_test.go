@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,16 +24,6 @@ func cpuTime(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// countSignatures runs f and returns how many signatures the package checked meanwhile.
-func countSignatures(t *testing.T, f func()) int64 {
-	t.Helper()
-	var n atomic.Int64
-	signatureChecks.Store(&n)
-	defer signatureChecks.Store(nil)
-	f()
-	return n.Load()
 }
 
 // A server's list of 400 junk certificates (each matching half of the list by name and key
