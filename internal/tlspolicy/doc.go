@@ -4,7 +4,8 @@
 //   - the check of the server's certificate against the root certificate file (sslrootcert) or
 //     the system's roots, under sslmode (ServerCheck; see server.go for the rules): the chain
 //     must end at a self-signed certificate of the file, as OpenSSL without
-//     X509_V_FLAG_PARTIAL_CHAIN (chain.go), then CRLs, then under verify-full the host name by
+//     X509_V_FLAG_PARTIAL_CHAIN (chain.go: the one chain OpenSSL's build_chain builds, to its
+//     depth of 100, no signature checked before the chain reaches an anchor), then CRLs, then under verify-full the host name by
 //     libpq's rules, the Common Name only without a subjectAltName of the host's kind
 //     (hostname.go); the parsed file is reused only while its stat (ctime included) or its
 //     content is unchanged (RootCache);
@@ -42,6 +43,10 @@
 // CRL"). Names are compared in OpenSSL's canonical form (x509_name_canon).
 //
 // What differs from libpq (15 to 18, with OpenSSL 3):
+//   - The server's certificate list is read up to crypto/tls's bound (256 KiB); OpenSSL refuses
+//     a Certificate message above 100 KiB (SSL_CTX_set_max_cert_list's default) with "excessive
+//     message size". A longer list is refused for its chain (built alike, to depth 100): one
+//     that chains to nothing within the depth says "certificate chain too long".
 //   - A CRL whose version is neither v1 nor v2 does not parse (crypto/x509's refusal, kept);
 //     OpenSSL 3.0 reads any version number.
 //   - sslcrl and the files of sslcrldir may be DER as well as PEM; libpq (OpenSSL's
