@@ -189,6 +189,13 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 		if leaf := peer[0]; !serverKeyUsage(leaf) {
 			return nil, verifyFailed("unsupported certificate purpose", 0, leaf)
 		}
+		// OpenSSL's one chain, when crypto/x509 found it too, is the one whose CRLs are
+		// checked, as OpenSSL checks them on it alone.
+		for _, ch := range chains {
+			if t.store != nil && slices.EqualFunc(ch, b.certs, func(x, y *x509.Certificate) bool { return x.Equal(y) }) {
+				return [][]*x509.Certificate{ch}, nil
+			}
+		}
 		return chains, nil
 	}
 	if partial != nil {

@@ -157,7 +157,8 @@ const (
 // (genuine or stray signatures, CAs or not, expired or not, with or without key identifiers) is
 // checked against four trusts (root files, a pool that cannot be listed) within bounds of
 // signatures checked and of time, and a refusal says "certificate verify failed"; a verified
-// chain runs from the server's certificate to a self-signed anchor.
+// chain runs from the server's certificate to a self-signed anchor, and with a root file it is
+// OpenSSL's one chain.
 func FuzzChainCheck(f *testing.F) {
 	fz := newChainFuzz(f)
 	f.Add([]byte{2<<2 | 0, 1<<6 | 0<<4})              // N1 issued by N0 (honest, verifies)
@@ -189,6 +190,9 @@ func FuzzChainCheck(f *testing.F) {
 				t.Fatalf("refusal %q does not say certificate verify failed", err)
 			}
 			return
+		}
+		if trust.store != nil && len(chains) != 1 {
+			t.Fatalf("%d chains verified with a root file, want OpenSSL's one", len(chains))
 		}
 		for _, ch := range chains {
 			if ch[0] != peer[0] || !selfSigned(ch[len(ch)-1]) || len(ch) > maxChainDepth+2 {

@@ -33,6 +33,9 @@ type CRLStore struct {
 	dirs     []string
 	read     ReadFunc
 	sawDelta bool // lookup returned a delta CRL
+	// found is what lookup returned for each issuer (canonical name) during one Check: the
+	// directories are read once per issuer, however many chains and certificates name it.
+	found map[string][]*crl
 }
 
 // NewCRLStore returns the store of the CRLs in file, the contents of an sslcrl file (PEM "X509
@@ -62,6 +65,7 @@ func (s *CRLStore) Check(chains [][]*x509.Certificate, now time.Time) error {
 		return errors.New("certificate verify failed: no verified chain to check against the CRLs")
 	}
 	// Go may find several chains (cross-signed CAs); OpenSSL builds one. One that passes is enough.
+	s.found = nil
 	var first error
 	for _, chain := range chains {
 		err := s.checkChain(chain, now)
@@ -123,6 +127,9 @@ func parseCRLFile(data []byte) (crls []*crl, objects int, err error) {
 // lookup returns the CRLs issued by the name (canonical form): those of the file, then those of
 // the directories (X509_STORE_CTX_get1_crls always looks in the directories too).
 func (s *CRLStore) lookup(issuer []byte) []*crl {
+	if out, ok := s.found[string(issuer)]; ok {
+		return out
+	}
 	var out []*crl
 	for _, c := range s.file {
 		if bytes.Equal(c.issuer, issuer) {
@@ -151,6 +158,10 @@ func (s *CRLStore) lookup(issuer []byte) []*crl {
 	for _, c := range out {
 		s.sawDelta = s.sawDelta || c.delta
 	}
+	if s.found == nil {
+		s.found = map[string][]*crl{}
+	}
+	s.found[string(issuer)] = out
 	return out
 }
 

@@ -213,3 +213,26 @@ func TestCRLStoreChainEnds(t *testing.T) {
 		}
 	}
 }
+
+// The CRL directories are read once per issuer in a check, however many chains name it: chains
+// that fail for want of a CRL do not read the directory again for each chain.
+func TestCRLStoreReadsDirectoryOncePerIssuer(t *testing.T) {
+	p := testpki.New(t)
+	reads := 0
+	read := func(path string, limit int64) ([]byte, error) {
+		reads++
+		return ReadLocalFile(path, limit)
+	}
+	s, _, err := NewCRLStore(nil, []string{t.TempDir()}, read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := []*x509.Certificate{p.Leaf.Cert, p.Inter.Cert, p.Root.Cert}
+	err = s.Check([][]*x509.Certificate{full, full, full}, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "unable to get certificate CRL") {
+		t.Errorf("no CRL: %v", err)
+	}
+	if reads != 1 {
+		t.Errorf("three chains of one leaf issuer: %d reads of the directory, want 1", reads)
+	}
+}
