@@ -31,8 +31,9 @@ func cpuTime(t *testing.T) time.Duration {
 // cost of crypto/x509's own refusal: the chain built to name the reason checks no signature
 // (or the one that fails, when the junk leads to an anchor of the root file), and the whole
 // refusal takes less than 100 ms of CPU (the best of three runs; ten times that under the race
-// detector). Before, each step of the chain checked the signature of every candidate of the
-// right name: 120 certificates took 15 s, 400 took 45 s, inside the TLS handshake.
+// detector). Before, each step of the chain built to name the reason checked the signature of
+// every candidate of the right name: 17,399 signatures (P-521), 36 s of CPU for these 400,
+// inside the TLS handshake.
 func TestJunkChainRefusalIsCheap(t *testing.T) {
 	const n = 400
 	junk := testpki.JunkChain(t, n)
