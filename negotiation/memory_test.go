@@ -87,20 +87,30 @@ func (f *memoryFixture) advance(d time.Duration) {
 
 // connect runs one connect whose attempts dial the address they were given.
 func (f *memoryFixture) connect(ctx context.Context) error {
-	base, err := pgconn.ParseConfig("host=db.example user=u sslmode=disable")
+	return dialingConnect(ctx, f.n, "host=db.example user=u sslmode=disable", nil)
+}
+
+// dialingConnect runs one connect of n, with the pgx configuration of dsn, whose attempts dial
+// the address they were given, each first handed to dialed ("ip:port") when it is set.
+func dialingConnect(ctx context.Context, n *Negotiator, dsn string, dialed func(address string)) error {
+	base, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return err
 	}
-	return f.n.Connect(ctx, func(ctx context.Context) error {
+	return n.Connect(ctx, func(ctx context.Context) error {
 		cfg := base.Copy()
-		if err := f.n.Configure(ctx, cfg); err != nil {
+		if err := n.Configure(ctx, cfg); err != nil {
 			return err
 		}
 		addrs, err := cfg.LookupFunc(ctx, cfg.Host)
 		if err != nil {
 			return err
 		}
-		c, err := cfg.DialFunc(ctx, "tcp", net.JoinHostPort(addrs[0], strconv.Itoa(int(cfg.Port))))
+		address := net.JoinHostPort(addrs[0], strconv.Itoa(int(cfg.Port)))
+		if dialed != nil {
+			dialed(address)
+		}
+		c, err := cfg.DialFunc(ctx, "tcp", address)
 		if err != nil {
 			return err
 		}
