@@ -108,9 +108,11 @@ func WithDNSCacheTTL(d time.Duration) Option {
 // in the background (a TCP connect, closed at once) when a connect puts it last, which renews the
 // memory while it stays down; any socket opened to it forgets it. It changes the order only,
 // never a method or an encryption decision; Unix-domain sockets are not remembered. The
-// tcp_connect span of a remembered address says pgconnector.address.remembered_down. Zero or
-// less: every connect tries the hosts in order, as libpq and pgx do. Default:
-// DefaultDownHostTTL, 10 s.
+// tcp_connect span of a remembered address says pgconnector.address.remembered_down. At most
+// negotiation.MaxDownAddrs addresses are remembered (the oldest forgotten first), and the
+// expired ones are dropped when a connect next looks at the memory, so that a resolver naming
+// new addresses at every lookup grows it for d at most. Zero or less: every connect tries the
+// hosts in order, as libpq and pgx do. Default: DefaultDownHostTTL, 10 s.
 func WithDownHostTTL(d time.Duration) Option {
 	return func(o *options) { o.downTTL = d }
 }

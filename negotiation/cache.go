@@ -1,7 +1,7 @@
 package negotiation
 
 import (
-	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +23,14 @@ type Key struct {
 // What a connect reads ([Cache.Known], [Cache.Remembered], the check of [Cache.BeginRefresh] that
 // finds nothing to do) takes no lock: the keys are an immutable map and each key's entry an
 // immutable value, both behind atomic pointers. A writer takes mu, copies what it changes and
-// publishes the copy: the map when it adds a key (the keys are the hosts and principals a
-// program connects with: few, and never removed), the entry at every change.
+// publishes the copy: the map when it adds a key, the entry at every change.
+//
+// The keys are the hosts of the connection strings that share the cache, with the client
+// principals their GSS credentials named: nothing a server or a resolver chooses. Still, the
+// copy that adds a key leaves out the keys whose answers have all expired (no probe or refresh
+// running for them), and at most [MaxCacheKeys] are kept: a full cache forgets the quarter
+// learned longest ago. A key forgotten is negotiated again, as at the first connect: no answer
+// is ever assumed, so forgetting one never turns encryption off.
 type Cache struct {
 	ttl time.Duration
 	now func() time.Time
@@ -32,6 +38,10 @@ type Cache struct {
 	entries atomic.Pointer[map[Key]*slot] // never nil after NewCache; replaced, never changed
 	mu      sync.Mutex                    // held by writers
 }
+
+// MaxCacheKeys caps the keys (host, port, hostaddr and principal) a [Cache] holds. Only keys
+// with a probe or a refresh running are kept past it (as many as the connects under way).
+const MaxCacheKeys = 1024
 
 // slot holds the current entry of one key. The entry it points to is never changed: a writer
 // stores a changed copy, with Cache.mu held.
@@ -87,14 +97,66 @@ func (c *Cache) load(k Key) *entry {
 func (c *Cache) edit(k Key) (s *slot, e entry) {
 	m := *c.entries.Load()
 	if s = m[k]; s == nil {
-		next := make(map[Key]*slot, len(m)+1)
-		maps.Copy(next, m)
+		next := c.kept(m)
 		s = new(slot)
 		s.e.Store(new(entry))
 		next[k] = s
 		c.entries.Store(&next)
 	}
 	return s, *s.e.Load()
+}
+
+// kept returns a copy of m, with room for one key more, without the keys that hold nothing
+// any more (idle) and, when that leaves MaxCacheKeys or more, without the quarter of the others
+// learned longest ago. c.mu is held.
+func (c *Cache) kept(m map[Key]*slot) map[Key]*slot {
+	now := c.now()
+	next := make(map[Key]*slot, len(m)+1)
+	for k, s := range m {
+		if !s.e.Load().idle(now) {
+			next[k] = s
+		}
+	}
+	if len(next) < MaxCacheKeys {
+		return next
+	}
+	var learned []time.Time
+	for _, s := range next {
+		if e := s.e.Load(); e.probe == nil && e.refresh == nil {
+			learned = append(learned, e.learned())
+		}
+	}
+	if len(learned) == 0 {
+		return next
+	}
+	slices.SortFunc(learned, time.Time.Compare)
+	limit := learned[max(len(learned)/4, 1)-1]
+	for k, s := range next {
+		if e := s.e.Load(); e.probe == nil && e.refresh == nil && !e.learned().After(limit) {
+			delete(next, k)
+		}
+	}
+	return next
+}
+
+// idle reports whether e holds nothing at now: every answer, strike and wait for a refresh
+// expired, and no probe or refresh running.
+func (e *entry) idle(now time.Time) bool {
+	return e.probe == nil && e.refresh == nil &&
+		!now.Before(e.sslExp) && !now.Before(e.gssExp) && !now.Before(e.directExp) &&
+		!now.Before(e.strikeExp) && !now.Before(e.refreshAfter)
+}
+
+// learned is when e last learned something: the latest of its expiries (each is a learning
+// plus the TTL).
+func (e *entry) learned() time.Time {
+	t := e.sslExp
+	for _, x := range [...]time.Time{e.gssExp, e.directExp, e.strikeExp, e.refreshAfter} {
+		if x.After(t) {
+			t = x
+		}
+	}
+	return t
 }
 
 func (c *Cache) known(k Key) Known {

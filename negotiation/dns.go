@@ -25,6 +25,12 @@ import (
 //
 // DNS time-to-live values are not read (the resolver behind LookupFunc does not give them);
 // the bound is DNSTTL.
+//
+// The names are the connection string's own (Host.Host), one answer each: a resolver chooses
+// the addresses of an answer, never a key, so the memory has no cap of its own beyond the
+// string's hosts. An expired answer is replaced at the next connect to its host; a host no
+// connect resolves any more has its expired answer dropped at the first lookup of another
+// name at least DNSTTL after the last such sweep (dnsCache.sweep).
 
 // dnsCache is the remembered addresses of the host names of one negotiator.
 type dnsCache struct {
@@ -33,6 +39,8 @@ type dnsCache struct {
 
 	mu sync.Mutex
 	m  map[string]*dnsEntry
+	// sweepAt: the first get at or after it drops every expired answer (sweep).
+	sweepAt time.Time
 }
 
 // dnsEntry is one host name's answer, and the lookup under way for it.
@@ -71,6 +79,9 @@ func newDNSCache(ttl time.Duration) *dnsCache {
 func (c *dnsCache) get(ctx context.Context, n *Negotiator, h *Host) (dnsAnswer, error) {
 	host := h.Host
 	c.mu.Lock()
+	if now := c.now(); !now.Before(c.sweepAt) {
+		c.sweep(now)
+	}
 	e := c.m[host]
 	if e == nil {
 		e = &dnsEntry{}
@@ -119,6 +130,20 @@ func (c *dnsCache) get(ctx context.Context, n *Negotiator, h *Host) (dnsAnswer, 
 	c.mu.Unlock()
 	close(f.done)
 	return dnsAnswer{addrs: f.addrs}, f.err
+}
+
+// sweep drops the answers expired at now, and the entries with neither an answer nor a lookup
+// under way; it sets the next sweep. c.mu is held.
+func (c *dnsCache) sweep(now time.Time) {
+	c.sweepAt = now.Add(c.ttl)
+	for host, e := range c.m {
+		if !e.at.IsZero() && now.Sub(e.at) >= c.ttl {
+			e.addrs, e.at = nil, time.Time{}
+		}
+		if e.at.IsZero() && e.flight == nil && !e.refreshing {
+			delete(c.m, host)
+		}
+	}
 }
 
 // peek returns host's remembered addresses while they are younger than the TTL, else nil; it

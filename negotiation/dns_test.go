@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // dnsFixture is a negotiator for the host name "db.example" with a resolver the test controls,
@@ -76,25 +73,9 @@ func (f *dnsFixture) set(fn func(f *dnsFixture)) {
 
 // connect runs one connect whose attempts dial the address they were given.
 func (f *dnsFixture) connect(ctx context.Context) error {
-	base, err := pgconn.ParseConfig("host=db.example user=u sslmode=disable")
-	if err != nil {
-		return err
-	}
-	return f.n.Connect(ctx, func(ctx context.Context) error {
-		cfg := base.Copy()
-		if err := f.n.Configure(ctx, cfg); err != nil {
-			return err
-		}
-		addrs, err := cfg.LookupFunc(ctx, cfg.Host)
-		if err != nil {
-			return err
-		}
-		f.dialed <- addrs[0]
-		c, err := cfg.DialFunc(ctx, "tcp", net.JoinHostPort(addrs[0], strconv.Itoa(int(cfg.Port))))
-		if err != nil {
-			return err
-		}
-		return c.Close()
+	return dialingConnect(ctx, f.n, "host=db.example user=u sslmode=disable", func(address string) {
+		ip, _, _ := net.SplitHostPort(address)
+		f.dialed <- ip
 	})
 }
 

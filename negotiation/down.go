@@ -30,6 +30,19 @@ import (
 //
 // It changes the order of addresses only, never a method or an encryption decision; Unix-domain
 // sockets are not remembered (a missing socket fails at once).
+//
+// The addresses are a resolver's to choose: one that names new ones at every lookup must not
+// grow the memory. An expired address goes when a connect looks at it, and every address
+// expired goes at the first walk of the memory (a connect while anything is remembered, a new
+// address remembered) at least DownTTL/2 after the last such sweep, or when it is full: at
+// most [MaxDownAddrs] addresses are remembered, the oldest forgotten first. Forgetting an
+// address costs one dial of it in the string's order, nothing else.
+
+// MaxDownAddrs caps the addresses (IP and port) one negotiator remembers down. A full memory
+// first drops the expired ones, then the quarter remembered longest. With the addresses of a
+// connection string's hosts far fewer, only a resolver that names new addresses at every
+// lookup fills it (about 120 bytes an address).
+const MaxDownAddrs = 1024
 
 // downKey is an address: an IP address as resolved and a port.
 type downKey struct {
@@ -45,6 +58,8 @@ type downAddrs struct {
 
 	mu sync.Mutex
 	m  map[downKey]*downEntry
+	// sweepAt: the first walk at or after it drops every expired address (sweep).
+	sweepAt time.Time
 }
 
 type downEntry struct {
@@ -56,15 +71,71 @@ func newDownAddrs(ttl time.Duration) *downAddrs {
 	return &downAddrs{ttl: ttl, now: time.Now, m: map[downKey]*downEntry{}}
 }
 
-// mark remembers k down from now.
+// mark remembers k down from now, making room first when the memory is full.
 func (d *downAddrs) mark(k downKey) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	now := d.now()
 	if e := d.m[k]; e != nil {
-		e.since = d.now()
+		e.since = now
 		return
 	}
-	d.m[k] = &downEntry{since: d.now()}
+	if len(d.m) >= MaxDownAddrs || !now.Before(d.sweepAt) {
+		d.sweep(now)
+	}
+	if len(d.m) >= MaxDownAddrs {
+		d.evictOldest()
+	}
+	d.m[k] = &downEntry{since: now}
+	d.count.Store(int32(len(d.m)))
+}
+
+// sweep drops every address expired at now, in a map of its own size (a Go map keeps the
+// room of what was deleted from it), and sets the next sweep. d.mu is held.
+func (d *downAddrs) sweep(now time.Time) {
+	d.sweepAt = now.Add(d.ttl / 2)
+	live := 0
+	for _, e := range d.m {
+		if now.Sub(e.since) < d.ttl {
+			live++
+		}
+	}
+	if live == len(d.m) {
+		return
+	}
+	m := make(map[downKey]*downEntry, live)
+	for k, e := range d.m {
+		if now.Sub(e.since) < d.ttl {
+			m[k] = e
+		}
+	}
+	d.m = m
+	d.count.Store(int32(len(m)))
+}
+
+// evictOldest drops the quarter of the addresses remembered longest (at least one), so that
+// a memory kept full by new addresses sorts once per MaxDownAddrs/4 of them. d.mu is held.
+func (d *downAddrs) evictOldest() {
+	since := make([]time.Time, 0, len(d.m))
+	for _, e := range d.m {
+		since = append(since, e.since)
+	}
+	slices.SortFunc(since, time.Time.Compare)
+	limit := since[max(len(since)/4, 1)-1]
+	for k, e := range d.m {
+		if !e.since.After(limit) {
+			delete(d.m, k)
+		}
+	}
+	d.count.Store(int32(len(d.m)))
+}
+
+// drop forgets k; the memory left empty is a new map (see sweep). d.mu is held.
+func (d *downAddrs) drop(k downKey) {
+	delete(d.m, k)
+	if len(d.m) == 0 {
+		d.m = map[downKey]*downEntry{}
+	}
 	d.count.Store(int32(len(d.m)))
 }
 
@@ -75,27 +146,31 @@ func (d *downAddrs) forget(k downKey) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.m, k)
-	d.count.Store(int32(len(d.m)))
+	if d.m[k] != nil {
+		d.drop(k)
+	}
 }
 
 // down reports whether k is remembered down, since when, and whether it is time to dial it
 // again in the background (half the TTL passed, no dial under way: the caller must then call
-// recheck). An expired memory is dropped.
+// recheck). An expired memory is dropped, and so is every other when a sweep is due.
 func (d *downAddrs) down(k downKey) (down bool, since time.Time, recheck bool) {
 	if d.count.Load() == 0 {
 		return false, time.Time{}, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	now := d.now()
+	if !now.Before(d.sweepAt) {
+		d.sweep(now)
+	}
 	e := d.m[k]
 	if e == nil {
 		return false, time.Time{}, false
 	}
-	age := d.now().Sub(e.since)
+	age := now.Sub(e.since)
 	if age >= d.ttl {
-		delete(d.m, k)
-		d.count.Store(int32(len(d.m)))
+		d.drop(k)
 		return false, time.Time{}, false
 	}
 	if age >= d.ttl/2 && !e.checking {
@@ -114,8 +189,7 @@ func (d *downAddrs) checked(k downKey, up bool) {
 		return
 	}
 	if up {
-		delete(d.m, k)
-		d.count.Store(int32(len(d.m)))
+		d.drop(k)
 		return
 	}
 	e.since, e.checking = d.now(), false

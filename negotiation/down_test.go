@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // downFixture is a negotiator for hosts on loopback addresses, each a listener the test opens
@@ -97,28 +95,10 @@ func (f *downFixture) connect(ctx context.Context) ([]string, error) {
 	f.mu.Lock()
 	f.dialed = nil
 	f.mu.Unlock()
-	base, err := pgconn.ParseConfig("user=u sslmode=disable")
-	if err != nil {
-		return nil, err
-	}
-	err = f.n.Connect(ctx, func(ctx context.Context) error {
-		cfg := base.Copy()
-		if err := f.n.Configure(ctx, cfg); err != nil {
-			return err
-		}
-		addrs, err := cfg.LookupFunc(ctx, cfg.Host)
-		if err != nil {
-			return err
-		}
-		address := net.JoinHostPort(addrs[0], strconv.Itoa(int(cfg.Port)))
+	err := dialingConnect(ctx, f.n, "user=u sslmode=disable", func(address string) {
 		f.mu.Lock()
 		f.dialed = append(f.dialed, address)
 		f.mu.Unlock()
-		c, err := cfg.DialFunc(ctx, "tcp", address)
-		if err != nil {
-			return err
-		}
-		return c.Close()
 	})
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -81,6 +81,9 @@ type ServerCheck struct {
 // content (SHA-256) is the one parsed before. A file replaced in place with the same size and
 // modification time (cp -p, rsync --inplace -t, tar) is therefore read again. Where the system
 // has no ctime (not unix), the file is read at every connection.
+//
+// It holds one file, the last read (each read of new content replaces it, at most MaxRootFile
+// bytes parsed), and nothing once a stat finds the file gone.
 type RootCache struct {
 	mu    sync.Mutex
 	stamp fileStamp
@@ -128,6 +131,7 @@ func (s *ServerCheck) roots() (t chainTrust, ok bool, err error) {
 	// libpq: any failure of stat() is a file that does not exist.
 	fi, err := os.Stat(s.RootFile)
 	if err != nil {
+		s.Cache.drop() // nothing to keep for a file that is gone
 		if s.Verify {
 			return t, false, refused(fmt.Errorf("root certificate file %q does not exist\n%s", s.RootFile, RootHint))
 		}
@@ -199,6 +203,16 @@ func ReadRootFile(path string) (*x509.CertPool, error) {
 		return nil, err
 	}
 	return rs.anchors, nil
+}
+
+// drop forgets the file read last; nothing for a nil cache.
+func (rc *RootCache) drop() {
+	if rc == nil {
+		return
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.stamp, rc.fast, rc.sum, rc.set = fileStamp{}, false, [32]byte{}, nil
 }
 
 // unchanged returns the root set of the last read when fi, a stat of the file, shows it unchanged
