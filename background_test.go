@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/semconv/v1.43.0"
 
@@ -89,6 +90,13 @@ func TestBackgroundWorkIsDetached(t *testing.T) {
 			t.Errorf("%s of a refusing address: status %v, want Error", tracing.SpanDownRecheck, bg.Status())
 		}
 	})
+}
+
+// recordingMeter is WithMeterProvider with a recording provider: the tests of background work
+// run with recording tracer and meter providers, whose hooks keep per-connect state that the
+// work must not touch.
+func recordingMeter() pgconnector.Option {
+	return pgconnector.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))
 }
 
 // waitSpan waits (at most 10 s) for the first ended span named name.
