@@ -95,7 +95,11 @@ func WithLookupFunc(f pgconn.LookupFunc) Option {
 // at once and tries the new addresses. A failed lookup is not remembered. Zero or less: every
 // connect looks every host name up, as libpq and pgx do. Default: DefaultDNSCacheTTL, 15 s
 // (pgbouncer's dns_max_ttl). DNS time-to-live values are not read: the resolver does not give
-// them; a shorter bound than a record's TTL is the application's choice here.
+// them; a shorter bound than a record's TTL is the application's choice here. A forged answer is
+// used by every connect until it is looked up again (after 12 s by default): under
+// sslmode=prefer each of them goes to the forged address, where libpq's connects after the first
+// would not. sslmode=verify-full closes that (the connects fail instead); zero brings it to one
+// connect, as libpq (docs/cache-and-faults.md, "An attacker who answers once").
 func WithDNSCacheTTL(d time.Duration) Option {
 	return func(o *options) { o.dnsTTL = d }
 }
@@ -404,7 +408,12 @@ func WithSQLCommenter(mode tracing.SQLCommentMode) Option {
 
 // WithCacheTTL sets how long a server's answer to SSLRequest (and, with Kerberos, to
 // GSSENCRequest) is trusted. Zero or less disables remembering: every connection then negotiates
-// as libpq does. Default: DefaultCacheTTL.
+// as libpq does. Default: DefaultCacheTTL. Under sslmode=prefer an 'N' makes the next connects
+// to the host skip SSLRequest and go in the clear until it is asked again in the background
+// (min(TTL/2, 1 minute) after it was learned), also when the 'N' came from an attacker on the
+// path rather than from the server; under sslmode=require and above an 'N' takes no connect to
+// plaintext: each one sends SSLRequest (docs/cache-and-faults.md, "An attacker who answers
+// once").
 func WithCacheTTL(d time.Duration) Option {
 	return func(o *options) { o.cacheTTL = d }
 }
