@@ -40,6 +40,18 @@ func (t *tracer) detach(ctx, from context.Context) context.Context {
 	return trace.ContextWithSpanContext(ctx, sc)
 }
 
+// startLinked starts name, an INTERNAL root span with the attributes kv, linked to the span of
+// trigger (what Detach returned for the connect that started the work), if it names one.
+func (t *tracer) startLinked(ctx context.Context, name string, trigger context.Context, kv []attribute.KeyValue) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{t.internal[0], trace.WithNewRoot(), trace.WithAttributes(kv...)}
+	if trigger != nil {
+		if sc := trace.SpanContextFromContext(trigger); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	return t.tracer.Start(ctx, name, opts...)
+}
+
 // backgroundStart starts the root span of a background lookup or recheck, linked to the span of
 // its Trigger.
 func (t *tracer) backgroundStart(ctx context.Context, info negotiation.BackgroundStartInfo) context.Context {
@@ -52,13 +64,7 @@ func (t *tracer) backgroundStart(ctx context.Context, info negotiation.Backgroun
 	}
 	var a [6]attribute.KeyValue
 	kv := backgroundStartAttributes(append(a[:0], semconv.DBSystemNamePostgreSQL), info)
-	opts := []trace.SpanStartOption{t.internal[0], trace.WithNewRoot(), trace.WithAttributes(kv...)}
-	if info.Trigger != nil {
-		if sc := trace.SpanContextFromContext(info.Trigger); sc.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-		}
-	}
-	ctx, span := t.tracer.Start(ctx, name, opts...)
+	ctx, span := t.startLinked(ctx, name, info.Trigger, kv)
 	if span.IsRecording() {
 		ctx = context.WithValue(ctx, backgroundKey{}, span)
 	}
