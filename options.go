@@ -71,7 +71,9 @@ type options struct {
 // dialed a TCP socket itself: to the server or to a forwarder in front of it), after f
 // returns; on any other connection (an SSH channel, a net.Pipe) they are f's business. Without
 // any of the keys, nothing is set: f's own settings stay. f may be called from several
-// goroutines at once.
+// goroutines at once, and in the background, to dial an address remembered down again
+// ([WithDownHostTTL]), under a context of its own bounded by connect_timeout (else 10 s) and
+// Connector.Close, that holds none of the values of the connect that started it.
 func WithDialFunc(f pgconn.DialFunc) Option {
 	return func(o *options) { o.dialFunc = f }
 }
@@ -80,8 +82,9 @@ func WithDialFunc(f pgconn.DialFunc) Option {
 // addresses (a resolver of the application's, a service registry, a test's fixed answer), for
 // every connection of the connector and its background refreshes. It is called with the host
 // as written and a context bounded by the connect's context and connect_timeout, or, for a
-// lookup in the background ([WithDNSCacheTTL]), by connect_timeout (10 s without it); it may be
-// called from several goroutines at once. An error, or no address, fails that host (the connect
+// lookup in the background ([WithDNSCacheTTL]), by connect_timeout (10 s without it) and
+// Connector.Close, a context of its own that holds none of the values of the connect that
+// started it (that connect may have returned); it may be called from several goroutines at once. An error, or no address, fails that host (the connect
 // goes on with the next one). hostaddr, IP addresses and Unix socket directories are not looked
 // up. Default (nil): net.DefaultResolver.LookupHost.
 func WithLookupFunc(f pgconn.LookupFunc) Option {
