@@ -42,7 +42,7 @@ func TestLookupFuncAndDNSCache(t *testing.T) {
 			}
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			opts := append([]pgconnector.Option{pgconnector.WithLookupFunc(lookup), pgconnector.WithTracerProvider(tp)}, tt.opts...)
+			opts := append([]pgconnector.Option{pgconnector.WithLookupFunc(lookup), pgconnector.WithTracerProvider(tp), recordingMeter()}, tt.opts...)
 			c := newConnector(t, plain.DSN("host=db.pgconnector.test"), opts...)
 			defer c.Close()
 			connectN(t, c, n)
@@ -107,7 +107,7 @@ func TestDownHostTriedLast(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			c := newConnector(t, tt.dsn, append([]pgconnector.Option{pgconnector.WithTracerProvider(tp)}, tt.opts...)...)
+			c := newConnector(t, tt.dsn, append([]pgconnector.Option{pgconnector.WithTracerProvider(tp), recordingMeter()}, tt.opts...)...)
 			defer c.Close()
 			var got []int
 			seen := 0

@@ -71,7 +71,9 @@ type options struct {
 // dialed a TCP socket itself: to the server or to a forwarder in front of it), after f
 // returns; on any other connection (an SSH channel, a net.Pipe) they are f's business. Without
 // any of the keys, nothing is set: f's own settings stay. f may be called from several
-// goroutines at once.
+// goroutines at once, and in the background, to dial an address remembered down again
+// ([WithDownHostTTL]), under a context of its own bounded by connect_timeout (else 10 s) and
+// Connector.Close, that holds none of the values of the connect that started it.
 func WithDialFunc(f pgconn.DialFunc) Option {
 	return func(o *options) { o.dialFunc = f }
 }
@@ -80,8 +82,9 @@ func WithDialFunc(f pgconn.DialFunc) Option {
 // addresses (a resolver of the application's, a service registry, a test's fixed answer), for
 // every connection of the connector and its background refreshes. It is called with the host
 // as written and a context bounded by the connect's context and connect_timeout, or, for a
-// lookup in the background ([WithDNSCacheTTL]), by connect_timeout (10 s without it); it may be
-// called from several goroutines at once. An error, or no address, fails that host (the connect
+// lookup in the background ([WithDNSCacheTTL]), by connect_timeout (10 s without it) and
+// Connector.Close, a context of its own that holds none of the values of the connect that
+// started it (that connect may have returned); it may be called from several goroutines at once. An error, or no address, fails that host (the connect
 // goes on with the next one). hostaddr, IP addresses and Unix socket directories are not looked
 // up. Default (nil): net.DefaultResolver.LookupHost.
 func WithLookupFunc(f pgconn.LookupFunc) Option {
@@ -95,7 +98,11 @@ func WithLookupFunc(f pgconn.LookupFunc) Option {
 // at once and tries the new addresses. A failed lookup is not remembered. Zero or less: every
 // connect looks every host name up, as libpq and pgx do. Default: DefaultDNSCacheTTL, 15 s
 // (pgbouncer's dns_max_ttl). DNS time-to-live values are not read: the resolver does not give
-// them; a shorter bound than a record's TTL is the application's choice here.
+// them; a shorter bound than a record's TTL is the application's choice here. A forged answer is
+// used by every connect until it is looked up again (after 12 s by default): under
+// sslmode=prefer each of them goes to the forged address, where libpq's connects after the first
+// would not. sslmode=verify-full closes that (the connects fail instead); zero brings it to one
+// connect, as libpq (docs/cache-and-faults.md, "An attacker who answers once").
 func WithDNSCacheTTL(d time.Duration) Option {
 	return func(o *options) { o.dnsTTL = d }
 }
@@ -406,7 +413,12 @@ func WithSQLCommenter(mode tracing.SQLCommentMode) Option {
 
 // WithCacheTTL sets how long a server's answer to SSLRequest (and, with Kerberos, to
 // GSSENCRequest) is trusted. Zero or less disables remembering: every connection then negotiates
-// as libpq does. Default: DefaultCacheTTL.
+// as libpq does. Default: DefaultCacheTTL. Under sslmode=prefer an 'N' makes the next connects
+// to the host skip SSLRequest and go in the clear until it is asked again in the background
+// (min(TTL/2, 1 minute) after it was learned), also when the 'N' came from an attacker on the
+// path rather than from the server; under sslmode=require and above an 'N' takes no connect to
+// plaintext: each one sends SSLRequest (docs/cache-and-faults.md, "An attacker who answers
+// once").
 func WithCacheTTL(d time.Duration) Option {
 	return func(o *options) { o.cacheTTL = d }
 }

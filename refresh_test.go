@@ -127,7 +127,7 @@ func TestRefreshTurnsTLSOnWithSSLModePrefer(t *testing.T) {
 	host, port := px.Addr()
 	const ttl = 10 * time.Second
 	rec, tp := newRecorder()
-	c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp))
+	c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp), recordingMeter())
 	db := sql.OpenDB(c)
 	defer db.Close()
 	db.SetMaxIdleConns(0)
@@ -195,7 +195,7 @@ func TestRefreshTurnsTLSOnWithSSLModeAllow(t *testing.T) {
 	srv := harness.StartT(t, harness.Options{HBA: []string{refuse, trust}})
 	const ttl = 10 * time.Second
 	rec, tp := newRecorder()
-	c := newConnector(t, srv.DSN("sslmode=allow"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp))
+	c := newConnector(t, srv.DSN("sslmode=allow"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp), recordingMeter())
 	db := sql.OpenDB(c)
 	defer db.Close()
 	db.SetMaxIdleConns(0)
@@ -261,7 +261,7 @@ func TestRefreshTurnsGSSOn(t *testing.T) {
 	srv := lab.server(t, true, trust)
 	const ttl = 10 * time.Second
 	rec, tp := newRecorder()
-	c := lab.connector(t, aliceDSN(srv, "localhost", "sslmode=disable"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp))
+	c := lab.connector(t, aliceDSN(srv, "localhost", "sslmode=disable"), pgconnector.WithCacheTTL(ttl), pgconnector.WithTracerProvider(tp), recordingMeter())
 	db := sql.OpenDB(c)
 	defer db.Close()
 	db.SetMaxIdleConns(0)
@@ -314,7 +314,7 @@ func TestRefreshTurnsGSSOn(t *testing.T) {
 func TestRefreshOncePerHost(t *testing.T) {
 	srv := harness.StartT(t, harness.Options{})
 	rec, tp := newRecorder()
-	c := newConnector(t, srv.DSN("sslmode=prefer"), pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp))
+	c := newConnector(t, srv.DSN("sslmode=prefer"), pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp), recordingMeter())
 	defer c.Close()
 	key := negotiation.Key{Host: srv.Host, Port: uint16(srv.Port)}
 	conn, err := c.Connect(context.Background())
@@ -361,7 +361,7 @@ func TestCloseStopsARunningRefresh(t *testing.T) {
 	px := harness.FaultProxyT(t, srv.Addr(), harness.Fault{Kind: harness.FaultStall, Step: harness.StepSSLAnswer})
 	host, port := px.Addr()
 	rec, tp := newRecorder()
-	c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer"), pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp))
+	c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer"), pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp), recordingMeter())
 	key := negotiation.Key{Host: host, Port: uint16(port)}
 	fds, goroutines := openFDs(), runtime.NumGoroutine()
 	// The proxy stalls every SSLRequest, so 'N' cannot be learned through it: remember it.
@@ -424,7 +424,7 @@ func TestInconclusiveRefreshKeepsTheAnswer(t *testing.T) {
 			host, port := px.Addr()
 			rec, tp := newRecorder()
 			c := newConnector(t, srv.DSN("host="+host, "port="+strconv.Itoa(port), "sslmode=prefer", "connect_timeout=1"),
-				pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp))
+				pgconnector.WithCacheTTL(10*time.Second), pgconnector.WithTracerProvider(tp), recordingMeter())
 			defer c.Close()
 			key := negotiation.Key{Host: host, Port: uint16(port)}
 			pgconnector.CacheOf(c).SetSSL(key, negotiation.AnswerNo)

@@ -15,6 +15,7 @@ import (
 // listener on a port of its own), 127.0.0.1 on that port refuses.
 type dnsFixture struct {
 	n       *Negotiator
+	trace   *stateTrace // hooks with per-connect state, as package tracing's
 	lookups atomic.Int32
 	dialed  chan string // each address dialed, in order (buffered)
 
@@ -29,13 +30,14 @@ func newDNSFixture(t *testing.T, ttl time.Duration) *dnsFixture {
 	t.Helper()
 	_, ln := listen(t, "127.0.0.2")
 	port := ln.Addr().(*net.TCPAddr).Port
-	f := &dnsFixture{answer: []string{"127.0.0.2"}, now: time.Unix(1_000_000, 0), dialed: make(chan string, 100)}
+	f := &dnsFixture{answer: []string{"127.0.0.2"}, now: time.Unix(1_000_000, 0), dialed: make(chan string, 100), trace: newStateTrace()}
 	var err error
 	f.n, err = NewNegotiator(Config{
 		Hosts:          []Host{{Host: "db.example", Port: uint16(port), SSLMode: SSLModeDisable}},
 		GSSEncMode:     GSSEncModeDisable,
 		ConnectTimeout: 2 * time.Second,
 		DNSTTL:         ttl,
+		Trace:          f.trace.trace(),
 		LookupFunc: func(ctx context.Context, host string) ([]string, error) {
 			f.lookups.Add(1)
 			f.mu.Lock()
@@ -113,7 +115,8 @@ func TestDNSRememberedWithinTTL(t *testing.T) {
 
 // In the last fifth of an answer's life, a connect goes on with it while the name is looked up
 // again in the background (here the resolver hangs until released: the connect must not wait
-// for it), and the next connects use the new answer.
+// for it), and the next connects use the new answer. The lookup is linked to the connect that
+// started it and runs under no connect's context.
 func TestDNSRefreshedInTheBackground(t *testing.T) {
 	f := newDNSFixture(t, 15*time.Second)
 	f.mustConnect(t)
@@ -129,6 +132,7 @@ func TestDNSRefreshedInTheBackground(t *testing.T) {
 		t.Fatalf("a connect in the answer's last fifth, the resolver hanging: %v", err)
 	}
 	close(release)
+	f.trace.waitWork(t, BackgroundDNSLookup, 2)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		f.n.dns.mu.Lock()

@@ -246,20 +246,21 @@ func (n *Negotiator) noteDial(network, address string, err error, caller time.Ti
 
 // isDown reports whether the address ip of h is remembered down, starting its background dial
 // when it is time.
-func (n *Negotiator) isDown(h *Host, ip string) bool {
+func (n *Negotiator) isDown(ctx context.Context, h *Host, ip string) bool {
 	if n.down == nil || n.down.count.Load() == 0 || h.UnixSocket() {
 		return false
 	}
 	k := downKey{ip: ip, port: h.Port}
 	down, _, recheck := n.down.down(k)
 	if recheck {
-		n.recheckDown(k)
+		n.recheckDown(ctx, h.Host, h.Port, k)
 	}
 	return down
 }
 
-// downNow reports whether the address network and address name is remembered down.
-func (n *Negotiator) downNow(network, address string) bool {
+// downNow reports whether the address network and address name is remembered down (host: the
+// host name being dialed, as written), starting its background dial when it is time.
+func (n *Negotiator) downNow(ctx context.Context, host, network, address string) bool {
 	if n.down == nil || n.down.count.Load() == 0 {
 		return false
 	}
@@ -269,21 +270,21 @@ func (n *Negotiator) downNow(network, address string) bool {
 	}
 	down, _, recheck := n.down.down(k)
 	if recheck {
-		n.recheckDown(k)
+		n.recheckDown(ctx, host, k.port, k)
 	}
 	return down
 }
 
 // upFirst returns addrs with those of h remembered down moved after the others, each group in
 // its order; addrs itself when none is (it is never modified: a copy is reordered).
-func (n *Negotiator) upFirst(h *Host, addrs []string) []string {
+func (n *Negotiator) upFirst(ctx context.Context, h *Host, addrs []string) []string {
 	if n.down == nil || n.down.count.Load() == 0 || h.UnixSocket() {
 		return addrs
 	}
 	var down []string
 	var up []string
 	for _, a := range addrs {
-		if n.isDown(h, a) {
+		if n.isDown(ctx, h, a) {
 			down = append(down, a)
 		} else {
 			up = append(up, a)
@@ -297,7 +298,7 @@ func (n *Negotiator) upFirst(h *Host, addrs []string) []string {
 
 // hostDown reports whether every known address of h (its literal one, or its name's remembered
 // answer) is remembered down; false when none is known.
-func (n *Negotiator) hostDown(h *Host) bool {
+func (n *Negotiator) hostDown(ctx context.Context, h *Host) bool {
 	if n.down == nil || n.down.count.Load() == 0 || h.UnixSocket() {
 		return false
 	}
@@ -309,7 +310,7 @@ func (n *Negotiator) hostDown(h *Host) bool {
 		return false
 	}
 	for _, a := range addrs {
-		if !n.isDown(h, a) {
+		if !n.isDown(ctx, h, a) {
 			return false
 		}
 	}
@@ -318,14 +319,14 @@ func (n *Negotiator) hostDown(h *Host) bool {
 
 // upHostsFirst reorders order (indexes of the hosts) so that hosts remembered down come after
 // the others, each group in its order.
-func (n *Negotiator) upHostsFirst(order []int) []int {
+func (n *Negotiator) upHostsFirst(ctx context.Context, order []int) []int {
 	if n.down == nil || n.down.count.Load() == 0 {
 		return order
 	}
 	var down []int
 	up := order[:0:0]
 	for _, i := range order {
-		if n.hostDown(&n.cfg.Hosts[i]) {
+		if n.hostDown(ctx, &n.cfg.Hosts[i]) {
 			down = append(down, i)
 		} else {
 			up = append(up, i)
@@ -338,18 +339,19 @@ func (n *Negotiator) upHostsFirst(order []int) []int {
 }
 
 // recheckDown dials k in the background, bounded by connect_timeout (else 10 s) and the
-// negotiator's life, and records what it showed.
-func (n *Negotiator) recheckDown(k downKey) {
-	started := n.bg.start(func(life context.Context) {
-		ctx, cancel := context.WithTimeout(life, n.backgroundTimeout())
-		defer cancel()
-		conn, err := n.cfg.DialFunc(ctx, "tcp", net.JoinHostPort(k.ip, strconv.Itoa(int(k.port))))
+// negotiator's life, linked to the trace of the connect of ctx and taking nothing else of it
+// (background.go), and records what it showed. host and port name k's host, for the trace.
+func (n *Negotiator) recheckDown(ctx context.Context, host string, port uint16, k downKey) {
+	address := net.JoinHostPort(k.ip, strconv.Itoa(int(k.port)))
+	info := BackgroundStartInfo{Work: BackgroundDownRecheck, Host: host, Port: port, Address: address, Trigger: n.detach(ctx)}
+	if !n.runBackground(info, func(ctx context.Context) error {
+		conn, err := n.cfg.DialFunc(ctx, "tcp", address)
 		if err == nil {
 			conn.Close()
 		}
 		n.down.checked(k, err == nil)
-	})
-	if !started {
+		return err
+	}) {
 		n.down.checked(k, false)
 	}
 }

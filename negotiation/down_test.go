@@ -14,7 +14,8 @@ import (
 // and closes (closed: refused) or a black hole (the dial waits for its deadline, as for a host
 // whose SYNs are dropped), with a clock the test moves; it records the addresses dialed.
 type downFixture struct {
-	n *Negotiator
+	n     *Negotiator
+	trace *stateTrace // hooks with per-connect state, as package tracing's
 
 	mu     sync.Mutex
 	now    time.Time
@@ -25,7 +26,7 @@ type downFixture struct {
 // newDownFixture returns a fixture for hosts with the given addresses ("ip:port").
 func newDownFixture(t *testing.T, connectTimeout time.Duration, addrs ...string) *downFixture {
 	t.Helper()
-	f := &downFixture{now: time.Unix(1_000_000, 0), holes: map[string]bool{}}
+	f := &downFixture{now: time.Unix(1_000_000, 0), holes: map[string]bool{}, trace: newStateTrace()}
 	var hosts []Host
 	for _, a := range addrs {
 		ip, port, _ := net.SplitHostPort(a)
@@ -39,6 +40,7 @@ func newDownFixture(t *testing.T, connectTimeout time.Duration, addrs ...string)
 		GSSEncMode:     GSSEncModeDisable,
 		ConnectTimeout: connectTimeout,
 		DownTTL:        10 * time.Second,
+		Trace:          f.trace.trace(),
 		DialFunc: func(ctx context.Context, network, address string) (net.Conn, error) {
 			f.mu.Lock()
 			hole := f.holes[address]
@@ -144,8 +146,9 @@ func TestDownHostTriedLast(t *testing.T) {
 }
 
 // A host remembered down is dialed again in the background once half the memory's life has
-// passed; when it answers, it is forgotten and the next connect tries it first again. A memory
-// nobody renews ends with its TTL.
+// passed, linked to the connect that put it last and under no connect's context; when it
+// answers, it is forgotten and the next connect tries it first again. A memory nobody renews
+// ends with its TTL.
 func TestDownHostForgottenWhenItAnswers(t *testing.T) {
 	first, _ := listen(t, "127.0.0.1")
 	second, _ := listen(t, "127.0.0.2")
@@ -171,6 +174,9 @@ func TestDownHostForgottenWhenItAnswers(t *testing.T) {
 	f.mu.Unlock()
 	if dialed, _ := f.connect(context.Background()); !slices.Equal(dialed, []string{second}) {
 		t.Fatalf("6 s later: dialed %v, want %v alone", dialed, second)
+	}
+	if done := f.trace.waitWork(t, BackgroundDownRecheck, 3); done.Err != nil {
+		t.Errorf("the background dial of the host that came back: %v", done.Err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for f.n.down.count.Load() != 0 {

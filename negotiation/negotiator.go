@@ -226,7 +226,7 @@ func (n *Negotiator) connect(ctx context.Context, open func(ctx context.Context)
 	var failed []*HostError
 	var buf, rbuf [8]int // the order of up to 8 hosts without an allocation
 	order, roleMoved := n.roleFirst(n.hostOrder(buf[:0]), rbuf[:0])
-	order = n.upHostsFirst(order)
+	order = n.upHostsFirst(ctx, order)
 	ps := &pass{}
 	for {
 		for _, i := range order {
@@ -534,20 +534,15 @@ func (n *Negotiator) backgroundTimeout() time.Duration {
 }
 
 // refreshDNS looks h's name up again in the background, for the connects after the one of ctx
-// (whose trace the lookup's step joins), and hands the answer to the cache.
+// (linked to its trace, taking nothing else of it: background.go), and hands the answer to the
+// cache.
 func (n *Negotiator) refreshDNS(ctx context.Context, h *Host) {
-	parent := context.WithoutCancel(ctx)
-	started := n.bg.start(func(life context.Context) {
-		lctx, cancel := context.WithTimeout(parent, n.backgroundTimeout())
-		defer cancel()
-		defer context.AfterFunc(life, cancel)()
-		addrs, err := n.lookup(lctx, h)
-		if err != nil {
-			addrs = nil
-		}
+	info := BackgroundStartInfo{Work: BackgroundDNSLookup, Host: h.Host, Port: h.Port, Trigger: n.detach(ctx)}
+	if !n.runBackground(info, func(ctx context.Context) error {
+		addrs, err := n.lookup(ctx, h) // nil after a failure: the answer is left to expire
 		n.dns.refreshed(h.Host, addrs)
-	})
-	if !started {
+		return err
+	}) {
 		n.dns.refreshed(h.Host, nil)
 	}
 }
@@ -622,7 +617,7 @@ func (n *Negotiator) tryHost(ctx context.Context, b *budget, h *Host, key Key, p
 		return ctx.Err() != nil, false, &HostError{Host: h.Host, Port: h.Port, Step: "DNS lookup", Err: err}
 	}
 	caller, _ := ctx.Deadline()
-	addrs := n.upFirst(h, ans.addrs)
+	addrs := n.upFirst(ctx, h, ans.addrs)
 	ps.addrAge = 0
 	if ans.remembered {
 		ps.addrAge = max(ans.age, time.Nanosecond) // waited for another connect's lookup: just now
@@ -1246,7 +1241,7 @@ func (at *attempt) dial(ctx context.Context, network, address string) (net.Conn,
 	} else {
 		dctx := ctx
 		if tr.TCPConnectStart != nil {
-			info.RememberedDown = at.n.downNow(network, address)
+			info.RememberedDown = at.n.downNow(ctx, at.host.Host, network, address)
 			dctx = tr.TCPConnectStart(ctx, info)
 		}
 		var err error

@@ -63,8 +63,10 @@ type RefreshStartInfo struct {
 	Method   Method // the method whose answer is asked again: MethodSSL or MethodGSS
 	// Age is how old the remembered answer was when the refresh began.
 	Age time.Duration
-	// Trigger is the context of the connect whose decision started the refresh, for an observer
-	// to link to it. It may have ended; the refresh runs under its own context, not this one.
+	// Trigger is what Trace.Detach returned on the goroutine of the connect whose decision
+	// started the refresh, for an observer to link the refresh to that connect;
+	// context.Background() without a Detach hook. It holds nothing else of the connect: the
+	// refresh runs under a context of its own.
 	Trigger context.Context
 }
 
@@ -135,13 +137,14 @@ func (n *Negotiator) refreshSkipped(ctx context.Context, h *Host, key Key, plan 
 	if r == nil {
 		return
 	}
+	trigger := n.detach(ctx) // nothing else of the connect goes to the refresh (background.go)
 	if !n.bg.start(func(life context.Context) {
 		defer r.End()
 		for _, m := range r.Methods() {
 			if life.Err() != nil {
 				return
 			}
-			n.refresh(life, ctx, h, key, m)
+			n.refresh(life, trigger, h, key, m)
 		}
 	}) {
 		r.End()
@@ -150,6 +153,7 @@ func (n *Negotiator) refreshSkipped(ctx context.Context, h *Host, key Key, plan 
 
 // refresh asks the question of m's remembered negative answer about key again, on its own
 // connection: one attempt with the plan [m] on the host's addresses, until one gives an answer.
+// trigger links it to the connect that started it (Trace.Detach).
 func (n *Negotiator) refresh(life, trigger context.Context, h *Host, key Key, m Method) {
 	start := time.Now()
 	ctx := life

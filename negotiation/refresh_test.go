@@ -104,8 +104,8 @@ type pgconnCloser struct{ c *pgconn.PgConn }
 func (p pgconnCloser) Close() error { return p.c.Close(context.Background()) }
 
 // refreshNegotiator is a negotiator for s with sslmode=prefer, a cache with TTL 2 s (refresh age
-// 1 s) on a clock the test moves, 'N' remembered and a refresh age old, and hooks that report
-// the refresh's end.
+// 1 s) on a clock the test moves, 'N' remembered and a refresh age old, and hooks that keep
+// per-connect state (stateTrace), check that the refresh takes none of it and report its end.
 func refreshNegotiator(t *testing.T, s *refreshServer, connectTimeout time.Duration) (*Negotiator, *Cache, Key, chan RefreshDoneInfo) {
 	t.Helper()
 	var mu sync.Mutex
@@ -128,13 +128,16 @@ func refreshNegotiator(t *testing.T, s *refreshServer, connectTimeout time.Durat
 		t.Fatal(err)
 	}
 	done := make(chan RefreshDoneInfo, 4)
+	tr := newStateTrace().trace() // hooks with per-connect state, as package tracing's
+	checkRefresh(t, tr)
+	tr.RefreshDone = func(_ context.Context, info RefreshDoneInfo) { done <- info }
 	var n *Negotiator
 	n, err = NewNegotiator(Config{
 		Hosts:          []Host{{Host: "127.0.0.1", Port: s.port(), SSLMode: SSLModePrefer, TLSConfig: &tls.Config{InsecureSkipVerify: true}}},
 		GSSEncMode:     GSSEncModeDisable,
 		Cache:          cache,
 		ConnectTimeout: connectTimeout,
-		Trace:          &Trace{RefreshDone: func(_ context.Context, info RefreshDoneInfo) { done <- info }},
+		Trace:          tr,
 		Open: func(ctx context.Context) (io.Closer, error) {
 			cfg := base.Copy()
 			if err := n.Configure(ctx, cfg); err != nil {

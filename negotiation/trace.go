@@ -12,7 +12,10 @@ import (
 // Every XxxStart hook returns the context that the negotiation code passes to the matching
 // XxxDone hook and uses for the steps nested in it; a hook that has nothing to attach returns
 // its argument. Hooks run on the goroutine that connects, one step at a time; hooks of different
-// connects run concurrently. No hook ever receives a password, a ticket, a key or the cancel key.
+// connects run concurrently. Work that the negotiator does for later connects in the background
+// (RefreshStart, BackgroundStart) calls its hooks on its own goroutine, under a context of its
+// own that holds nothing of the connect that started it (Detach). No hook ever receives a
+// password, a ticket, a key or the cancel key.
 type Trace struct {
 	// ConnectStart is called when a logical connect (one database/sql Connect) begins.
 	ConnectStart func(ctx context.Context, info ConnectStartInfo) context.Context
@@ -83,6 +86,21 @@ type Trace struct {
 	// refresh's own goroutine.
 	RefreshStart func(ctx context.Context, info RefreshStartInfo) context.Context
 	RefreshDone  func(ctx context.Context, info RefreshDoneInfo)
+
+	// BackgroundStart is called when a background lookup of a host name or recheck of an address
+	// remembered down begins (background.go), BackgroundDone when it ends. Like a refresh it is
+	// not a logical connect; its steps (DNSStart, DNSDone) go through the hooks above under the
+	// context BackgroundStart returns, on the work's own goroutine.
+	BackgroundStart func(ctx context.Context, info BackgroundStartInfo) context.Context
+	BackgroundDone  func(ctx context.Context, info BackgroundDoneInfo)
+
+	// Detach is called on a connect's goroutine when the connect starts background work that
+	// may outlive it (a refresh, a lookup, a recheck): it returns ctx (context.Background(), or
+	// what the Detach of a trace composed before this one returned) with what an observer needs
+	// to link that work to the connect of connect, for example the connect span's identity,
+	// and nothing of the connect's own state: the work runs beside the connect and the ones
+	// after it. The work gets the result as its Trigger.
+	Detach func(ctx context.Context, connect context.Context) context.Context
 }
 
 // ConnectStartInfo describes a logical connect, from the connection string.

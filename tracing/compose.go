@@ -10,7 +10,7 @@ import (
 // net/http/httptrace composes a ClientTrace with the one already in a context. Either may be nil.
 //
 // Start hooks and event hooks (Decision, Fallback) run a's first, then b's; a Start hook of b
-// receives the context a's Start hook returned. Done hooks run b's first, then a's, as deferred
+// receives the context a's Start hook returned (Detach too: b's extends what a's returned). Done hooks run b's first, then a's, as deferred
 // calls would, and both receive the context b's Start hook returned. The
 // Done hooks of [NewTrace] end a span only when it is the current span of their context, so a
 // trace of spans goes last (as b): a trace composed after it must not start spans of its own.
@@ -56,6 +56,9 @@ func Compose(a, b *negotiation.Trace) *negotiation.Trace {
 		Fallback:            eventHook(a.Fallback, b.Fallback),
 		RefreshStart:        startHook(a.RefreshStart, b.RefreshStart),
 		RefreshDone:         doneHook(a.RefreshDone, b.RefreshDone),
+		BackgroundStart:     startHook(a.BackgroundStart, b.BackgroundStart),
+		BackgroundDone:      doneHook(a.BackgroundDone, b.BackgroundDone),
+		Detach:              startHook(a.Detach, b.Detach),
 	}
 }
 

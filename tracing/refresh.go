@@ -40,13 +40,7 @@ type refreshKey struct{}
 func (t *tracer) refreshStart(ctx context.Context, info negotiation.RefreshStartInfo) context.Context {
 	var a [6]attribute.KeyValue
 	kv := refreshStartAttributes(append(a[:0], semconv.DBSystemNamePostgreSQL), info)
-	opts := []trace.SpanStartOption{t.internal[0], trace.WithNewRoot(), trace.WithAttributes(kv...)}
-	if info.Trigger != nil {
-		if sc := trace.SpanContextFromContext(info.Trigger); sc.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-		}
-	}
-	ctx, span := t.tracer.Start(ctx, SpanRefresh, opts...)
+	ctx, span := t.startLinked(ctx, SpanRefresh, info.Trigger, kv)
 	if span.IsRecording() {
 		ctx = context.WithValue(ctx, stepConnect, &connectState{span: span, database: info.Database})
 		ctx = context.WithValue(ctx, refreshKey{}, span)

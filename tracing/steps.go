@@ -171,3 +171,10 @@ func refreshStartAttributes(dst []attribute.KeyValue, info negotiation.RefreshSt
 	}
 	return append(dst, RefreshMethodKey.String(info.Method.String()), RefreshAgeKey.Float64(info.Age.Seconds()))
 }
+
+// backgroundStartAttributes: the host and port (when known) and, for a recheck, the address
+// dialed again.
+func backgroundStartAttributes(dst []attribute.KeyValue, info negotiation.BackgroundStartInfo) []attribute.KeyValue {
+	dst = appendServer(dst, info.Host, info.Port)
+	return appendPeer(dst, info.Address)
+}

@@ -78,6 +78,9 @@ func NewTrace(tp trace.TracerProvider, opts ...Option) *negotiation.Trace {
 		Fallback:            t.fallback,
 		RefreshStart:        t.refreshStart,
 		RefreshDone:         t.refreshDone,
+		BackgroundStart:     t.backgroundStart,
+		BackgroundDone:      t.backgroundDone,
+		Detach:              t.detach,
 	}
 }
 
