@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	xscram "github.com/xdg-go/scram"
 
+	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/internal/scram"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
@@ -57,6 +59,10 @@ const (
 	// lieSkipExchange sends AuthenticationOk (and ReadyForQuery) right after
 	// SASLInitialResponse.
 	lieSkipExchange
+	// lieFreshSalts sends a server-first-message with a salt of its own for each exchange and
+	// the iteration count iters, then hangs up when the client answers or hangs up; it records
+	// nothing (f.after stays empty), so it can serve any number of connects.
+	lieFreshSalts
 )
 
 // listenLow listens on a free port of 127.0.0.1 below 32768 (the project's rule for test servers:
@@ -196,6 +202,15 @@ startup:
 		salt := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
 		be.Send(&pgproto3.AuthenticationSASLContinue{Data: fmt.Appendf(nil, "r=%s,s=%s,i=%d", nonce, salt, f.iters)})
 		f.lied(c, be)
+		return
+	case lieFreshSalts:
+		cf := string(first.Data)
+		nonce := cf[strings.LastIndex(cf, ",r=")+len(",r="):] + "fakeServerNonce"
+		salt := base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "fresh salt %06d", i))
+		be.Send(&pgproto3.AuthenticationSASLContinue{Data: fmt.Appendf(nil, "r=%s,s=%s,i=%d", nonce, salt, f.iters)})
+		if be.Flush() == nil {
+			c.Read(make([]byte, 1))
+		}
 		return
 	}
 
@@ -411,4 +426,114 @@ func TestSCRAMLyingServer(t *testing.T) {
 		// The connect did not wait for the derivation, and it was not completed.
 		w.wantDerivations(t, 0)
 	})
+}
+
+// A server that answers every exchange with a salt of its own and the largest iteration count
+// allowed (10,000,000) costs the client a derivation per connect, as it costs libpq. It slows only
+// the connects that go to it: while 4 connects to it run, a connect of another connector to an
+// honest server (a harness PostgreSQL, scram-sha-256, a new connector for each connect, so that
+// each one derives its keys) takes at most twice its time alone when the 4 go through one
+// connector (one derivation at a time for the hostile server on 2 processors), and at most 4
+// times (8 under the race detector) when each has a connector of its own: 4 derivations then
+// share the processors with the honest connect, as 4 threads of libpq would (1.1 to 2.2 times
+// measured, 6 to 8 if the derivations did not yield at each check). Compared by the medians of
+// 10 connects each. The connects alone and beside the hostile ones alternate, so that the
+// machine's other load weighs on both alike; the hostile connects start before each honest
+// connect beside them and are given up after it, their budget (a minute) far longer.
+func TestSCRAMHostileServerSlowsOnlyItsConnects(t *testing.T) {
+	const rounds, hostile = 10, 4
+	_, srv := servers(t)
+	honestDSN := srv.DSN("sslmode=disable gssencmode=disable")
+	honest := func(t *testing.T) (time.Duration, error) {
+		t.Helper()
+		c := newConnector(t, honestDSN)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		dc, err := c.Connect(ctx)
+		took := time.Since(start)
+		if err == nil {
+			dc.Close()
+		}
+		return took, err
+	}
+	median := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	honest(t) // the first connect of the process pays for what is set up once
+
+	for _, tc := range []struct {
+		name       string
+		connectors int // for the hostile connects
+		factor     int // the bound of the honest median beside them, in medians alone
+	}{
+		{"one connector", 1, 2},
+		{"a connector each", hostile, 4},
+	} {
+		if raceDetector && tc.connectors > 1 {
+			tc.factor *= 2
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFakeSCRAM(t, &fakeSCRAM{lie: lieFreshSalts, iters: 10_000_000})
+			hcs := make([]*pgconnector.Connector, tc.connectors)
+			for i := range hcs {
+				hcs[i] = newConnector(t, f.dsn("fake-Secret-3b9"))
+				defer hcs[i].Close()
+			}
+			// startHostile starts the hostile connects and returns once each one has sent
+			// its client-first-message and a derivation had time to start; the function it
+			// returns gives them up and waits for them.
+			startHostile := func() (stop func()) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				var wg sync.WaitGroup
+				seen := f.startups.Load()
+				for i := range hostile {
+					wg.Go(func() {
+						if dc, err := hcs[i%len(hcs)].Connect(ctx); err == nil {
+							dc.Close()
+							t.Error("a connect to the hostile server succeeded")
+						}
+					})
+				}
+				for f.startups.Load() < seen+hostile && ctx.Err() == nil {
+					time.Sleep(time.Millisecond)
+				}
+				time.Sleep(20 * time.Millisecond)
+				return func() {
+					cancel()
+					wg.Wait()
+				}
+			}
+
+			var alone, beside []time.Duration
+			var failed []error
+			for range rounds {
+				took, err := honest(t)
+				if err != nil {
+					t.Fatalf("honest connect alone: %v", err)
+				}
+				alone = append(alone, took)
+				stop := startHostile()
+				took, err = honest(t)
+				stop()
+				beside = append(beside, took)
+				if err != nil {
+					failed = append(failed, err)
+				}
+			}
+
+			ma, mb := median(alone), median(beside)
+			t.Logf("honest connect alone: median %v %v; beside %d connects to the hostile server: median %v %v (%d failed); %.2fx",
+				ma, alone, hostile, mb, beside, len(failed), float64(mb)/float64(ma))
+			if len(failed) > 0 {
+				t.Errorf("%d of %d honest connects failed beside the hostile server's, the first: %v", len(failed), rounds, failed[0])
+			}
+			if mb > time.Duration(tc.factor)*ma {
+				t.Errorf("honest connects took %v (median) beside the hostile server's, %v alone: more than %d times as long", mb, ma, tc.factor)
+			}
+		})
+	}
 }

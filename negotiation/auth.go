@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -432,7 +433,7 @@ func (x *authExchange) startSASL(data []byte) error {
 		}
 		cb = b
 	}
-	ex, err := x.at.n.scram.Start(mech, x.s.user, x.s.password, cb, advertise)
+	ex, err := x.at.n.scram.Start(x.at.scramServer(), mech, x.s.user, x.s.password, cb, advertise)
 	if err != nil {
 		return &AuthError{Problem: "SCRAM authentication could not start", Err: err}
 	}
@@ -441,6 +442,17 @@ func (x *authExchange) startSASL(data []byte) error {
 	x.channelBound = cb != nil
 	x.at.saslMechanism = mech
 	return x.send(&pgproto3.SASLInitialResponse{AuthMechanism: mech, Data: ex.ClientFirst()})
+}
+
+// scramServer names the server of the attempt's SCRAM exchange for scram.Keys.Start, whose
+// derivations wait only for that server's: the network and address the attempt dialed ("tcp
+// 192.0.2.1:5432", "unix /tmp/.s.PGSQL.5432"), or the address and port of its host if it dialed
+// nothing.
+func (at *attempt) scramServer() string {
+	if at.dialAddress != "" {
+		return at.dialNetwork + " " + at.dialAddress
+	}
+	return net.JoinHostPort(at.addr, strconv.Itoa(int(at.host.Port)))
 }
 
 // saslMechanisms parses AuthenticationSASL's list: names ending with a zero byte, then an empty

@@ -14,10 +14,11 @@ import (
 // 5802 section 3; PostgreSQL doc sasl-authentication.html, "SCRAM-SHA-256 Authentication"). It is
 // for one connection and not safe for concurrent use.
 type Exchange struct {
-	keys  *Keys
-	key   [32]byte // the entry's key
-	keyed bool     // false after Close: nothing is cached
-	gen   *gen
+	keys   *Keys
+	server string   // Start's server: whose slots a derivation for this exchange waits for
+	key    [32]byte // the entry's key
+	keyed  bool     // false after Close: nothing is cached
+	gen    *gen
 
 	password string // for a fresh gen when the gen died (rebind)
 
@@ -52,8 +53,11 @@ const (
 // -PLUS: the GS2 flag 'y' instead of 'n' (RFC 5802 section 6). It fails for another mechanism, for
 // cb given with SCRAM-SHA-256 or missing with -PLUS, for advertise with -PLUS, and for an empty
 // password (libpq refuses it too: "no password supplied"). user is used only to key the cache: the
-// SCRAM user name sent is empty, as libpq sends it.
-func (k *Keys) Start(mechanism, user, password string, cb []byte, advertise bool) (*Exchange, error) {
+// SCRAM user name sent is empty, as libpq sends it. server names the server the exchange is
+// with, as the connection reached it (network and address: "tcp 192.0.2.1:5432", "unix
+// /tmp/.s.PGSQL.5432"): a derivation this exchange needs waits only for the derivations of the
+// same server (Config.PerServer). The keys cached are the same for every server.
+func (k *Keys) Start(server, mechanism, user, password string, cb []byte, advertise bool) (*Exchange, error) {
 	gs2 := "n,,"
 	switch mechanism {
 	case MechanismSHA256:
@@ -79,7 +83,7 @@ func (k *Keys) Start(mechanism, user, password string, cb []byte, advertise bool
 	}
 	var raw [nonceLen]byte
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
-	e := &Exchange{keys: k, key: k.entryKey(user, password), password: password, gs2: gs2,
+	e := &Exchange{keys: k, server: server, key: k.entryKey(user, password), password: password, gs2: gs2,
 		cb: append([]byte(nil), cb...), nonce: base64.StdEncoding.EncodeToString(raw[:])}
 	e.gen, e.keyed = k.genFor(e.key, password)
 	e.clientFirst = gs2 + "n=,r=" + e.nonce
@@ -95,7 +99,7 @@ func (e *Exchange) ClientFirst() []byte { return []byte(e.clientFirst) }
 // iteration count (>= 1 and <= MaxIterations) BEFORE deriving; a derivation is waited for only
 // until ctx ends (ctx.Err() returned, wrapped), and is stopped when no exchange waits for it any
 // more. Concurrent exchanges that need the same keys wait for one derivation; at most
-// GOMAXPROCS derivations run at once in the process. It may be called once.
+// Config.PerServer derivations run at once for the exchange's server. It may be called once.
 func (e *Exchange) ServerFirst(ctx context.Context, msg []byte) ([]byte, error) {
 	if e.state != started {
 		return nil, fmt.Errorf("SCRAM server-first-message received %s", e.state.after())
@@ -191,9 +195,9 @@ func (e *Exchange) prepare(kf keyFactors) (keys derivedKeys, cached bool, fl *fl
 				el.Value.(*entry).gen = newGen(e.password)
 			}
 		}
-		return derivedKeys{}, false, k.startFlight(e.gen, kf)
+		return derivedKeys{}, false, k.startFlight(e.gen, kf, e.server)
 	case f.state == pending:
-		f.flight.waiters++
+		k.join(f.flight, e.server)
 		return derivedKeys{}, false, f.flight
 	default:
 		return f.keys, f.state == verified, nil

@@ -64,6 +64,7 @@ func (p *peer) conv() *xscram.ServerConversation {
 // attempt describes the client side of one exchange; the zero value is SCRAM-SHA-256 with
 // testUser and testPassword.
 type attempt struct {
+	server                    string // Start's server; "" is one server as any other
 	mechanism, user, password string
 	cb                        []byte
 	advertise                 bool
@@ -91,7 +92,7 @@ func (a attempt) withDefaults() attempt {
 func exchange(t testing.TB, k *Keys, p *peer, a attempt) (*Exchange, error) {
 	t.Helper()
 	a = a.withDefaults()
-	e, err := k.Start(a.mechanism, a.user, a.password, a.cb, a.advertise)
+	e, err := k.Start(a.server, a.mechanism, a.user, a.password, a.cb, a.advertise)
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func TestMalformedServerFirst(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDerivations()
 			k := NewKeys(d.config(Config{}))
-			e, err := k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+			e, err := k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +83,7 @@ func TestMalformedServerFinal(t *testing.T) {
 			d := newDerivations()
 			k := NewKeys(d.config(Config{}))
 			p := passwordPeer(t, testPassword, testSalt, 4096)
-			e, _ := k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+			e, _ := k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 			s1, _ := p.conv().Step(string(e.ClientFirst()))
 			if _, err := e.ServerFirst(context.Background(), []byte(s1)); err != nil {
 				t.Fatal(err)
@@ -130,7 +130,7 @@ func FuzzServerFirst(f *testing.F) {
 		for len(d.done) > 0 {
 			<-d.done
 		}
-		e, err := k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+		e, err := k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -70,7 +70,7 @@ func login(t *testing.T, k *Keys, pg *harness.Postgres, l pgLogin) (*Exchange, e
 	} else {
 		cb = nil
 	}
-	e, err := k.Start(mech, l.user, l.password, cb, advertise)
+	e, err := k.Start("", mech, l.user, l.password, cb, advertise)
 	if err != nil {
 		t.Fatal(err)
 	}

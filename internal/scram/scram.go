@@ -13,7 +13,9 @@
 // server's iteration count checked before any derivation, a strict reading of the server's
 // messages, one derivation for a herd of connections that miss the cache together, a
 // derivation waited for only as long as the caller's context allows and stopped when no
-// exchange waits for it, at most GOMAXPROCS derivations at once in the process, and a cache
+// exchange waits for it, at most Config.PerServer derivations at once per server of a Keys
+// (nothing shared between Keys, so that a server that asks for costly derivations delays only
+// the exchanges with it, as libpq, where each connection derives on its own), and a cache
 // bounded in entries and in salts per entry, whose keys count as cached only once a server has
 // proven it knows them (a valid ServerSignature) and go as soon as an exchange with them fails.
 //
@@ -59,6 +61,10 @@ const (
 type Config struct {
 	MaxEntries    int // (user, password) entries kept; 0 = 64
 	MaxIterations int // the largest iteration count a server may ask for; 0 = 10_000_000 (pgx's cap)
+	// PerServer is how many derivations run at once for one server (Start's server); the
+	// others wait for one of its slots as long as an exchange waits for them. 0 = half of
+	// GOMAXPROCS as it is in NewKeys, at least 1 (derive.go, defaultPerServer).
+	PerServer int
 	// OnDerive, if set, is called after each PBKDF2 derivation that completed with how long it
 	// took (for metrics), not for one that was stopped. It is called on the goroutine that ran the
 	// derivation, and possibly from several goroutines at once.
@@ -81,6 +87,9 @@ type Keys struct {
 	closed  bool
 	entries map[[32]byte]*list.Element // of *entry
 	lru     *list.List                 // most recently started at the front
+	// servers are the slots of the servers with a derivation that runs or waits (derive.go);
+	// bounded by the exchanges that wait, empty when none does.
+	servers map[string]*serverSlots
 }
 
 // entry is the cache of one (user, password).
@@ -123,7 +132,8 @@ type gen struct {
 	dead    bool // an exchange with this gen failed: nothing in it is to be used again
 }
 
-// NewKeys returns an empty Keys. MaxEntries or MaxIterations of 0 (or less) take the defaults.
+// NewKeys returns an empty Keys. MaxEntries, MaxIterations or PerServer of 0 (or less) take the
+// defaults.
 func NewKeys(cfg Config) *Keys {
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = defaultMaxEntries
@@ -131,7 +141,10 @@ func NewKeys(cfg Config) *Keys {
 	if cfg.MaxIterations <= 0 {
 		cfg.MaxIterations = defaultMaxIterations
 	}
-	k := &Keys{cfg: cfg, entries: make(map[[32]byte]*list.Element), lru: list.New()}
+	if cfg.PerServer <= 0 {
+		cfg.PerServer = defaultPerServer()
+	}
+	k := &Keys{cfg: cfg, entries: make(map[[32]byte]*list.Element), lru: list.New(), servers: make(map[string]*serverSlots)}
 	_, _ = rand.Read(k.secret[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return k
 }
@@ -228,13 +241,13 @@ func (k *Keys) genFor(key [32]byte, password string) (*gen, bool) {
 	return g, true
 }
 
-// testHooks, set by tests only, are called around each PBKDF2 derivation: start as it begins, end
-// as it ends (completed false when it was stopped).
+// testHooks, set by tests only, are called around each PBKDF2 derivation with the server whose
+// slot it holds: start as it begins, end as it ends (completed false when it was stopped).
 var testHooks atomic.Pointer[derivationHooks]
 
 type derivationHooks struct {
-	start func()
-	end   func(completed bool)
+	start func(server string)
+	end   func(server string, completed bool)
 }
 
 // errNoPassword is what libpq says (PQnoPasswordSupplied) when it has no password for SCRAM;

@@ -93,7 +93,7 @@ func TestChannelBinding(t *testing.T) {
 		// A server that offered -PLUS takes 'y' as a downgrade (RFC 5802 section 6).
 		p := passwordPeer(t, testPassword, testSalt, 4096)
 		p.cb = cb[:]
-		e, err = k.Start(MechanismSHA256, testUser, testPassword, nil, true)
+		e, err = k.Start("", MechanismSHA256, testUser, testPassword, nil, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +207,7 @@ func TestAbandon(t *testing.T) {
 	p := passwordPeer(t, testPassword, testSalt, 4096)
 
 	// Cold: the server answers client-final-message with an ErrorResponse (no SASLFinal).
-	e, err := k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+	e, err := k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestAbandon(t *testing.T) {
 	if !mustExchange(t, k, p, attempt{}) {
 		t.Fatal("warm exchange not Cached")
 	}
-	e, _ = k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+	e, _ = k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 	s1, _ = p.conv().Step(string(e.ClientFirst()))
 	if _, err := e.ServerFirst(context.Background(), []byte(s1)); err != nil || !e.Cached() {
 		t.Fatalf("ServerFirst: %v, Cached %v", err, e.Cached())
@@ -262,11 +262,11 @@ func TestStartedBeforeFailure(t *testing.T) {
 	mustExchange(t, k, p, attempt{})
 	d.expect(t, 1)
 
-	early, _ := k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+	early, _ := k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 	earlySrv := p.conv()
 	s1, _ := earlySrv.Step(string(early.ClientFirst()))
 
-	failing, _ := k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+	failing, _ := k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 	fs1, _ := p.conv().Step(string(failing.ClientFirst()))
 	if _, err := failing.ServerFirst(context.Background(), []byte(fs1)); err != nil {
 		t.Fatal(err)
@@ -330,7 +330,7 @@ func TestContextEndsDuringDerivation(t *testing.T) {
 
 	var stopped atomic.Int64
 	ended := make(chan bool, 16)
-	testHooks.Store(&derivationHooks{start: func() {}, end: func(done bool) {
+	testHooks.Store(&derivationHooks{start: func(string) {}, end: func(_ string, done bool) {
 		if !done {
 			stopped.Add(1)
 		}
@@ -399,7 +399,7 @@ func TestColdHerd(t *testing.T) {
 	errs := make(chan error, herd)
 	for range herd {
 		wg.Go(func() {
-			e, err := k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+			e, err := k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 			if err != nil {
 				errs <- err
 				return
@@ -522,7 +522,7 @@ func TestStartRefuses(t *testing.T) {
 		{"empty password", MechanismSHA256, "", nil, false, "the password is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := k.Start(tc.mechanism, testUser, tc.password, tc.cb, tc.advertise)
+			_, err := k.Start("", tc.mechanism, testUser, tc.password, tc.cb, tc.advertise)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -536,7 +536,7 @@ func TestStartRefuses(t *testing.T) {
 func TestOutOfOrder(t *testing.T) {
 	k := NewKeys(Config{})
 	p := passwordPeer(t, testPassword, testSalt, 4096)
-	e, _ := k.Start(MechanismSHA256, testUser, testPassword, nil, false)
+	e, _ := k.Start("", MechanismSHA256, testUser, testPassword, nil, false)
 	if err := e.ServerFinal([]byte("v=AAAA")); err == nil || !strings.Contains(err.Error(), "before server-first-message") {
 		t.Errorf("ServerFinal first: %v", err)
 	}

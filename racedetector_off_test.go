@@ -1,0 +1,5 @@
+//go:build !race
+
+package pgconnector_test
+
+const raceDetector = false
