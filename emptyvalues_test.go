@@ -233,6 +233,31 @@ func TestEmptyValuesMatchLibpq18(t *testing.T) {
 	env := first.Env
 	env["requiressl"] = "PGREQUIRESSL"
 
+	// agree checks the outcomes got against the table's: refused, libpq's message ("" when libpq
+	// takes the value, with meaning); it reports whether they were as the table says.
+	agree := func(t *testing.T, got outcomes, refused, meaning string) bool {
+		t.Helper()
+		t.Logf("libpq 18: %s; connector: %s", got.libpq, got.connector)
+		failed := t.Failed()
+		if refused != "" {
+			if got.libpq != "error: "+refused {
+				t.Errorf("libpq 18: %s; the table: refused: %s", got.libpq, refused)
+			}
+			if !strings.HasPrefix(got.connector, "refused: ") || !strings.Contains(got.connector, refused) {
+				t.Errorf("connector: %s; libpq 18 refuses it: %s", got.connector, refused)
+			}
+			return !t.Failed() || failed
+		}
+		switch {
+		case strings.HasPrefix(got.connector, "refused: "):
+			t.Errorf("connector: %s; libpq 18 takes it (%s): %s", got.connector, meaning, got.libpq)
+		case strings.HasPrefix(got.libpq, "error: ") != strings.HasPrefix(got.connector, "failed: "),
+			!strings.HasPrefix(got.libpq, "error: ") && got.libpq != got.connector:
+			t.Errorf("connector: %s; libpq 18: %s", got.connector, got.libpq)
+		}
+		return !t.Failed() || failed
+	}
+
 	for _, c := range emptyValueCases {
 		for _, src := range []emptySource{emptyInString, emptyInURL, emptyInEnv, emptyInService} {
 			if src == emptyInEnv && env[c.key] == "" {
@@ -264,22 +289,8 @@ func TestEmptyValuesMatchLibpq18(t *testing.T) {
 					refused = c.refused
 				}
 				refused = strings.ReplaceAll(refused, "$FILE", serviceFile)
-				t.Logf("libpq 18: %s; connector: %s", got.libpq, got.connector)
-				if refused != "" {
-					if got.libpq != "error: "+refused {
-						t.Errorf("libpq 18: %s; the table: refused: %s", got.libpq, refused)
-					}
-					if !strings.HasPrefix(got.connector, "refused: ") || !strings.Contains(got.connector, refused) {
-						t.Errorf("connector: %s; libpq 18 refuses it: %s", got.connector, refused)
-					}
+				if !agree(t, got, refused, c.meaning) || refused != "" {
 					return
-				}
-				switch {
-				case strings.HasPrefix(got.connector, "refused: "):
-					t.Errorf("connector: %s; libpq 18 takes it (%s): %s", got.connector, c.meaning, got.libpq)
-				case strings.HasPrefix(got.libpq, "error: ") != strings.HasPrefix(got.connector, "failed: "),
-					!strings.HasPrefix(got.libpq, "error: ") && got.libpq != got.connector:
-					t.Errorf("connector: %s; libpq 18: %s", got.connector, got.libpq)
 				}
 				if strings.HasPrefix(c.meaning, asNotGiven) {
 					without := outcome(t, conninfo(c.key, false, ""), vars[:2])
@@ -292,5 +303,33 @@ func TestEmptyValuesMatchLibpq18(t *testing.T) {
 				}
 			})
 		}
+	}
+
+	// Empty values beside the keys that decide how libpq reads them.
+	for _, c := range []struct {
+		name, conninfo string
+		env            []string
+		refused        string // libpq 18's message, or "" when it takes the string
+	}{
+		// conninfo_storeval: requiressl is stored as sslmode, the later of the two wins.
+		{name: "sslmode then requiressl", conninfo: "sslmode='' requiressl=1 sslrootcert=" + srv.CAFile},
+		{name: "requiressl then sslmode", conninfo: "requiressl=1 sslmode=''", refused: `invalid sslmode value: ""`},
+		// conninfo_add_defaults: PGREQUIRESSL only when PGSSLMODE is not set.
+		{name: "PGREQUIRESSL and PGSSLMODE", env: []string{"PGREQUIRESSL=1", "PGSSLMODE="}, refused: `invalid sslmode value: ""`},
+		{name: "PGREQUIRESSL and an empty requiressl", conninfo: "requiressl=''", env: []string{"PGREQUIRESSL=1"}},
+		// pqConnectOptions2: an empty hostaddr gives no count to match the hosts'.
+		{name: "two hosts, hostaddr empty", conninfo: "host=127.0.0.1,127.0.0.1 hostaddr=''"},
+		{name: "sslmode empty, verify-full in the service file", conninfo: "service=s sslmode=''", refused: `invalid sslmode value: ""`},
+	} {
+		t.Run("combination/"+c.name, func(t *testing.T) {
+			if err := os.WriteFile(serviceFile, []byte("[s]\nsslmode=verify-full\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			vars := append([]string{"HOME=" + home, "PGSYSCONFDIR=" + t.TempDir(), "PGSERVICEFILE=" + serviceFile}, c.env...)
+			got := outcome(t, conninfo("", false, c.conninfo), vars)
+			if agree(t, got, c.refused, "") && c.refused == "" && !strings.HasSuffix(got.libpq, "|true") {
+				t.Errorf("libpq 18: %s; want a connection over TLS", got.libpq)
+			}
+		})
 	}
 }
