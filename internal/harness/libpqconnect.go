@@ -16,30 +16,17 @@ import (
 // the checks of pqConnectOptions2; then the connection) and writes 'E', PQerrorMessage and a NUL
 // byte when the connection fails; else 'O', then "1" or "0" (PQsslInUse) and a NUL byte, then
 // each keyword of PQconninfo, its environment variable (or nothing), then "=" and its value or
-// nothing when its value is NULL, each followed by a NUL byte, then a NUL byte, then, when argv[2] is given, the fields of the first row of that query's
-// result, each followed by a NUL byte. libpq's headers are not installed: the few declarations
-// it needs are written here, the option struct as libpq-fe.h lays it out.
-const libpqConnectSource = `#include <stdio.h>
-#include <stdlib.h>
-
-typedef struct pg_conn PGconn;
+// nothing when its value is NULL, each followed by a NUL byte, then a NUL byte, then, when
+// argv[2] is given, the fields of the first row of that query's result, each followed by a NUL
+// byte.
+const libpqConnectSource = libpqCPrelude + `typedef struct pg_conn PGconn;
 typedef struct pg_result PGresult;
-typedef struct {
-	char *keyword;
-	char *envvar;
-	char *compiled;
-	char *val;
-	char *label;
-	char *dispchar;
-	int dispsize;
-} conninfo_option;
 
 extern PGconn *PQconnectdb(const char *conninfo);
 extern int PQstatus(const PGconn *conn); /* CONNECTION_OK is 0 */
 extern char *PQerrorMessage(const PGconn *conn);
 extern int PQsslInUse(PGconn *conn);
 extern conninfo_option *PQconninfo(PGconn *conn);
-extern void PQconninfoFree(conninfo_option *options);
 extern PGresult *PQexec(PGconn *conn, const char *query);
 extern int PQresultStatus(const PGresult *res); /* PGRES_TUPLES_OK is 2 */
 extern int PQntuples(const PGresult *res);
@@ -47,12 +34,6 @@ extern int PQnfields(const PGresult *res);
 extern char *PQgetvalue(const PGresult *res, int row, int field);
 extern void PQclear(PGresult *res);
 extern void PQfinish(PGconn *conn);
-
-static void put(const char *s)
-{
-	fputs(s, stdout);
-	putchar('\0');
-}
 
 int main(int argc, char **argv)
 {

@@ -27,31 +27,11 @@ func (e *LibpqRefusal) Error() string { return "libpq refuses the connection str
 // parse_connection_string without defaults: no environment, no service file) and writes, per
 // string, 'P' then each keyword whose value is not NULL and its value, each followed by a NUL
 // byte, then a NUL byte (no keyword is empty); or, when libpq refuses the string, 'E', libpq's
-// errmsg and a NUL byte. libpq's headers are not installed: the few declarations it needs are
-// written here, the option struct as libpq-fe.h lays it out.
-const libpqParseSource = `#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-typedef struct {
-	char *keyword;
-	char *envvar;
-	char *compiled;
-	char *val;
-	char *label;
-	char *dispchar;
-	int dispsize;
-} conninfo_option;
+// errmsg and a NUL byte.
+const libpqParseSource = libpqCPrelude + `#include <string.h>
 
 extern conninfo_option *PQconninfoParse(const char *conninfo, char **errmsg);
-extern void PQconninfoFree(conninfo_option *options);
 extern void PQfreemem(void *ptr);
-
-static void put(const char *s)
-{
-	fputs(s, stdout);
-	putchar('\0');
-}
 
 int main(void)
 {
@@ -94,6 +74,32 @@ int main(void)
 	}
 	return fflush(stdout) == 0 ? 0 : 4;
 }
+`
+
+// libpqCPrelude begins the oracle programs. libpq's headers are not installed: the declarations
+// they share are written here, the option struct as libpq-fe.h lays it out, with put, which
+// writes a string and a NUL byte.
+const libpqCPrelude = `#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+	char *keyword;
+	char *envvar;
+	char *compiled;
+	char *val;
+	char *label;
+	char *dispchar;
+	int dispsize;
+} conninfo_option;
+
+extern void PQconninfoFree(conninfo_option *options);
+
+static void put(const char *s)
+{
+	fputs(s, stdout);
+	putchar('\0');
+}
+
 `
 
 var (
