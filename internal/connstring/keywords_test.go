@@ -52,10 +52,7 @@ func TestNoLibpqKeyIsSentToTheServer(t *testing.T) {
 }
 
 func TestKeywordValues(t *testing.T) {
-	t.Setenv("PGREQUIRESSL", "")
-	t.Setenv("PGSSLMODE", "")
-	t.Setenv("PGHOST", "")
-	t.Setenv("PGHOSTADDR", "")
+	unsetEnv(t, "PGREQUIRESSL", "PGSSLMODE", "PGHOST", "PGHOSTADDR")
 	for _, tt := range []struct {
 		dsn   string
 		check func(*Settings) bool
@@ -192,15 +189,12 @@ func TestKeywordOrigins(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PGSERVICEFILE", services)
-	for _, env := range []string{"PGREQUIRESSL", "PGSSLMODE", "PGHOST", "PGHOSTADDR", "PGSERVICE", "PGSSLROOTCERT"} {
-		t.Setenv(env, "")
-	}
-	os.Unsetenv("PGSERVICE") // set, even to "", it names a service (libpq)
+	unsetEnv(t, "PGREQUIRESSL", "PGSSLMODE", "PGHOST", "PGHOSTADDR", "PGSERVICE", "PGSSLROOTCERT")
 	ok := func(dsn string, check func(*Settings) bool, env ...string) {
 		t.Helper()
 		for i := 0; i+1 < len(env); i += 2 {
 			t.Setenv(env[i], env[i+1])
-			defer os.Setenv(env[i], "")
+			defer os.Unsetenv(env[i])
 		}
 		s, err := Parse(dsn)
 		if err != nil {

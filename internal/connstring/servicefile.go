@@ -59,7 +59,7 @@ type serviceSection struct {
 // serviceFileError is a problem of a service file at a line: why, without the line's text.
 type serviceFileError struct {
 	line int
-	kind string // "too long", "syntax", "nested", "ldap", "unknown key"
+	kind string // "too long", "syntax", "nested", "ldap", "unknown key", "requiressl"
 	key  string // the key of an "unknown key"
 }
 
@@ -114,6 +114,9 @@ func parseServiceFile(data []byte, name string) (sec *serviceSection, found bool
 			return nil, false, &serviceFileError{line: linenr, kind: "nested", key: k}
 		case !knownKey(k):
 			return nil, false, &serviceFileError{line: linenr, kind: "unknown key", key: k}
+		case k == "requiressl":
+			// Not in libpq's keyword table, which its service file parser searches.
+			return nil, false, &serviceFileError{line: linenr, kind: "requiressl"}
 		}
 		if _, dup := sec.settings[k]; !dup {
 			sec.keys = append(sec.keys, k)
@@ -126,7 +129,7 @@ func parseServiceFile(data []byte, name string) (sec *serviceSection, found bool
 // readService finds the service's section as libpq does (see above) and keeps it in v. The
 // error is a *ParseError naming the service and the file; it never holds a line of the file.
 func (v *values) readService(name source) error {
-	fail := func(msg string) error {
+	fail := func(msg string) *ParseError {
 		return &ParseError{Key: "service", Env: name.env, msg: msg}
 	}
 	forService := " for service " + shown(name.value)
@@ -155,7 +158,11 @@ func (v *values) readService(name source) error {
 		tried = append(tried, shownPath(path))
 		sec, found, perr := parseServiceFile(data, name.value)
 		if perr != nil {
-			return false, fail(perr.message(shownPath(path)))
+			e := fail(perr.message(shownPath(path)))
+			if perr.kind == "requiressl" {
+				e.Key = "requiressl"
+			}
+			return false, e
 		}
 		if found {
 			v.service, v.serviceKeys, v.servicePath = sec.settings, sec.keys, path
@@ -212,6 +219,8 @@ func (e *serviceFileError) message(path string) string {
 	case "unknown key":
 		u := unknownKeyError(e.key, "invalid connection option", false)
 		return fmt.Sprintf("syntax error in service file %s, line %d: %s", path, e.line, strings.TrimPrefix(u.msg, "pgconnector: "))
+	case "requiressl":
+		return fmt.Sprintf("syntax error in service file %s, line %d: requiressl is not allowed in a service file (libpq does not accept it there): use sslmode", path, e.line)
 	}
 	return fmt.Sprintf("syntax error in service file %s, line %d: no \"=\" (the form is key=value)", path, e.line)
 }

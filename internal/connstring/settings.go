@@ -69,6 +69,10 @@ func Parse(dsn string) (*Settings, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An empty value libpq refuses (empty.go), before pgx takes it for its default.
+	if err := v.checkEmpty(); err != nil {
+		return nil, err
+	}
 	// Keys that change what pgx must parse: a missing sslcert, hostaddr without host (the
 	// addresses then name the hosts, as libpq's PQhost does), requiressl (an sslmode).
 	extra, err := v.libpqRewrites()
@@ -130,9 +134,11 @@ func Parse(dsn string) (*Settings, error) {
 }
 
 // runtimeParams returns the run-time parameters for the server from what pgx left in
-// RuntimeParams: libpq's keys removed unless libpq sends them too, client_encoding=auto as
-// UTF8 (libpq picks the encoding of the client's locale; pgx reads and writes UTF-8 only), and
-// fallback_application_name as application_name when none is given.
+// RuntimeParams: libpq's keys removed unless libpq sends them too, and those it sends only when
+// not empty (fe-connect.c, build_startup_packet), client_encoding=auto as UTF8 (libpq picks the
+// encoding of the client's locale; pgx reads and writes UTF-8 only), and
+// fallback_application_name as application_name when none is given (an empty
+// application_name is given: neither is sent).
 func runtimeParams(pgxParams map[string]string) map[string]string {
 	params := maps.Clone(pgxParams)
 	if v, ok := params["client_encoding"]; ok && strings.EqualFold(v, "auto") {
@@ -144,7 +150,7 @@ func runtimeParams(pgxParams map[string]string) map[string]string {
 		}
 	}
 	for _, k := range keywords {
-		if !sentToServer[k.Name] {
+		if !sentToServer[k.Name] || params[k.Name] == "" {
 			delete(params, k.Name)
 		}
 	}
@@ -193,7 +199,9 @@ func (s *Settings) libpqKeys(vals *values) error {
 		if k.Status != Rejected {
 			continue
 		}
-		if _, _, ok := vals.get(k.Name, k.Env, false); ok {
+		// libpq takes an empty OAuth key as not given (an empty SCRAM key is refused before:
+		// checkEmpty).
+		if v, _, ok := vals.get(k.Name, k.Env, false); ok && v != "" {
 			return &ParseError{Key: k.Name, msg: k.Name + " is not supported: " + k.Note}
 		}
 	}
@@ -281,10 +289,10 @@ func targetOf(f pgconn.ValidateConnectFunc) negotiation.TargetSessionAttrs {
 }
 
 // hostaddrs pairs hostaddr's entries with the hosts (fe-connect.c, pqConnectOptions2: as many
-// entries as hosts; an empty one resolves its host).
+// entries as hosts; an empty one resolves its host; an empty hostaddr is not given).
 func (s *Settings) hostaddrs(vals *values) error {
 	v, src, ok := vals.get("hostaddr", "PGHOSTADDR", false)
-	if !ok {
+	if !ok || v == "" {
 		return nil
 	}
 	addrs := strings.Split(v, ",")
@@ -315,10 +323,11 @@ func (s *Settings) hostaddrs(vals *values) error {
 //     (tlspolicy.ClientCert), as libpq does (fe-secure-openssl.c, initialize_SSL);
 //   - no sslrootcert for pgx (unless "system"): the connector reads the file (internal/tlspolicy);
 //   - hostaddr's addresses as the hosts when no host is given (libpq's PQhost);
+//   - an empty application_name for PGAPPNAME set to "", which pgx skips;
 //   - sslmode for requiressl (fe-connect.c, conninfo_storeval: "1..." is require, anything else
 //     prefer; a later sslmode in the string wins). PGREQUIRESSL counts only when sslmode has no
 //     value from the string, the service file or PGSSLMODE (conninfo_add_defaults); requiressl in
-//     a service file is an error, as libpq's service file parser knows no such key.
+//     a service file is an error of its reading (servicefile.go), as libpq's parser knows no such key.
 func (o *values) libpqRewrites() ([][2]string, error) {
 	var extra [][2]string
 	cert, certSrc, certOK := o.get("sslcert", "PGSSLCERT", false)
@@ -351,8 +360,10 @@ func (o *values) libpqRewrites() ([][2]string, error) {
 			extra = append(extra, [2]string{"host", addrs})
 		}
 	}
-	if _, ok := o.service["requiressl"]; ok {
-		return nil, &ParseError{Key: "requiressl", msg: "requiressl is not allowed in a service file (libpq does not accept it there): use sslmode"}
+	// PGAPPNAME set to "" is an application_name for libpq, which then sends neither it nor
+	// fallback_application_name (build_startup_packet); pgx skips the variable.
+	if app, src, ok := o.get("application_name", "PGAPPNAME", true); ok && app == "" && src.env != "" {
+		extra = append(extra, [2]string{"application_name", ""})
 	}
 	if v, ok := o.inString("requiressl"); ok {
 		if !o.after("requiressl", "sslmode") {

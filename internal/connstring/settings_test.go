@@ -40,7 +40,7 @@ func TestParseSettingsHosts(t *testing.T) {
 		{"postgres://a:,b:5433/db", []string{"a:5432/prefer", "b:5433/prefer"}},
 	} {
 		t.Run(tt.dsn, func(t *testing.T) {
-			t.Setenv("PGSSLMODE", "")
+			unsetEnv(t, "PGSSLMODE")
 			s, err := Parse(tt.dsn)
 			if err != nil {
 				t.Fatal(err)
@@ -57,7 +57,7 @@ func TestParseSettingsHosts(t *testing.T) {
 }
 
 func TestParseSettingsLibpqKeys(t *testing.T) {
-	t.Setenv("PGGSSENCMODE", "")
+	unsetEnv(t, "PGGSSENCMODE")
 	s, err := Parse("host=a gssencmode=disable gssdelegation=1 application_name=x")
 	if err != nil {
 		t.Fatal(err)
@@ -94,9 +94,16 @@ var pgEnv = []string{"PGHOST", "PGPORT", "PGSSLMODE", "PGGSSENCMODE", "PGSSLNEGO
 
 func clearPGEnv(t *testing.T) {
 	t.Helper()
-	for _, k := range pgEnv {
+	unsetEnv(t, pgEnv...)
+}
+
+// unsetEnv unsets the environment variables keys until the test ends: set to "", each is a
+// value, as in libpq (an empty PGSSLMODE is refused).
+func unsetEnv(t *testing.T, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
 		t.Setenv(k, "") // restored when the test ends
-		os.Unsetenv(k)  // pgx tells an empty PGSSLCERTMODE from an unset one
+		os.Unsetenv(k)
 	}
 }
 
@@ -377,6 +384,9 @@ func FuzzParseSettings(f *testing.F) {
 		"postgres://a/db?ssl%6Dode=require&sslrootcert=/x+y&",
 		"postgres://a/db?",
 		"host=a search_path=x myapp.tenant=1 sslmdoe=require",
+		// Empty values: refused as libpq refuses them (empty.go), or taken.
+		"host=a sslmode='' requiressl=1 application_name='' options=''",
+		"postgres://a/db?gssencmode=&oauth_scope=&replication=",
 	} {
 		f.Add(s, "s3cr3t")
 	}

@@ -27,31 +27,11 @@ func (e *LibpqRefusal) Error() string { return "libpq refuses the connection str
 // parse_connection_string without defaults: no environment, no service file) and writes, per
 // string, 'P' then each keyword whose value is not NULL and its value, each followed by a NUL
 // byte, then a NUL byte (no keyword is empty); or, when libpq refuses the string, 'E', libpq's
-// errmsg and a NUL byte. libpq's headers are not installed: the few declarations it needs are
-// written here, the option struct as libpq-fe.h lays it out.
-const libpqParseSource = `#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-typedef struct {
-	char *keyword;
-	char *envvar;
-	char *compiled;
-	char *val;
-	char *label;
-	char *dispchar;
-	int dispsize;
-} conninfo_option;
+// errmsg and a NUL byte.
+const libpqParseSource = libpqCPrelude + `#include <string.h>
 
 extern conninfo_option *PQconninfoParse(const char *conninfo, char **errmsg);
-extern void PQconninfoFree(conninfo_option *options);
 extern void PQfreemem(void *ptr);
-
-static void put(const char *s)
-{
-	fputs(s, stdout);
-	putchar('\0');
-}
 
 int main(void)
 {
@@ -96,26 +76,58 @@ int main(void)
 }
 `
 
+// libpqCPrelude begins the oracle programs. libpq's headers are not installed: the declarations
+// they share are written here, the option struct as libpq-fe.h lays it out, with put, which
+// writes a string and a NUL byte.
+const libpqCPrelude = `#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+	char *keyword;
+	char *envvar;
+	char *compiled;
+	char *val;
+	char *label;
+	char *dispchar;
+	int dispsize;
+} conninfo_option;
+
+extern void PQconninfoFree(conninfo_option *options);
+
+static void put(const char *s)
+{
+	fputs(s, stdout);
+	putchar('\0');
+}
+
+`
+
 var (
-	libpqParseMu   sync.Mutex
-	libpqParseProg string // the built program, in the per-process directory; "" until built
+	libpqProgMu    sync.Mutex
+	libpqParseProg string // the built parse program, in the per-process directory; "" until built
 )
 
-// libpqParseProgram returns the oracle program, built with the C compiler (CC, else gcc, else
-// cc) against libpq 18 on first use in the process, and again after Cleanup removed it. The
-// error wraps ErrNotInstalled when libpq 18 is not installed.
+// libpqParseProgram returns the parse oracle program (see libpqProgram).
 func libpqParseProgram(ctx context.Context) (prog string, env []string, err error) {
+	return libpqProgram(ctx, "libpqparse", libpqParseSource, &libpqParseProg)
+}
+
+// libpqProgram returns the program named name built from the C source src against libpq 18,
+// with the C compiler (CC, else gcc, else cc), on first use in the process and again after
+// Cleanup removed it; *built caches its path. env is the environment the program needs to find
+// libpq 18. The error wraps ErrNotInstalled when libpq 18 is not installed.
+func libpqProgram(ctx context.Context, name, src string, built *string) (prog string, env []string, err error) {
 	env, err = Libpq18Env()
 	if err != nil {
 		return "", nil, err
 	}
-	libpqParseMu.Lock()
-	defer libpqParseMu.Unlock()
-	if libpqParseProg != "" {
-		if _, err := os.Stat(libpqParseProg); err == nil {
-			return libpqParseProg, env, nil
+	libpqProgMu.Lock()
+	defer libpqProgMu.Unlock()
+	if *built != "" {
+		if _, err := os.Stat(*built); err == nil {
+			return *built, env, nil
 		}
-		libpqParseProg = ""
+		*built = ""
 	}
 	cc := os.Getenv("CC")
 	if cc == "" {
@@ -125,14 +137,14 @@ func libpqParseProgram(ctx context.Context) (prog string, env []string, err erro
 		}
 	}
 	if _, err := exec.LookPath(cc); err != nil {
-		return "", nil, fmt.Errorf("harness: no C compiler (%s) to build the libpq 18 parse program: %w; run scripts/install-deps.sh", cc, err)
+		return "", nil, fmt.Errorf("harness: no C compiler (%s) to build the libpq 18 program %s: %w; run scripts/install-deps.sh", cc, name, err)
 	}
-	dir, err := TempDir("libpqparse-*")
+	dir, err := TempDir(name + "-*")
 	if err != nil {
 		return "", nil, err
 	}
-	src, prog := filepath.Join(dir, "libpqparse.c"), filepath.Join(dir, "libpqparse")
-	if err := os.WriteFile(src, []byte(libpqParseSource), 0o600); err != nil {
+	file, prog := filepath.Join(dir, name+".c"), filepath.Join(dir, name)
+	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
 		return "", nil, fmt.Errorf("harness: %w", err)
 	}
 	lib := filepath.Join(majorRoot(18), "lib")
@@ -140,11 +152,11 @@ func libpqParseProgram(ctx context.Context) (prog string, env []string, err erro
 	defer cancel()
 	// libpq's own libraries (OpenSSL 1.1) are beside it, not the system's: -rpath-link lets the
 	// linker find them; the program finds them at run time through LD_LIBRARY_PATH.
-	cmd := exec.CommandContext(cctx, cc, "-O1", "-o", prog, src, "-L"+lib, "-Wl,-rpath-link,"+lib, "-lpq")
+	cmd := exec.CommandContext(cctx, cc, "-O1", "-o", prog, file, "-L"+lib, "-Wl,-rpath-link,"+lib, "-lpq")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("harness: building the libpq 18 parse program: %s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
+		return "", nil, fmt.Errorf("harness: building the libpq 18 program %s: %s: %w\n%s", name, strings.Join(cmd.Args, " "), err, out)
 	}
-	libpqParseProg = prog
+	*built = prog
 	return prog, env, nil
 }
 

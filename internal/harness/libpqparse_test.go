@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -85,5 +86,30 @@ func TestLibpqConninfoParseAll(t *testing.T) {
 	}
 	if _, err := LibpqConninfoParseAll(ctx, []string{"host=a\x00b"}); err == nil {
 		t.Errorf("a NUL byte: no error")
+	}
+}
+
+// LibpqConnect gives libpq 18's refusal before connecting, and for a connection the keywords
+// with their variables and values and the query's row.
+func TestLibpqConnect(t *testing.T) {
+	ctx := context.Background()
+	_, err := LibpqConnect(ctx, nil, "host=127.0.0.1 port=1 sslmode=''", "")
+	var r *LibpqRefusal
+	if !errors.As(err, &r) || r.Message != `invalid sslmode value: ""` {
+		t.Errorf("sslmode='': %v; want libpq's refusal", err)
+	}
+	srv := StartT(t, Options{Major: 18})
+	c, err := LibpqConnect(ctx, []string{"PGAPPNAME=oracle"}, srv.DSN(), "select current_user, current_setting('application_name'), ''")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{srv.User, "oracle", ""}; !slices.Equal(c.Row, want) || c.SSL {
+		t.Errorf("row %q, SSL %v; want %q without TLS", c.Row, c.SSL, want)
+	}
+	if !slices.Contains(c.Keywords, "sslnegotiation") || c.Env["sslmode"] != "PGSSLMODE" || c.Options["application_name"] != "oracle" {
+		t.Errorf("keywords %q, variables %q, values %q", c.Keywords, c.Env, c.Options)
+	}
+	if _, ok := c.Options["sslkeylogfile"]; ok {
+		t.Errorf("sslkeylogfile has a value: %q", c.Options["sslkeylogfile"])
 	}
 }
