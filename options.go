@@ -101,8 +101,10 @@ func WithLookupFunc(f pgconn.LookupFunc) Option {
 // them; a shorter bound than a record's TTL is the application's choice here. A forged answer is
 // used by every connect until it is looked up again (after 12 s by default): under
 // sslmode=prefer each of them goes to the forged address, where libpq's connects after the first
-// would not. sslmode=verify-full closes that (the connects fail instead); zero brings it to one
-// connect, as libpq (docs/cache-and-faults.md, "An attacker who answers once").
+// would not. sslmode=verify-full closes that (the connects fail instead); zero brings the
+// connects that reach the forged address to one, as libpq, but under sslmode=prefer the forged
+// server's "N" is still remembered for the host ([WithCacheTTL]): with both at zero every
+// connect asks again, as libpq (docs/cache-and-faults.md, "An attacker who answers once").
 func WithDNSCacheTTL(d time.Duration) Option {
 	return func(o *options) { o.dnsTTL = d }
 }

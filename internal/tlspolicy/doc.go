@@ -5,7 +5,10 @@
 //     the system's roots, under sslmode (ServerCheck; see server.go for the rules): the chain
 //     must end at a self-signed certificate of the file, as OpenSSL without
 //     X509_V_FLAG_PARTIAL_CHAIN (chain.go: the one chain OpenSSL's build_chain builds, to its
-//     depth of 100, no signature checked before the chain reaches an anchor), then CRLs, then under verify-full the host name by
+//     depth of 100, no signature checked before the chain reaches an anchor of the file; with
+//     sslrootcert=system or an application's pool, whose certificates cannot be listed,
+//     crypto/x509 looks for the anchor, within its own cap of 100 signature checks), then CRLs,
+//     then under verify-full the host name by
 //     libpq's rules, the Common Name only without a subjectAltName of the host's kind
 //     (hostname.go); the parsed file is reused only while its stat (ctime included) or its
 //     content is unchanged (RootCache);
