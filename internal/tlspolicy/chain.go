@@ -1,7 +1,6 @@
 package tlspolicy
 
 import (
-	"bytes"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -41,11 +40,14 @@ import (
 // (find_issuer, X509_STORE_CTX_get1_issuer). It stops at a self-signed certificate, when no
 // issuer is found, or past OpenSSL's default depth (100 certificates between the server's and
 // the anchor). With a root file, a chain that does not end at a self-signed certificate of the
-// file is refused there, and one that does is checked as OpenSSL checks it (the certificates
-// above the server's are CAs, the server's purpose, then from the anchor down each signature
-// and validity period, stopping at the first failure) before crypto/x509 checks the same chain
-// (its intermediates are the chain's certificates, no other). A refusal thus checks at most one
-// signature that fails, however many certificates the server sent; with sslrootcert=system or
+// file is refused there, as is one whose certificates above the server's are not all CAs or
+// whose server certificate is not for a server; crypto/x509 then checks that chain (its
+// intermediates are the chain's certificates, no other), each signature once. OpenSSL's check
+// of the signatures and validity periods from the anchor down, stopping at the first failure,
+// runs only to name the reason of crypto/x509's refusal, when crypto/x509 accepted another
+// path, or first when a name repeats along the chain (crypto/x509 would try each certificate
+// of that name). A refusal thus checks at most one signature that fails, however many
+// certificates the server sent, and an accepted chain its signatures once; with sslrootcert=system or
 // an application's pool, which cannot be listed, the chain is built from the server's
 // certificates alone and crypto/x509 finds the anchor (at most 100 signature checks, its own
 // bound).
@@ -72,12 +74,14 @@ type rootSet struct {
 	certs   []*x509.Certificate // every certificate of the file, in order
 	index   issuerIndex         // certs by subject
 	raw     map[string]bool     // the DER encodings of certs
+	names   nameCache           // the canonical names met reading the file; read only after
 }
 
 func newRootSet(certs []*x509.Certificate) *rootSet {
-	rs := &rootSet{anchors: x509.NewCertPool(), certs: certs, index: indexBySubject(certs), raw: map[string]bool{}}
+	rs := &rootSet{anchors: x509.NewCertPool(), certs: certs, raw: map[string]bool{}}
+	rs.index = rs.names.indexBySubject(certs)
 	for _, c := range certs {
-		if selfSigned(c) {
+		if rs.names.selfSigned(c) {
 			rs.anchors.AddCert(c)
 		}
 		rs.raw[string(c.Raw)] = true
@@ -88,26 +92,62 @@ func newRootSet(certs []*x509.Certificate) *rootSet {
 // issuerIndex is a list of certificates by canonical subject name, in the list's order.
 type issuerIndex map[string][]*x509.Certificate
 
+// nameCache holds the canonical forms (canonicalName) of the DER names met in one verification,
+// or in the reading of a root file (base), by DER encoding: a certificate's issuer is the
+// subject of the next one up, and canonicalName, which re-encodes every attribute, is the
+// largest cost of building a chain. A nil *nameCache computes every name afresh.
+type nameCache struct {
+	base *nameCache // the root file's, read only; nil for none
+	m    map[string]canonName
+}
+
+// canonName is a name's canonical form; ok false when it does not parse.
+type canonName struct {
+	s  string
+	ok bool
+}
+
+// canon is canonicalName(der), from the cache when der was met before.
+func (nc *nameCache) canon(der []byte) (string, bool) {
+	if nc == nil {
+		c, err := canonicalName(der)
+		return string(c), err == nil
+	}
+	for x := nc; x != nil; x = x.base {
+		if v, hit := x.m[string(der)]; hit {
+			return v.s, v.ok
+		}
+	}
+	c, err := canonicalName(der)
+	v := canonName{string(c), err == nil}
+	if nc.m == nil {
+		nc.m = map[string]canonName{}
+	}
+	nc.m[string(der)] = v
+	return v.s, v.ok
+}
+
 // indexBySubject indexes certs by subject; a certificate whose subject has no canonical form
 // (does not parse) issues nothing.
-func indexBySubject(certs []*x509.Certificate) issuerIndex {
+func (nc *nameCache) indexBySubject(certs []*x509.Certificate) issuerIndex {
 	idx := issuerIndex{}
 	for _, c := range certs {
-		if name, err := canonicalName(c.RawSubject); err == nil {
-			idx[string(name)] = append(idx[string(name)], c)
+		if name, ok := nc.canon(c.RawSubject); ok {
+			idx[name] = append(idx[name], c)
 		}
 	}
 	return idx
 }
 
 // selfSigned is OpenSSL's X509_self_signed(c, 0) (see above).
-func selfSigned(c *x509.Certificate) bool {
-	subject, err := canonicalName(c.RawSubject)
-	if err != nil {
+func selfSigned(c *x509.Certificate) bool { return (*nameCache)(nil).selfSigned(c) }
+
+func (nc *nameCache) selfSigned(c *x509.Certificate) bool {
+	subject, ok := nc.canon(c.RawSubject)
+	if !ok {
 		return false
 	}
-	issuer, err := canonicalName(c.RawIssuer)
-	if err != nil || !bytes.Equal(subject, issuer) {
+	if issuer, ok := nc.canon(c.RawIssuer); !ok || subject != issuer {
 		return false
 	}
 	if a, ok := certAKID(c); !ok || !a.matches(c) {
@@ -164,12 +204,26 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 	}
 	b := buildChain(peer, t.store, now)
 	if t.store != nil {
-		if err := b.check(now); err != nil {
+		if err := b.checkShape(); err != nil {
 			return nil, err
 		}
+		// With a name repeated along the chain crypto/x509 would try each certificate of that
+		// name (up to 100 signatures): the one chain's signatures are checked first, stopping at
+		// the first that fails. Otherwise crypto/x509 checks them, once.
+		if b.repeated {
+			if err := b.checkSignatures(now); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// The chain's certificates are crypto/x509's intermediates, but an anchor of the file: among
+	// the intermediates too, it would be tried as an issuer twice.
+	above := b.certs[1:]
+	if len(above) > 0 && b.topSelfSigned && b.inStore(b.certs[len(b.certs)-1]) {
+		above = above[:len(above)-1]
 	}
 	inter := x509.NewCertPool()
-	for _, c := range b.certs[1:] {
+	for _, c := range above {
 		inter.AddCert(c)
 	}
 	chains, err := peer[0].Verify(x509.VerifyOptions{Roots: t.anchors, Intermediates: inter, CurrentTime: now})
@@ -191,20 +245,30 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 		}
 		// OpenSSL's one chain, when crypto/x509 found it too, is the one whose CRLs are
 		// checked, as OpenSSL checks them on it alone.
+		if t.store == nil {
+			return chains, nil
+		}
 		for _, ch := range chains {
-			if t.store != nil && slices.EqualFunc(ch, b.certs, func(x, y *x509.Certificate) bool { return x.Equal(y) }) {
+			if slices.EqualFunc(ch, b.certs, func(x, y *x509.Certificate) bool { return x.Equal(y) }) {
 				return [][]*x509.Certificate{ch}, nil
 			}
+		}
+		// crypto/x509 found another path: OpenSSL's one chain must pass too.
+		if err := b.checkSignatures(now); err != nil {
+			return nil, err
 		}
 		return chains, nil
 	}
 	if partial != nil {
 		return nil, verifyFailed("unable to get issuer certificate", len(partial)-1, partial[len(partial)-1])
 	}
+	// OpenSSL's reason, when one of its checks refuses the chain.
 	if t.store == nil {
-		if err := b.check(now); err != nil {
+		if err := b.checkShape(); err != nil {
 			return nil, err
 		}
+	} else if err := b.checkSignatures(now); err != nil {
+		return nil, err
 	}
 	if err == nil {
 		err = errors.New("no chain to a trusted root")
@@ -228,25 +292,39 @@ type builtChain struct {
 	certs   []*x509.Certificate // from the server's certificate up
 	trusted bool                // a certificate of the root file is in the chain
 	store   *rootSet            // the root file; nil for a pool that cannot be listed
+	// topSelfSigned: the last certificate of certs is self-signed.
+	topSelfSigned bool
+	// repeated: two certificates of certs have the same subject (canonical forms).
+	repeated bool
+	// signed: checkSignatures passed.
+	signed bool
 }
 
 // buildChain builds the chain of peer (the server's certificates, its own first) with the root
 // file store (nil: the server's certificates alone), checking no signature.
 func buildChain(peer []*x509.Certificate, store *rootSet, now time.Time) *builtChain {
 	b := &builtChain{certs: []*x509.Certificate{peer[0]}, store: store}
+	names := &nameCache{}
 	var fromStore issuerIndex
 	if store != nil {
-		fromStore = store.index
+		fromStore, names.base = store.index, &store.names
 	}
-	fromPeer := indexBySubject(peer[1:])
+	fromPeer := names.indexBySubject(peer[1:])
 	// The server's certificate counts as untrusted even when the file holds it; once a
 	// certificate of the file is in the chain, issuers are looked for in the file only.
 	inChain := map[string]bool{string(peer[0].Raw): true}
-	for len(b.certs) <= maxChainDepth+1 && !selfSigned(b.certs[len(b.certs)-1]) {
+	subjects := map[string]bool{}
+	for {
 		cur := b.certs[len(b.certs)-1]
-		issuer := findIssuer(cur, fromStore, inChain, now)
+		subject, _ := names.canon(cur.RawSubject)
+		b.repeated = b.repeated || subjects[subject]
+		subjects[subject] = true
+		if b.topSelfSigned = names.selfSigned(cur); b.topSelfSigned || len(b.certs) > maxChainDepth+1 {
+			break
+		}
+		issuer := findIssuer(cur, names, fromStore, inChain, now)
 		if issuer == nil && !b.trusted {
-			if issuer = findIssuer(cur, fromPeer, inChain, now); issuer != nil && b.inStore(issuer) {
+			if issuer = findIssuer(cur, names, fromPeer, inChain, now); issuer != nil && b.inStore(issuer) {
 				b.trusted = true
 			}
 		} else if issuer != nil {
@@ -265,13 +343,14 @@ func (b *builtChain) inStore(c *x509.Certificate) bool {
 	return b.store != nil && b.store.raw[string(c.Raw)]
 }
 
-// check returns OpenSSL's refusal of the chain (see above), nil when it ends at a self-signed
-// certificate of the root file and passes OpenSSL's checks made here: then crypto/x509 has the
-// last word.
-func (b *builtChain) check(now time.Time) error {
+// checkShape returns OpenSSL's refusal of the chain's shape (see above): no self-signed
+// certificate of the root file at its end, a certificate above the server's that is not a CA,
+// the server's certificate not for a server. nil: OpenSSL checks the signatures and validity
+// periods next (checkSignatures), crypto/x509 the rest.
+func (b *builtChain) checkShape() error {
 	chain := b.certs
 	top, depth := chain[len(chain)-1], len(chain)-1
-	ss := selfSigned(top)
+	ss := b.topSelfSigned
 	switch {
 	case depth > maxChainDepth && !(ss && b.inStore(top)):
 		return verifyFailed("certificate chain too long", depth, top)
@@ -295,6 +374,18 @@ func (b *builtChain) check(now time.Time) error {
 		!serverKeyUsage(leaf) {
 		return verifyFailed("unsupported certificate purpose", 0, leaf)
 	}
+	return nil
+}
+
+// checkSignatures returns OpenSSL's refusal of a chain that passed checkShape for a signature or
+// a validity period (internal_verify, from the anchor down: the first failure), nil when none
+// fails. It checks at most one signature that fails, and nothing a second time.
+func (b *builtChain) checkSignatures(now time.Time) error {
+	if b.signed {
+		return nil
+	}
+	chain := b.certs
+	depth := len(chain) - 1
 	for n := depth; n >= 0; n-- {
 		c := chain[n]
 		if n < depth && checkSignature(chain[n+1], c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) != nil {
@@ -307,6 +398,7 @@ func (b *builtChain) check(now time.Time) error {
 			return verifyFailed("certificate has expired", n, c)
 		}
 	}
+	b.signed = true
 	return nil
 }
 
@@ -315,9 +407,9 @@ func (b *builtChain) check(now time.Time) error {
 // authorityKeyIdentifier matching, the key usage (when given) allowing certificate signing, not
 // in the chain (inChain, by DER encoding); of those, the first valid at now, else the one that
 // expires last (the first of those). No signature is checked.
-func findIssuer(c *x509.Certificate, candidates issuerIndex, inChain map[string]bool, now time.Time) *x509.Certificate {
-	want, err := canonicalName(c.RawIssuer)
-	if err != nil {
+func findIssuer(c *x509.Certificate, names *nameCache, candidates issuerIndex, inChain map[string]bool, now time.Time) *x509.Certificate {
+	want, ok := names.canon(c.RawIssuer)
+	if !ok {
 		return nil
 	}
 	akid, ok := certAKID(c)
@@ -325,7 +417,7 @@ func findIssuer(c *x509.Certificate, candidates issuerIndex, inChain map[string]
 		return nil
 	}
 	var best *x509.Certificate
-	for _, cand := range candidates[string(want)] {
+	for _, cand := range candidates[want] {
 		if inChain[string(cand.Raw)] || !akid.matches(cand) ||
 			cand.KeyUsage != 0 && cand.KeyUsage&x509.KeyUsageCertSign == 0 {
 			continue
