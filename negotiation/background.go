@@ -25,9 +25,13 @@ const (
 	// BackgroundDownRecheck: an address remembered down (Config.DownTTL) dialed again, a TCP
 	// connect closed at once: a socket forgets it, a failure keeps it down.
 	BackgroundDownRecheck
+	// BackgroundCredentialRefresh: a credential (a password of the application's function, an
+	// OAuth token) fetched again ahead of its expiry, for the next connects
+	// (CredentialRequest.Background).
+	BackgroundCredentialRefresh
 )
 
-var backgroundWorkNames = [...]string{"", "dns_lookup", "down_recheck"}
+var backgroundWorkNames = [...]string{"", "dns_lookup", "down_recheck", "credential_refresh"}
 
 func (w BackgroundWork) String() string {
 	if int(w) < len(backgroundWorkNames) && w != 0 {

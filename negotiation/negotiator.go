@@ -103,6 +103,11 @@ type Config struct {
 	// the next method on the same address. Zero: only the context bounds the connect, and the
 	// wait for another connect's probe ends after DefaultProbeWait.
 	ConnectTimeout time.Duration
+	// Credentials gives the credentials of the application's functions (credentials.go): a
+	// password when the attempt's configuration has none, OAuth bearer tokens. Nil: none.
+	Credentials Credentials
+	// OAuth is the connection string's OAuth keys.
+	OAuth OAuthConfig
 	// Open makes one pgx connection attempt for a background refresh (refresh.go), as the open
 	// of Connect does, and returns the connection, which the negotiator closes at once. It is
 	// called on the refresh's goroutine, so it must not write to a connect's variables: give

@@ -94,6 +94,16 @@ type Trace struct {
 	BackgroundStart func(ctx context.Context, info BackgroundStartInfo) context.Context
 	BackgroundDone  func(ctx context.Context, info BackgroundDoneInfo)
 
+	// CredentialStart and CredentialDone bracket an attempt's wait for a credential from
+	// Config.Credentials (credentials.go): a password of the application's function, an OAuth
+	// bearer token. OAuthDiscovery reports the server's OAUTHBEARER answer (the issuer's
+	// discovery URI and scope), CredentialRetry an attempt made again on a new connection with
+	// a fresh credential (after discovery, or after a refused credential).
+	CredentialStart func(ctx context.Context, info CredentialStartInfo) context.Context
+	CredentialDone  func(ctx context.Context, info CredentialDoneInfo)
+	OAuthDiscovery  func(ctx context.Context, info OAuthDiscoveryInfo)
+	CredentialRetry func(ctx context.Context, info CredentialRetryInfo)
+
 	// Detach is called on a connect's goroutine when the connect starts background work that
 	// may outlive it (a refresh, a lookup, a recheck): it returns ctx (context.Background(), or
 	// what the Detach of a trace composed before this one returned) with what an observer needs
