@@ -154,6 +154,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		TargetSessionAttrs: s.TargetSessionAttrs,
 		LoadBalanceHosts:   s.LoadBalanceHosts,
 		RequirePeer:        s.RequirePeer,
+		OAuth:              negotiation.OAuthConfig{Issuer: s.OAuth.Issuer, Scope: s.OAuth.Scope, ClientID: s.OAuth.ClientID},
 	})
 	if err != nil {
 		closeGSS()

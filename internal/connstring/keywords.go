@@ -93,10 +93,10 @@ var keywords = []Keyword{
 	{"service", "PGSERVICE", "15", Honoured, "servicefile, else PGSERVICEFILE, else ~/.pg_service.conf, then $PGSYSCONFDIR/pg_service.conf, read as libpq reads them"},
 	{"target_session_attrs", "PGTARGETSESSIONATTRS", "15", Honoured, "any, read-write, read-only, primary, standby, prefer-standby; from the server's reported state, without a query on PostgreSQL 14+"},
 	{"load_balance_hosts", "PGLOADBALANCEHOSTS", "16", Honoured, "disable, random"},
-	{"oauth_issuer", "", "18", Rejected, "libpq's OAuth device flow is not supported"},
-	{"oauth_client_id", "", "18", Rejected, "libpq's OAuth device flow is not supported"},
-	{"oauth_client_secret", "", "18", Rejected, "libpq's OAuth device flow is not supported"},
-	{"oauth_scope", "", "18", Rejected, "libpq's OAuth device flow is not supported"},
+	{"oauth_issuer", "", "18", Honoured, "an https issuer identifier, or its /.well-known/openid-configuration or oauth-authorization-server URI (then no discovery message: the token goes in the first message); the issuer of the server's discovery URI must equal it byte for byte, else no token is sent, as libpq"},
+	{"oauth_client_id", "", "18", Honoured, "the device flow's client; not required with a token function (libpq 18 requires it whatever supplies the token)"},
+	{"oauth_client_secret", "", "18", Honoured, "never shown; sent only to the issuer's token endpoint"},
+	{"oauth_scope", "", "18", Honoured, "replaces the scope the server asks for"},
 }
 
 // sentToServer are the libpq keys that libpq itself puts in the StartupMessage.

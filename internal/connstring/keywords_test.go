@@ -80,6 +80,12 @@ func TestKeywordValues(t *testing.T) {
 			return k != nil && !k.Off && k.Idle == 30*time.Second && k.Interval == 5*time.Second && k.Count == 4 && k.UserTimeout == 2500*time.Millisecond
 		}},
 		{"host=a keepalives_idle=-1", func(s *Settings) bool { return s.Keepalives != nil && s.Keepalives.Idle == 0 }},
+		{"host=a oauth_issuer=https://issuer.example oauth_client_id=app oauth_client_secret=s3 oauth_scope='openid db'", func(s *Settings) bool {
+			return s.OAuth == OAuth{Issuer: "https://issuer.example", ClientID: "app", ClientSecret: "s3", Scope: "openid db"}
+		}},
+		{"postgres://a/db?oauth_issuer=https%3A%2F%2Fissuer.example%2F.well-known%2Fopenid-configuration&oauth_scope=", func(s *Settings) bool {
+			return s.OAuth == OAuth{Issuer: "https://issuer.example/.well-known/openid-configuration"}
+		}},
 		{"host=a", func(s *Settings) bool { return s.Keepalives == nil && !s.LoadBalanceHosts && s.RequirePeer == "" }},
 		{"host=a load_balance_hosts=random", func(s *Settings) bool { return s.LoadBalanceHosts }},
 		{"host=/tmp requirepeer=postgres", func(s *Settings) bool { return s.RequirePeer == "postgres" }},
@@ -123,8 +129,6 @@ func TestKeywordErrors(t *testing.T) {
 		{"host=/tmp hostaddr=127.0.0.1", "hostaddr", "Unix-socket directory"},
 		{"host=a load_balance_hosts=round-robin", "load_balance_hosts", "disable, random"},
 		{"host=a scram_client_key=" + secret, "scram_client_key", "not supported"},
-		{"host=a oauth_client_secret=" + secret, "oauth_client_secret", "not supported"},
-		{"host=a oauth_issuer=https://issuer.example", "oauth_issuer", "not supported"},
 	} {
 		_, err := Parse(tt.dsn + " password=" + secret)
 		pe, ok := err.(*ParseError)

@@ -39,6 +39,9 @@ type Settings struct {
 	// RequirePeer is requirepeer, or PGREQUIREPEER: the server's operating-system user over a
 	// Unix-domain socket.
 	RequirePeer string
+	// OAuth is oauth_issuer, oauth_client_id, oauth_client_secret and oauth_scope (libpq 18),
+	// none of them sent to the server nor given to pgx; an empty value is not given.
+	OAuth OAuth
 	// Keepalives are the TCP options of keepalives, keepalives_idle, keepalives_interval,
 	// keepalives_count and tcp_user_timeout; nil when none is given (pgx's dialer is kept).
 	Keepalives *keepalive.Options
@@ -199,12 +202,12 @@ func (s *Settings) libpqKeys(vals *values) error {
 		if k.Status != Rejected {
 			continue
 		}
-		// libpq takes an empty OAuth key as not given (an empty SCRAM key is refused before:
-		// checkEmpty).
+		// An empty SCRAM key is refused before (checkEmpty).
 		if v, _, ok := vals.get(k.Name, k.Env, false); ok && v != "" {
 			return &ParseError{Key: k.Name, msg: k.Name + " is not supported: " + k.Note}
 		}
 	}
+	s.OAuth = oauthKeys(vals)
 	// libpq built without SSPI ignores gsslib's value; sspi cannot be had off Windows.
 	if v, src, ok := vals.get("gsslib", "PGGSSLIB", false); ok && strings.EqualFold(v, "sspi") {
 		return &ParseError{Key: "gsslib", Env: src.env, msg: "gsslib=sspi is only available on Windows: use gssapi"}
