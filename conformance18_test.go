@@ -20,18 +20,9 @@ import (
 // from libpq 18's, by the case's name (key, then the connection string with the servers named),
 // with the reason. A listed case that no longer differs fails, so the table stays true.
 var libpq18Differences = map[string]string{
-	"oauth_issuer plain: oauth_issuer=https://issuer.example": oauthRejected,
-	"oauth_client_id plain: oauth_client_id=app":              oauthRejected,
-	"oauth_client_secret plain: oauth_client_secret=s3cret":   oauthRejected,
-	"oauth_scope plain: oauth_scope=openid":                   oauthRejected,
 	"scram_client_key plain: scram_client_key=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=": "the connector rejects the SCRAM pass-through keys in New (internal/connstring/keywords.go: Rejected); " +
 		"libpq 18 takes them and uses them only when the server asks for SCRAM",
 }
-
-// oauthRejected: libpq 18 takes the OAuth keys and uses them only when the server asks for
-// OAUTHBEARER, so a trust server lets it in; the connector has no OAuth flow and rejects the
-// keys in New (internal/connstring/keywords.go: Rejected) rather than fail later against an OAuth server.
-const oauthRejected = "the connector rejects the OAuth keys in New (internal/connstring/keywords.go: Rejected); libpq 18 takes them and uses them only when the server asks for OAUTHBEARER"
 
 // libpq18KeywordCases are the keyword cases that need libpq 18 as the oracle: the keys and
 // values of libpq 16 to 18 with the servers that make them matter.

@@ -253,10 +253,10 @@ func keywordMatrix(t *testing.T, major int, env []string, reduced bool) (plain, 
 		{key: "sslkeylogfile", conninfo: base(tlsSrv) + "sslmode=require sslkeylogfile=" + keylog, want: "tls-server tls app="},
 		{key: "scram_client_key", conninfo: base(plain) + "scram_client_key=AAAA", want: "error"},
 		{key: "scram_server_key", conninfo: base(plain) + "scram_server_key=AAAA", want: "error"},
-		{key: "oauth_issuer", conninfo: base(plain) + "oauth_issuer=https://issuer.example", want: "error"},
-		{key: "oauth_client_id", conninfo: base(plain) + "oauth_client_id=app", want: "error"},
-		{key: "oauth_client_secret", conninfo: base(plain) + "oauth_client_secret=s3cret", want: "error"},
-		{key: "oauth_scope", conninfo: base(plain) + "oauth_scope=openid", want: "error"},
+		{key: "oauth_issuer", conninfo: base(plain) + "oauth_issuer=https://issuer.example", want: "plain plain app="},
+		{key: "oauth_client_id", conninfo: base(plain) + "oauth_client_id=app", want: "plain plain app="},
+		{key: "oauth_client_secret", conninfo: base(plain) + "oauth_client_secret=s3cret", want: "plain plain app="},
+		{key: "oauth_scope", conninfo: base(plain) + "oauth_scope=openid", want: "plain plain app="},
 	}
 	if libpq18 {
 		cases = append(cases, libpq18KeywordCases(base, plain, tlsSrv, scram, scramTLS)...)
