@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -123,8 +122,12 @@ type authExchange struct {
 	sasl         *scram.Exchange
 	saslState    int // 0: none, 1: client-first sent, 2: client-final sent, 3: verified
 	oauth        bool
-	gss          GSSAuthExchange
-	gssDone      bool
+	ob           *oauthExchange // the OAUTHBEARER exchange (oauth.go)
+	// pwCred is the password Config.Credentials gave (needPassword), pwReq its request.
+	pwCred  *Credential
+	pwReq   CredentialRequest
+	gss     GSSAuthExchange
+	gssDone bool
 }
 
 func (x *authExchange) Read(b []byte) (int, error) {
@@ -196,6 +199,16 @@ func (x *authExchange) step() error {
 		// derived for it were not proven, and are not kept.
 		if x.sasl != nil && x.saslState < 3 {
 			x.sasl.Abandon()
+		}
+		if (x.ob != nil && x.ob.state == oauthErrorSent) || x.pwCred != nil {
+			if err := x.need(1 + length); err != nil {
+				return err
+			}
+			msg := x.rb[x.lo : x.lo+1+length]
+			if err := x.oauthErrorResponse(msg); err != nil {
+				return err
+			}
+			x.passwordRefused(msg)
 		}
 		x.rest = prefixReader{p: x.rb[x.lo:x.hi], r: x.r}
 		x.lo = x.hi
@@ -280,7 +293,7 @@ func (x *authExchange) step() error {
 		return x.startSASL(data)
 	case authSASLContinue:
 		if x.oauth {
-			return oauthFailure(data)
+			return x.continueOAuth(data)
 		}
 		if x.sasl == nil || x.saslState != 1 {
 			return x.outOfOrder("AuthenticationSASLContinue")
@@ -295,6 +308,14 @@ func (x *authExchange) step() error {
 		x.saslState = 2
 		return x.send(&pgproto3.SASLResponse{Data: final})
 	case authSASLFinal:
+		if x.oauth {
+			// OAUTHBEARER has no additional data on success (RFC 7628 section 3.2.1; libpq:
+			// oauth_exchange).
+			if len(data) > 0 || x.ob == nil || x.ob.state != oauthSent || !x.finished {
+				return &AuthError{Problem: "server sent unexpected additional OAuth data"}
+			}
+			return nil
+		}
 		if x.sasl == nil || x.saslState != 2 {
 			return x.outOfOrder("AuthenticationSASLFinal")
 		}
@@ -320,6 +341,10 @@ func (x *authExchange) outOfOrder(what string) error {
 func (x *authExchange) checkOK() error {
 	if x.sasl != nil && x.saslState != 3 {
 		return &AuthError{Problem: "the server sent AuthenticationOk before completing the SCRAM exchange: it did not prove that it knows the password"}
+	}
+	if x.oauth && (!x.finished || x.ob == nil || x.ob.state != oauthSent) {
+		// After a discovery message, or after the server refused the token.
+		return &AuthError{Problem: "server sent AuthenticationOk after an OAuth error or without an OAuth bearer token"}
 	}
 	if x.gss != nil && !x.gssDone {
 		return &AuthError{Problem: "the server sent AuthenticationOk before completing the GSSAPI exchange: it was not authenticated"}
@@ -379,22 +404,17 @@ func (x *authExchange) startSASL(data []byte) error {
 		return &AuthError{Problem: "server offered SCRAM-SHA-256-PLUS authentication over a non-SSL connection"}
 	}
 	ra := &x.s.requireAuth
-	if x.s.oauth != nil && slices.Contains(mechs, "OAUTHBEARER") {
+	// OAUTHBEARER with pgx's provider whatever else is offered (pgx's choice), else when no
+	// SCRAM mechanism is (libpq's: pg_SASL_init picks it only then; a PostgreSQL server never
+	// offers both).
+	if slices.Contains(mechs, "OAUTHBEARER") && (x.s.oauth != nil || !slices.Contains(mechs, scram.MechanismSHA256) && !plus) {
 		if ra.text != "" && !ra.allowsMechanism("OAUTHBEARER") {
 			return ra.failure("server requested OAUTHBEARER authentication")
 		}
 		if x.s.channelBinding == "require" {
 			return &AuthError{Problem: "channel binding is required, but server did not offer an authentication method that supports channel binding"}
 		}
-		token, err := x.s.oauth(x.ctx)
-		if err != nil {
-			return &AbortError{Err: fmt.Errorf("OAuthTokenProvider: %w", err)}
-		}
-		x.oauth = true
-		x.finished = true
-		x.at.saslMechanism = "OAUTHBEARER"
-		// RFC 7628 section 3.1: gs2-header, then auth=Bearer <token>, kvsep-terminated.
-		return x.send(&pgproto3.SASLInitialResponse{AuthMechanism: "OAUTHBEARER", Data: []byte("n,,\x01auth=Bearer " + token + "\x01\x01")})
+		return x.startOAuth()
 	}
 	state, tlsOK := x.tlsState()
 	var (
@@ -471,20 +491,6 @@ func saslMechanisms(data []byte) ([]string, error) {
 		data = data[i+1:]
 	}
 	return nil, errStartup("an AuthenticationSASL whose mechanism list is not terminated")
-}
-
-// oauthFailure is the server's AuthenticationSASLContinue after OAUTHBEARER's initial response:
-// the JSON error of RFC 7628 section 3.2.2. Its status is shown only when it is a short word:
-// the server is not authenticated.
-func oauthFailure(data []byte) error {
-	var resp struct {
-		Status string `json:"status"`
-	}
-	problem := "OAuth authentication failed"
-	if json.Unmarshal(data, &resp) == nil && len(resp.Status) <= 64 && strings.Trim(resp.Status, "abcdefghijklmnopqrstuvwxyz_-") == "" && resp.Status != "" {
-		problem += ": " + resp.Status
-	}
-	return &AuthError{Problem: problem}
 }
 
 // tlsInUse reports whether the attempt's method is TLS.
@@ -815,6 +821,20 @@ func (n *Negotiator) ConfigureAuth(ctx context.Context, cfg *pgconn.Config) erro
 // server asks, not before: a server that trusts the client costs no lookup). ErrNoPassword when
 // there is none; the function's error is the caller's own (AbortError).
 func (x *authExchange) needPassword() error {
+	if creds := x.at.n.cfg.Credentials; x.s.password == "" && x.pwCred == nil && creds != nil && creds.Has(CredentialPassword) {
+		x.pwReq = x.credentialRequest(CredentialPassword)
+		var c Credential
+		if st := x.at.creds; st != nil && st.next != nil && st.req.Kind == CredentialPassword {
+			c, st.next = *st.next, nil // fetched for this attempt, after the one before it
+		} else {
+			var err error
+			if c, err = x.at.getCredential(x.ctx, &x.pwReq); err != nil {
+				return err
+			}
+		}
+		x.pwCred = &c
+		x.s.password = c.Secret
+	}
 	if x.s.password == "" && x.s.passwordFunc != nil {
 		f := x.s.passwordFunc
 		x.s.passwordFunc = nil
@@ -828,6 +848,40 @@ func (x *authExchange) needPassword() error {
 		return ErrNoPassword
 	}
 	return nil
+}
+
+// passwordRefused reads the server's ErrorResponse msg (a whole message) after a password of
+// Config.Credentials was sent: 28P01 (invalid_password), or 28000 (what a server answers whose
+// PAM checks the password, as cloud IAM servers do), drops the password (Credentials.Refused)
+// and asks for the attempt to be made again once with a fresh one (credRetry).
+func (x *authExchange) passwordRefused(msg []byte) {
+	if x.pwCred == nil {
+		return
+	}
+	if code := errorField(msg[5:], 'C'); code != "28P01" && code != "28000" {
+		return
+	}
+	x.at.n.cfg.Credentials.Refused(&x.pwReq, *x.pwCred)
+	if st := x.at.creds; st != nil {
+		st.want(retryPasswordRefused, x.pwReq, x.pwCred)
+	}
+}
+
+// errorField returns the field of type code of an ErrorResponse body (protocol-error-fields.html:
+// a type byte and a string each, a zero byte after the last), or "".
+func errorField(body []byte, code byte) string {
+	for len(body) > 1 && body[0] != 0 {
+		typ := body[0]
+		i := slices.Index(body[1:], 0)
+		if i < 0 {
+			return ""
+		}
+		if typ == code {
+			return string(body[1 : 1+i])
+		}
+		body = body[2+i:]
+	}
+	return ""
 }
 
 // SetPasswordFunc gives the attempt ctx carries a password looked up only when the server asks

@@ -295,36 +295,50 @@ func TestParseRequireAuth(t *testing.T) {
 }
 
 // OAUTHBEARER (RFC 7628) is chosen when pgx's OAuthTokenProvider is set and the server offers it:
-// the token goes in the initial response, and the server's JSON error ends the attempt with its
-// status only when that is a plain word.
+// the token goes in the initial response (over a verified channel, or where the configuration
+// allows another); the server's JSON error is answered with 0x01 (RFC 7628 section 3.2.3) and its
+// ErrorResponse ends the attempt, with the JSON's status only when that is a plain word.
 func TestAuthExchangeOAuth(t *testing.T) {
 	ok := backendMsg('R', authBody(0))
 	offer := backendMsg('R', authBody(10, []byte("OAUTHBEARER\x00SCRAM-SHA-256\x00\x00")...))
 	provider := func(context.Context) (string, error) { return "tok123", nil }
 	initial, _ := (&pgproto3.SASLInitialResponse{AuthMechanism: "OAUTHBEARER", Data: []byte("n,,\x01auth=Bearer tok123\x01\x01")}).Encode(nil)
+	kvsep, _ := (&pgproto3.SASLResponse{Data: []byte{1}}).Encode(nil)
 
 	x, w := testExchange(t, cat(offer, ok), 0, authSettings{user: "u", oauth: provider}, false)
+	x.at.n.cfg.OAuth.AllowUnverifiedChannel = true
 	got, err := io.ReadAll(x)
 	if err != nil || !bytes.Equal(got, ok) || !bytes.Equal(w.Bytes(), initial) || x.at.saslMechanism != "OAUTHBEARER" {
 		t.Fatalf("pgx saw %q, client wrote %q, mechanism %q, error %v", got, w.Bytes(), x.at.saslMechanism, err)
 	}
 
+	// Over plaintext TCP without the configuration's leave, nothing is sent and the provider
+	// is not asked.
+	asked := false
+	x, w = testExchange(t, cat(offer, ok), 0, authSettings{user: "u", oauth: func(context.Context) (string, error) { asked = true; return "t", nil }}, false)
+	if _, err := io.ReadAll(x); err == nil || !strings.Contains(err.Error(), "WithOAuthUnverifiedChannel") || asked || w.Len() > 0 {
+		t.Errorf("OAUTHBEARER over plaintext: %v (token asked: %v, %d bytes sent)", err, asked, w.Len())
+	}
+
 	for _, tt := range []struct{ status, want string }{
-		{"invalid_token", "OAuth authentication failed: invalid_token"},
-		{"<script>secret</script>", "OAuth authentication failed"},
+		{"invalid_token", "server rejected OAuth bearer token (invalid_token): FATAL: no (SQLSTATE 28000)"},
+		{"<script>secret</script>", "server rejected OAuth bearer token ((a status that is not a word)): FATAL: no (SQLSTATE 28000)"},
 	} {
 		fail := backendMsg('R', authBody(11, []byte(`{"status":"`+tt.status+`"}`)...))
-		x, _ := testExchange(t, cat(offer, fail), 0, authSettings{user: "u", oauth: provider}, false)
+		x, w := testExchange(t, cat(offer, fail, backendMsg('E', []byte("SFATAL\x00C28000\x00Mno\x00\x00"))), 0, authSettings{user: "u", oauth: provider}, false)
+		x.at.n.cfg.OAuth.AllowUnverifiedChannel = true
 		_, err := io.ReadAll(x)
-		var ae *AuthError
-		if !errors.As(err, &ae) || err.Error() != tt.want {
+		if err == nil || err.Error() != tt.want || sqlState(err) != "28000" {
 			t.Errorf("status %q: error %v, want %q", tt.status, err, tt.want)
+		}
+		if !bytes.Equal(w.Bytes(), cat(initial, kvsep)) {
+			t.Errorf("status %q: the client wrote %q, want the token then 0x01", tt.status, w.Bytes())
 		}
 	}
 
 	// require_auth without oauth refuses it before the token is asked for.
 	ra, _ := parseRequireAuth("scram-sha-256")
-	asked := false
+	asked = false
 	x, w = testExchange(t, cat(offer, ok), 0, authSettings{user: "u", requireAuth: ra,
 		oauth: func(context.Context) (string, error) { asked = true; return "t", nil }}, false)
 	if _, err := io.ReadAll(x); err == nil || !strings.Contains(err.Error(), `authentication method requirement "scram-sha-256" failed: server requested OAUTHBEARER authentication`) || asked || w.Len() > 0 {

@@ -83,6 +83,10 @@ func (e *ConnectError) Unwrap() []error {
 // database=...`: 127.0.0.1:5432 (host): dial error: ..."), which a HostError says once, better.
 // A server's error is its *pgconn.PgError.
 func cause(err error) error {
+	var or *oauthRejectedError // the server's error with its OAuth status
+	if errors.As(err, &or) {
+		return or
+	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		return pg

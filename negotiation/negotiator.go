@@ -136,6 +136,8 @@ type Negotiator struct {
 	scram *scram.Keys
 	// requireAuth is the last require_auth parsed (requireAuthOf).
 	requireAuth atomic.Pointer[requireAuth]
+	// oauth remembers the servers' OAUTHBEARER answers (oauth.go).
+	oauth oauthMemory
 }
 
 // NewNegotiator returns a Negotiator for cfg. cfg.Hosts must not be empty.
@@ -731,6 +733,9 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	for i, m := range methods {
 		tr.add(addr, m)
 		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse(), caller: caller, addrAge: ps.addrAge}
+		if n.cfg.Credentials != nil || n.cfg.OAuth.Issuer != "" {
+			at.creds = &credRetry{}
+		}
 		at.learnedDirect = m == MethodDirectSSL && plan.LearnedDirect()
 		if m == MethodDirectSSL && reuse != nil {
 			// A server reads a ClientHello as direct TLS only as a connection's first bytes
@@ -747,7 +752,12 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		at.given.Store(connBox(reuse))
 		at.givenReq = reuseReq
 		reuse = nil
-		err := n.run(ctx, at, open)
+		var err error
+		if at.creds != nil {
+			at, err = n.runRetrying(ctx, at, open, res, &reached)
+		} else {
+			err = n.run(ctx, at, open)
+		}
 		reached = reached || at.reached.Load()
 		res.sockets += int(at.sockets.Load())
 		if g := at.given.Swap(nil); g != nil {
@@ -1145,10 +1155,13 @@ type attempt struct {
 	authSet       bool
 	connCtx       context.Context
 	saslMechanism string // the SASL mechanism used, if any
-	keyCached     bool   // SCRAM: the keys came from the cache
-	alpn          bool   // the server selected ALPN postgresql
-	directShown   bool   // the connection showed that the host takes direct TLS (afterReady)
-	learnedDirect bool   // a direct TLS attempt made because the host is known to take it
+	// creds: what the attempts with this method on this address share of Config.Credentials
+	// (credfetch.go); nil without it.
+	creds         *credRetry
+	keyCached     bool // SCRAM: the keys came from the cache
+	alpn          bool // the server selected ALPN postgresql
+	directShown   bool // the connection showed that the host takes direct TLS (afterReady)
+	learnedDirect bool // a direct TLS attempt made because the host is known to take it
 	startupCtx    context.Context
 	startupMu     sync.Mutex
 }
