@@ -263,8 +263,16 @@ func (e *credEvents) trace() *Trace {
 			e.mu.Unlock()
 			return ctx
 		},
-		CredentialDone: func(_ context.Context, i CredentialDoneInfo) { e.mu.Lock(); e.dones = append(e.dones, i); e.mu.Unlock() },
-		OAuthDiscovery: func(_ context.Context, i OAuthDiscoveryInfo) { e.mu.Lock(); e.discovery = append(e.discovery, i); e.mu.Unlock() },
+		CredentialDone: func(_ context.Context, i CredentialDoneInfo) {
+			e.mu.Lock()
+			e.dones = append(e.dones, i)
+			e.mu.Unlock()
+		},
+		OAuthDiscovery: func(_ context.Context, i OAuthDiscoveryInfo) {
+			e.mu.Lock()
+			e.discovery = append(e.discovery, i)
+			e.mu.Unlock()
+		},
 		CredentialRetry: func(_ context.Context, i CredentialRetryInfo) {
 			e.mu.Lock()
 			e.retries = append(e.retries, i)
@@ -276,7 +284,11 @@ func (e *credEvents) trace() *Trace {
 			e.mechs = append(e.mechs, i.SASLMechanism)
 			e.mu.Unlock()
 		},
-		ConnectDone: func(_ context.Context, i ConnectDoneInfo) { e.mu.Lock(); e.attempts = append(e.attempts, i.Attempts); e.mu.Unlock() },
+		ConnectDone: func(_ context.Context, i ConnectDoneInfo) {
+			e.mu.Lock()
+			e.attempts = append(e.attempts, i.Attempts)
+			e.mu.Unlock()
+		},
 	}
 }
 
