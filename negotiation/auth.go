@@ -862,9 +862,7 @@ func (x *authExchange) passwordRefused(msg []byte) {
 		return
 	}
 	x.at.n.cfg.Credentials.Refused(&x.pwReq, *x.pwCred)
-	if st := x.at.creds; st != nil {
-		st.want(retryPasswordRefused, x.pwReq, x.pwCred)
-	}
+	x.at.retryState().want(retryPasswordRefused, x.pwReq, x.pwCred)
 }
 
 // errorField returns the field of type code of an ErrorResponse body (protocol-error-fields.html:

@@ -38,6 +38,15 @@ func reasonIndex(reason string) int {
 	return 2
 }
 
+// retryState returns what the attempts on at's address with its method share, made when first
+// needed (no allocation on a connect that needs no retry).
+func (at *attempt) retryState() *credRetry {
+	if at.creds == nil {
+		at.creds = &credRetry{}
+	}
+	return at.creds
+}
+
 // want asks for the attempt to be made again for reason, with a credential of req (refused:
 // the credential the server refused, given to Get as Refused); a reason used already asks
 // nothing.
@@ -106,7 +115,7 @@ func (n *Negotiator) runRetrying(ctx context.Context, at *attempt, open func(con
 	for {
 		err := n.run(ctx, at, open)
 		st := at.creds
-		if err == nil || st.reason == "" || ctx.Err() != nil {
+		if err == nil || st == nil || st.reason == "" || ctx.Err() != nil {
 			return at, err
 		}
 		reason := st.reason

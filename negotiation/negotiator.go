@@ -733,9 +733,6 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 	for i, m := range methods {
 		tr.add(addr, m)
 		at := &attempt{n: n, host: h, key: key, addr: addr, addrs: one, method: m, known: in.Known, gssGeneration: in.GSSGeneration, anyServer: ps.anyServer, cache: plan.CacheUse(), caller: caller, addrAge: ps.addrAge}
-		if n.cfg.Credentials != nil || n.cfg.OAuth.Issuer != "" {
-			at.creds = &credRetry{}
-		}
 		at.learnedDirect = m == MethodDirectSSL && plan.LearnedDirect()
 		if m == MethodDirectSSL && reuse != nil {
 			// A server reads a ClientHello as direct TLS only as a connection's first bytes
@@ -752,12 +749,7 @@ func (n *Negotiator) tryAddr(ctx context.Context, caller time.Time, h *Host, key
 		at.given.Store(connBox(reuse))
 		at.givenReq = reuseReq
 		reuse = nil
-		var err error
-		if at.creds != nil {
-			at, err = n.runRetrying(ctx, at, open, res, &reached)
-		} else {
-			err = n.run(ctx, at, open)
-		}
+		at, err := n.runRetrying(ctx, at, open, res, &reached)
 		reached = reached || at.reached.Load()
 		res.sockets += int(at.sockets.Load())
 		if g := at.given.Swap(nil); g != nil {
@@ -1156,7 +1148,7 @@ type attempt struct {
 	connCtx       context.Context
 	saslMechanism string // the SASL mechanism used, if any
 	// creds: what the attempts with this method on this address share of Config.Credentials
-	// (credfetch.go); nil without it.
+	// (credfetch.go); nil until an exchange asks for the attempt to be made again.
 	creds         *credRetry
 	keyCached     bool // SCRAM: the keys came from the cache
 	alpn          bool // the server selected ALPN postgresql

@@ -485,20 +485,18 @@ func (x *authExchange) continueOAuth(data []byte) error {
 	if problem != "" {
 		return &AuthError{Problem: problem}
 	}
-	if st := x.at.creds; st != nil {
-		next := ob.req
-		if a.DiscoveryURI != "" {
-			next.DiscoveryURI = a.DiscoveryURI
-			if n.cfg.OAuth.Scope == "" {
-				next.Scope = a.Scope
-			}
+	next := ob.req
+	if a.DiscoveryURI != "" {
+		next.DiscoveryURI = a.DiscoveryURI
+		if n.cfg.OAuth.Scope == "" {
+			next.Scope = a.Scope
 		}
-		switch {
-		case !tokenSent:
-			st.want(retryDiscovery, next, nil)
-		case ob.cred.Source == CredentialCached || info.Changed:
-			st.want(retryTokenRefused, next, ob.cred)
-		}
+	}
+	switch {
+	case !tokenSent:
+		x.at.retryState().want(retryDiscovery, next, nil)
+	case ob.cred.Source == CredentialCached || info.Changed:
+		x.at.retryState().want(retryTokenRefused, next, ob.cred)
 	}
 	ob.state, ob.status = oauthErrorSent, a.Status
 	return x.send(&pgproto3.SASLResponse{Data: []byte{1}})
