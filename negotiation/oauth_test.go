@@ -253,10 +253,13 @@ type credEvents struct {
 	retries   []CredentialRetryInfo
 	mechs     []string
 	attempts  []int
+	bg        chan BackgroundStartInfo
 }
 
 func (e *credEvents) trace() *Trace {
+	e.bg = make(chan BackgroundStartInfo, 4)
 	return &Trace{
+		BackgroundStart: func(ctx context.Context, i BackgroundStartInfo) context.Context { e.bg <- i; return ctx },
 		CredentialStart: func(ctx context.Context, _ CredentialStartInfo) context.Context {
 			e.mu.Lock()
 			e.starts++
@@ -375,6 +378,9 @@ func TestOAuthExchange(t *testing.T) {
 		}
 		if fmt.Sprint(ev.mechs) != "[OAUTHBEARER OAUTHBEARER OAUTHBEARER]" {
 			t.Errorf("SASL mechanisms %v", ev.mechs)
+		}
+		if shown := fmt.Sprintf("%+v %+v %+v", ev.dones, ev.discovery, ev.retries); strings.Contains(shown, "tok1") {
+			t.Errorf("a hook was given the token: %s", shown)
 		}
 	})
 
@@ -680,4 +686,43 @@ func TestPasswordCredentials(t *testing.T) {
 			t.Errorf("sent %q, %d Get, attempts %v", sent, creds.gets, ev.attempts)
 		}
 	})
+}
+
+// refreshingCreds runs a refresh through CredentialRequest.Background at each Get.
+type refreshingCreds struct {
+	*fakeCreds
+	ran chan struct{}
+}
+
+func (r *refreshingCreds) Get(ctx context.Context, req *CredentialRequest) (Credential, error) {
+	if req.Background != nil {
+		req.Background(func(ctx context.Context) error {
+			if _, ok := ctx.Deadline(); !ok {
+				return errors.New("no deadline")
+			}
+			r.ran <- struct{}{}
+			return nil
+		})
+	}
+	return r.fakeCreds.Get(ctx, req)
+}
+
+// CredentialRequest.Background runs work on the negotiator's goroutine, reported as
+// BackgroundCredentialRefresh with the attempt's host.
+func TestCredentialBackground(t *testing.T) {
+	s := startCredServer(t, true)
+	creds := &refreshingCreds{fakeCreds: &fakeCreds{kind: CredentialOAuthToken, prefix: "tok"}, ran: make(chan struct{}, 4)}
+	_, ev, connect := credNegotiator(t, s, creds, OAuthConfig{Issuer: testIssuer + "/.well-known/openid-configuration"}, "")
+	if err := connect(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-creds.ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the background work did not run")
+	}
+	info := <-ev.bg
+	if info.Work != BackgroundCredentialRefresh || info.Host != s.dir || info.Port != 5432 || info.Trigger == nil {
+		t.Errorf("BackgroundStart %+v", info)
+	}
 }
