@@ -458,6 +458,10 @@ func (x *authExchange) continueOAuth(data []byte) error {
 			problem = err.Error()
 		case id != ob.req.Issuer:
 			problem = fmt.Sprintf("server's discovery document at %s (issuer %q) is incompatible with oauth_issuer (%s)", printable(a.DiscoveryURI), printable(id), n.cfg.OAuth.Issuer)
+		case ob.req.DiscoveryURI != "" && a.DiscoveryURI != ob.req.DiscoveryURI && strings.Contains(n.cfg.OAuth.Issuer, wkPrefix):
+			// oauth_issuer's own discovery URI is the one (libpq: handle_oauth_sasl_error); a
+			// remembered one is replaced by the server's new answer.
+			problem = fmt.Sprintf("server's discovery document has moved to %s (previous location was %s)", printable(a.DiscoveryURI), ob.req.DiscoveryURI)
 		}
 	}
 	if problem == "" {

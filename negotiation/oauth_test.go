@@ -512,6 +512,20 @@ func TestOAuthExchange(t *testing.T) {
 		}
 	})
 
+	t.Run(".well-known oauth_issuer: the server's document elsewhere is refused", func(t *testing.T) {
+		s := startCredServer(t, true)
+		s.set(func(s *credServer) {
+			s.discovery = "https://issuer.example/.well-known/oauth-authorization-server"
+			s.accept = func(string) bool { return false }
+		})
+		creds := &fakeCreds{kind: CredentialOAuthToken, prefix: "tok"}
+		_, _, connect := credNegotiator(t, s, creds, OAuthConfig{Issuer: testIssuer + "/.well-known/openid-configuration"}, "")
+		err := connect()
+		if err == nil || !strings.Contains(err.Error(), "server's discovery document has moved to https://issuer.example/.well-known/oauth-authorization-server (previous location was https://issuer.example/.well-known/openid-configuration)") {
+			t.Fatalf("error %v", err)
+		}
+	})
+
 	t.Run("AuthenticationSASLFinal with data refused", func(t *testing.T) {
 		s := startCredServer(t, true)
 		s.set(func(s *credServer) { s.finalData = true })
