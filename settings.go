@@ -15,6 +15,7 @@ import (
 //	LoadBalanceHosts   bool                           // load_balance_hosts=random
 //	RequirePeer        string                         // requirepeer, or PGREQUIREPEER
 //	Keepalives         *Keepalives                    // nil when no keepalive key is given
+//	OAuth              OAuthKeys                      // oauth_issuer, oauth_client_id, oauth_client_secret, oauth_scope
 //
 // Config.Password is the string's or PGPASSWORD's only: the password file is read at each
 // connect, for each host apart.
@@ -29,6 +30,16 @@ type Settings = connstring.Settings
 //	Count       int           // keepalives_count: TCP_KEEPCNT
 //	UserTimeout time.Duration // tcp_user_timeout (milliseconds): TCP_USER_TIMEOUT, Linux
 type Keepalives = keepalive.Options
+
+// OAuthKeys are libpq 18's OAuth keys (libpq-connect.html, oauth_issuer to oauth_scope), from
+// the string, a URL or a service file (libpq reads no environment variable for them); an empty
+// value is not given. None is sent to the server. Its String shows no secret. Its fields:
+//
+//	Issuer       string // oauth_issuer: an issuer identifier, or its .well-known URI
+//	ClientID     string // oauth_client_id
+//	ClientSecret string // oauth_client_secret: never shown
+//	Scope        string // oauth_scope: replaces the scope the server asks for
+type OAuthKeys = connstring.OAuth
 
 // ParseSettings parses a connection string as New does: the string, the PG* environment
 // variables and the service file, with libpq's precedence. Every error is a [*ParseError]: it

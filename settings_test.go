@@ -18,7 +18,7 @@ func TestAliasDocsListFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, v := range map[string]any{"Settings": pgconnector.Settings{}, "Keepalives": pgconnector.Keepalives{},
-		"ParseError": pgconnector.ParseError{}, "Keyword": pgconnector.Keyword{}} {
+		"ParseError": pgconnector.ParseError{}, "Keyword": pgconnector.Keyword{}, "OAuthKeys": pgconnector.OAuthKeys{}} {
 		typ := reflect.TypeOf(v)
 		block := regexp.MustCompile(`((?://[^\n]*\n)+)type ` + name + ` = `).FindSubmatch(src)
 		if block == nil {
