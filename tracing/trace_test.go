@@ -191,6 +191,23 @@ func scenarios(t testing.TB) []scenario {
 	connected := func(attrs []attribute.KeyValue, transport string, hit bool) []attribute.KeyValue {
 		return append(attrs, TransportKey.String(transport), CacheHitKey.Bool(hit), AttemptsKey.Int(1))
 	}
+	// tlsAttempt opens a socket, gets 'S' to SSLRequest and a TLS 1.3 handshake, and starts the
+	// startup: the steps of sslSpan, tlsSpan and a startup.
+	tlsAttempt := func(ctx context.Context, tr *negotiation.Trace) context.Context {
+		c := tr.TCPConnectStart(ctx, dial(negotiation.MethodSSL))
+		tr.TCPConnectDone(c, nil)
+		s := tr.SSLRequestStart(ctx, dial(negotiation.MethodSSL))
+		tr.SSLRequestDone(s, negotiation.RequestDoneInfo{Answer: negotiation.AnswerYes})
+		h := tr.TLSHandshakeStart(ctx, negotiation.TLSHandshakeStartInfo{ServerName: testHost})
+		tr.TLSHandshakeDone(h, negotiation.TLSHandshakeDoneInfo{Version: tls.VersionTLS13,
+			CipherSuite: tls.TLS_AES_128_GCM_SHA256})
+		return tr.StartupStart(ctx, dial(negotiation.MethodSSL))
+	}
+	sslSpan := span{name: SpanSSLRequest, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
+		SSLAnswerKey.String("S"), CacheHitKey.Bool(false)}}
+	tlsSpan := span{name: SpanTLSHandshake, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
+		TLSDirectKey.Bool(false), semconv.TLSProtocolNameTLS, semconv.TLSProtocolVersion("1.3"),
+		semconv.TLSCipher("TLS_AES_128_GCM_SHA256"), semconv.TLSEstablished(true)}}
 
 	preferIn := negotiation.Input{SSLMode: negotiation.SSLModePrefer, GSSEncMode: negotiation.GSSEncModeDisable}
 	preferPlan := mustDecide(t, preferIn)
@@ -252,14 +269,7 @@ func scenarios(t testing.TB) []scenario {
 				ctx = tr.ConnectStart(ctx, start(negotiation.SSLModeRequire))
 				tr.Decision(ctx, negotiation.DecisionInfo{Host: testHost, Port: testPort, Input: requireIn, Plan: requirePlan})
 				resolve(ctx, tr)
-				c := tr.TCPConnectStart(ctx, dial(negotiation.MethodSSL))
-				tr.TCPConnectDone(c, nil)
-				s := tr.SSLRequestStart(ctx, dial(negotiation.MethodSSL))
-				tr.SSLRequestDone(s, negotiation.RequestDoneInfo{Answer: negotiation.AnswerYes})
-				h := tr.TLSHandshakeStart(ctx, negotiation.TLSHandshakeStartInfo{ServerName: testHost})
-				tr.TLSHandshakeDone(h, negotiation.TLSHandshakeDoneInfo{Version: tls.VersionTLS13,
-					CipherSuite: tls.TLS_AES_128_GCM_SHA256})
-				u := tr.StartupStart(ctx, dial(negotiation.MethodSSL))
+				u := tlsAttempt(ctx, tr)
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
 					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 1})
@@ -269,12 +279,7 @@ func scenarios(t testing.TB) []scenario {
 					attrs:  connected(startAttrs("require"), "tls", false),
 					events: []event{dEvent}},
 				dnsSpan,
-				tcpSpan("ssl"),
-				{name: SpanSSLRequest, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					SSLAnswerKey.String("S"), CacheHitKey.Bool(false)}},
-				{name: SpanTLSHandshake, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					TLSDirectKey.Bool(false), semconv.TLSProtocolNameTLS, semconv.TLSProtocolVersion("1.3"),
-					semconv.TLSCipher("TLS_AES_128_GCM_SHA256"), semconv.TLSEstablished(true)}},
+				tcpSpan("ssl"), sslSpan, tlsSpan,
 				{name: SpanStartup, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					semconv.DBNamespace(testDB), MethodKey.String("ssl"), AuthMethodKey.String("scram-sha-256")}},
 			},
@@ -492,14 +497,7 @@ func scenarios(t testing.TB) []scenario {
 				tr.GSSContextDone(x, negotiation.GSSContextDoneInfo{Enctype: testEnctype, Err: errGSSContext})
 				tr.Fallback(ctx, negotiation.FallbackInfo{Host: testHost, From: negotiation.MethodGSS,
 					To: negotiation.MethodSSL, Reason: "GSSAPI context establishment failed", NewConnection: true})
-				c = tr.TCPConnectStart(ctx, dial(negotiation.MethodSSL))
-				tr.TCPConnectDone(c, nil)
-				s := tr.SSLRequestStart(ctx, dial(negotiation.MethodSSL))
-				tr.SSLRequestDone(s, negotiation.RequestDoneInfo{Answer: negotiation.AnswerYes})
-				h := tr.TLSHandshakeStart(ctx, negotiation.TLSHandshakeStartInfo{ServerName: testHost})
-				tr.TLSHandshakeDone(h, negotiation.TLSHandshakeDoneInfo{Version: tls.VersionTLS13,
-					CipherSuite: tls.TLS_AES_128_GCM_SHA256})
-				u := tr.StartupStart(ctx, dial(negotiation.MethodSSL))
+				u := tlsAttempt(ctx, tr)
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
 					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 2})
@@ -522,12 +520,7 @@ func scenarios(t testing.TB) []scenario {
 				{name: SpanFallback, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					semconv.ServerAddress(testHost), FallbackFromKey.String("gss"), FallbackToKey.String("ssl"),
 					FallbackReasonKey.String("GSSAPI context establishment failed"), FallbackNewConnectionKey.Bool(true)}},
-				tcpSpan("ssl"),
-				{name: SpanSSLRequest, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					SSLAnswerKey.String("S"), CacheHitKey.Bool(false)}},
-				{name: SpanTLSHandshake, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					TLSDirectKey.Bool(false), semconv.TLSProtocolNameTLS, semconv.TLSProtocolVersion("1.3"),
-					semconv.TLSCipher("TLS_AES_128_GCM_SHA256"), semconv.TLSEstablished(true)}},
+				tcpSpan("ssl"), sslSpan, tlsSpan,
 				{name: SpanStartup, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					semconv.DBNamespace(testDB), MethodKey.String("ssl"), AuthMethodKey.String("scram-sha-256")}},
 			},
@@ -539,34 +532,19 @@ func scenarios(t testing.TB) []scenario {
 		verifyIn := negotiation.Input{SSLMode: negotiation.SSLModeVerifyFull, GSSEncMode: negotiation.GSSEncModeDisable}
 		verifyPlan := mustDecide(t, verifyIn)
 		dEvent := decision("ssl", "false", "")
-		tlsSpan := span{name: SpanTLSHandshake, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-			TLSDirectKey.Bool(false), semconv.TLSProtocolNameTLS, semconv.TLSProtocolVersion("1.3"),
-			semconv.TLSCipher("TLS_AES_128_GCM_SHA256"), semconv.TLSEstablished(true)}}
-		sslSpan := span{name: SpanSSLRequest, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-			SSLAnswerKey.String("S"), CacheHitKey.Bool(false)}}
-		attempt := func(ctx context.Context, tr *negotiation.Trace) context.Context {
-			c := tr.TCPConnectStart(ctx, dial(negotiation.MethodSSL))
-			tr.TCPConnectDone(c, nil)
-			s := tr.SSLRequestStart(ctx, dial(negotiation.MethodSSL))
-			tr.SSLRequestDone(s, negotiation.RequestDoneInfo{Answer: negotiation.AnswerYes})
-			h := tr.TLSHandshakeStart(ctx, negotiation.TLSHandshakeStartInfo{ServerName: testHost})
-			tr.TLSHandshakeDone(h, negotiation.TLSHandshakeDoneInfo{Version: tls.VersionTLS13,
-				CipherSuite: tls.TLS_AES_128_GCM_SHA256})
-			return tr.StartupStart(ctx, dial(negotiation.MethodSSL))
-		}
 		out = append(out, scenario{
 			name: scenarioOAuth,
 			drive: func(ctx context.Context, tr *negotiation.Trace) {
 				ctx = tr.ConnectStart(ctx, start(negotiation.SSLModeVerifyFull))
 				tr.Decision(ctx, negotiation.DecisionInfo{Host: testHost, Port: testPort, Input: verifyIn, Plan: verifyPlan})
 				resolve(ctx, tr)
-				u := attempt(ctx, tr)
+				u := tlsAttempt(ctx, tr)
 				tr.OAuthDiscovery(u, negotiation.OAuthDiscoveryInfo{Host: testHost, Port: testPort, Status: "invalid_token",
 					DiscoveryURI: testDiscoveryURI, Scope: testScope})
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "oauth", SASLMechanism: "OAUTHBEARER", Err: errDiscovery})
 				tr.CredentialRetry(ctx, negotiation.CredentialRetryInfo{Kind: negotiation.CredentialOAuthToken,
 					Host: testHost, Port: testPort, Reason: "oauth discovery"})
-				u = attempt(ctx, tr)
+				u = tlsAttempt(ctx, tr)
 				w := tr.CredentialStart(u, negotiation.CredentialStartInfo{Kind: negotiation.CredentialOAuthToken, Host: testHost, Port: testPort})
 				tr.CredentialDone(w, negotiation.CredentialDoneInfo{Kind: negotiation.CredentialOAuthToken,
 					Source: negotiation.CredentialFetched, Duration: time.Millisecond})
