@@ -90,18 +90,25 @@ func TestExplainCredentialSteps(t *testing.T) {
 			}
 		}
 	}
-	if cn.Credential != "oauth_token fetched" || len(cn.Retries) != 1 || cn.Retries[0] != "oauth discovery" || cn.Sockets != 2 {
-		t.Errorf("credential %q, retries %v, sockets %d", cn.Credential, cn.Retries, cn.Sockets)
+	if cn.Credential != "oauth_token fetched" || len(cn.Retries) != 1 || cn.Retries[0] != "oauth discovery" || cn.Sockets != 2 || !cn.Answers.OAuth {
+		t.Errorf("credential %q, retries %v, sockets %d, answers %+v", cn.Credential, cn.Retries, cn.Sockets, cn.Answers)
 	}
 
+	m := Modes{SSLMode: "verify-full", GSSEncMode: "disable"}
+	cmp := Comparison{Host: cn.Host, Port: cn.Port, Answers: cn.Answers, Libpq: EstimateLibpq(m, cn.Answers), Pgx: EstimatePgx(m, cn.Answers),
+		Basis: "estimated from the server's answers"}
 	var out bytes.Buffer
-	printText(&out, &Report{Target: "db.example.com:5432 user=app dbname=app", SSLMode: "verify-full", GSSEncMode: "disable", Connects: []Connect{cn}})
+	printText(&out, &Report{Target: "db.example.com:5432 user=app dbname=app", SSLMode: "verify-full", GSSEncMode: "disable",
+		Connects: []Connect{cn}, Compare: []Comparison{cmp}})
 	t.Log("\n" + out.String())
 	wantIn(t, out.String(),
 		"\n    oauth_discovery ", "oauth.discovery_uri=https://issuer.example.com/.well-known/openid-configuration oauth.scope=openid db oauth.status=invalid_token",
 		"\n  credential_retry  ", "credential.kind=oauth_token credential.retry.reason=oauth discovery",
 		"\n    credential      ", "credential.kind=oauth_token credential.source=fetched",
-		"auth oauth (OAUTHBEARER), oauth_token fetched, 1 retry with a fresh credential (oauth discovery), 2 socket(s)")
+		"auth oauth (OAUTHBEARER), oauth_token fetched, 1 retry with a fresh credential (oauth discovery), 2 socket(s)",
+		"(SSLRequest 'S', GSSENCRequest not asked, SASL OAUTHBEARER asked for):",
+		"libpq  2 socket(s), 2 backend(s), 6 round trip(s) before startup, tls (OAUTHBEARER: an empty token first",
+		"pgx    1 socket(s), 1 backend(s), 3 round trip(s) before startup, tls (OAUTHBEARER: the token first")
 	// An event is a point: '|' on the waterfall, no duration.
 	for line := range strings.Lines(out.String()) {
 		if strings.Contains(line, "oauth_discovery ") || strings.Contains(line, "credential_retry ") {

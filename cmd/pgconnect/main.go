@@ -302,6 +302,7 @@ func merge(dst *Answers, a Answers) {
 		dst.GSS = a.GSS
 	}
 	dst.GSSEstablished = dst.GSSEstablished || a.GSSEstablished
+	dst.OAuth = dst.OAuth || a.OAuth
 }
 
 // stepOf maps negotiation.HostError's Step to the name of the step's span, without
@@ -481,6 +482,9 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 				cn.Credential = strings.TrimSpace(sa["pgconnector.credential.kind"].AsString() + " " + sa["pgconnector.credential.source"].AsString())
 			}
 		case "startup":
+			if sa["pgconnector.auth.sasl_mechanism"].AsString() == "OAUTHBEARER" {
+				cn.Answers.OAuth = true
+			}
 			if st.Error == "" {
 				cn.Auth = sa["pgconnector.auth.method"].AsString()
 				cn.SASL = sa["pgconnector.auth.sasl_mechanism"].AsString()

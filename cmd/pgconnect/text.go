@@ -63,8 +63,12 @@ func printText(w io.Writer, rep *Report) {
 			cn.Host, cn.Port, cn.Transport, cn.Server, cn.Auth, saslNote(cn), credentialNote(cn), cn.Sockets, cn.RoundTrips)
 	}
 	for _, cmp := range rep.Compare {
-		fmt.Fprintf(w, "\nper connect to %s:%d, %s (SSLRequest %s, GSSENCRequest %s):\n",
-			cmp.Host, cmp.Port, cmp.Basis, answer(cmp.Answers.SSL), answer(cmp.Answers.GSS))
+		oauth := ""
+		if cmp.Answers.OAuth {
+			oauth = ", SASL OAUTHBEARER asked for"
+		}
+		fmt.Fprintf(w, "\nper connect to %s:%d, %s (SSLRequest %s, GSSENCRequest %s%s):\n",
+			cmp.Host, cmp.Port, cmp.Basis, answer(cmp.Answers.SSL), answer(cmp.Answers.GSS), oauth)
 		for _, c := range []Cost{cmp.Libpq, cmp.Pgx} {
 			fmt.Fprintf(w, "  %-6s %d socket(s), %d backend(s), %d round trip(s) before startup, %s", c.Client, c.Sockets, c.Backends, c.RoundTrips, c.Transport)
 			if c.Note != "" {
