@@ -22,6 +22,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"golang.org/x/oauth2"
 )
@@ -237,11 +238,26 @@ func (f *Flow) tokenError(what string, err error) error {
 	msg := ""
 	switch {
 	case re.ErrorDescription != "":
-		msg = re.ErrorDescription + " "
+		msg = clip(re.ErrorDescription) + " "
 	case re.Response != nil && re.Response.StatusCode == http.StatusUnauthorized && f.cfg.ClientSecret != "":
 		msg = "provider rejected the oauth_client_secret "
 	case re.Response != nil && re.Response.StatusCode == http.StatusUnauthorized:
 		msg = "provider requires client authentication, and no oauth_client_secret is set "
 	}
-	return fmt.Errorf("%s: %s(%s)", what, msg, re.ErrorCode)
+	return fmt.Errorf("%s: %s(%s)", what, msg, clip(re.ErrorCode))
+}
+
+// maxErrorText bounds what of an issuer's error texts goes into an error.
+const maxErrorText = 256
+
+// clip cuts s, the issuer's text, to maxErrorText bytes (on a rune boundary), marked "...".
+func clip(s string) string {
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

@@ -32,6 +32,7 @@ type issuer struct {
 	refreshes     int
 	denyRefresh   bool
 	denyDevice    bool
+	unauthorized  bool
 	lastBasicAuth string
 	lastScope     string
 	lastClientID  string
@@ -78,6 +79,10 @@ func newIssuer(t *testing.T) *issuer {
 				return
 			}
 		case "urn:ietf:params:oauth:grant-type:device_code":
+			if is.unauthorized {
+				writeJSON(w, 401, map[string]any{"error": "invalid_client"})
+				return
+			}
 			if is.denyDevice {
 				writeJSON(w, 400, map[string]any{"error": "access_denied", "error_description": "the user said no"})
 				return
@@ -173,6 +178,25 @@ func TestDeviceFlowErrors(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), clientSecret) || strings.Contains(err.Error(), "dev-code") {
 		t.Fatal("a secret in the error")
+	}
+	if got := clip(strings.Repeat("é", 200)); len(got) > maxErrorText+3 || !strings.HasSuffix(got, "é...") {
+		t.Fatalf("clip: %d bytes, %q", len(got), got[len(got)-8:])
+	}
+}
+
+// TestTokenUnauthorized: a 401 without a description says what libpq says of the client secret.
+func TestTokenUnauthorized(t *testing.T) {
+	is := newIssuer(t)
+	is.unauthorized = true
+	for secret, want := range map[string]string{
+		"":           "failed to obtain access token: provider requires client authentication, and no oauth_client_secret is set (invalid_client)",
+		clientSecret: "failed to obtain access token: provider rejected the oauth_client_secret (invalid_client)",
+	} {
+		f := New(Config{ClientID: clientID, ClientSecret: secret, HTTPClient: is.srv.Client(),
+			Prompt: func(context.Context, *oauth2.DeviceAuthResponse) error { return nil }})
+		if _, _, err := f.Token(context.Background(), is.request()); err == nil || err.Error() != want {
+			t.Errorf("secret %q: err = %v\nwant %s", secret, err, want)
+		}
 	}
 }
 
