@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/pgconnector/pgconnector/internal/tokencache"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
@@ -208,5 +209,61 @@ func TestCredentialsDeviceFlow(t *testing.T) {
 	cr, err = c.Get(context.Background(), req)
 	if err != nil || cr.Source != negotiation.CredentialFetched || cr.Secret != "at2" || prompts.Load() != 1 {
 		t.Fatalf("after a refusal: %v, %v, %d prompts", cr.Source, err, prompts.Load())
+	}
+}
+
+// TestCredentialsTokenSourceLine: the line WithOAuthTokenFunc's doc gives for an
+// oauth2.TokenSource works as written.
+func TestCredentialsTokenSourceLine(t *testing.T) {
+	ts := oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "static", TokenType: "Bearer"})
+	var o options
+	WithOAuthTokenFunc(func(context.Context, OAuthRequest) (*oauth2.Token, error) { return ts.Token() })(&o)
+	c := newCredentials(&o, "", "")
+	cr, err := c.Get(context.Background(), &negotiation.CredentialRequest{Kind: negotiation.CredentialOAuthToken, Issuer: "https://i.example"})
+	if err != nil || cr.Secret != "static" || !cr.Expiry.IsZero() {
+		t.Fatalf("Get = %v, %v", cr.Source, err)
+	}
+}
+
+// TestCredentialsRefreshInBackground: a connect that finds the password in the last fifth of
+// its life gets it from the cache at once, and starts one call of the function through
+// CredentialRequest.Background; the next connects get the new password.
+func TestCredentialsRefreshInBackground(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var calls atomic.Int32
+	o := &options{passwordFunc: func(ctx context.Context, r PasswordRequest) (string, time.Time, error) {
+		n := calls.Add(1)
+		return "pw" + string(rune('0'+n)), clock().Add(15 * time.Minute), nil
+	}}
+	c := newCredentials(o, "", "")
+	c.cache = tokencache.New(tokencache.Config{Now: clock})
+	var started atomic.Int32
+	done := make(chan error, 4)
+	req := &negotiation.CredentialRequest{Kind: negotiation.CredentialPassword, Host: "h", Port: 5432, User: "u",
+		Background: func(do func(ctx context.Context) error) bool {
+			started.Add(1)
+			go func() { done <- do(context.Background()) }()
+			return true
+		}}
+	if cr, _ := c.Get(context.Background(), req); cr.Secret != "pw1" {
+		t.Fatal(cr.Source)
+	}
+	mu.Lock()
+	now = now.Add(13 * time.Minute) // the last fifth of 15 min less the margin
+	mu.Unlock()
+	cr, err := c.Get(context.Background(), req)
+	if err != nil || cr.Secret != "pw1" || cr.Source != negotiation.CredentialCached {
+		t.Fatalf("Get in the last fifth = %v, %v", cr.Source, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if cr, _ := c.Get(context.Background(), req); cr.Secret != "pw2" || cr.Source != negotiation.CredentialCached {
+		t.Fatalf("after the refresh: %v", cr.Source)
+	}
+	if started.Load() != 1 || calls.Load() != 2 {
+		t.Fatalf("%d refreshes, %d calls; want 1, 2", started.Load(), calls.Load())
 	}
 }
