@@ -54,7 +54,8 @@ func TestCredentialsPasswordFunc(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			cr, err := c.Get(context.Background(), req("app"))
-			if err != nil || cr.Secret != "iam-token-1" || cr.Source != negotiation.CredentialFetched {
+			// Fetched for those that waited for the call, cached for any that came after it.
+			if err != nil || cr.Secret != "iam-token-1" || (cr.Source != negotiation.CredentialFetched && cr.Source != negotiation.CredentialCached) {
 				t.Errorf("herd Get = %+v, %v", cr.Source, err)
 			}
 		})
