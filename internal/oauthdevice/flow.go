@@ -119,7 +119,8 @@ func (f *Flow) Token(ctx context.Context, r Request) (tok *oauth2.Token, prompte
 		ep.AuthStyle = oauth2.AuthStyleInHeader
 	}
 	oc := f.config(ep, r.Scope)
-	da, err := oc.DeviceAuth(f.basicAuth(ctx, ep.DeviceAuthURL))
+	ctx = f.basicAuth(ctx, ep)
+	da, err := oc.DeviceAuth(ctx)
 	if err != nil {
 		return nil, false, f.tokenError("failed to obtain device authorization", err)
 	}
@@ -143,21 +144,22 @@ func (f *Flow) Token(ctx context.Context, r Request) (tok *oauth2.Token, prompte
 }
 
 // basicAuth returns ctx with an HTTP client that authenticates the client with HTTP Basic in
-// its POST to deviceURL when there is a client secret, and leaves client_id out of the body
-// (RFC 6749 section 2.3.1, as libpq's add_client_identification: some issuers refuse both);
-// golang.org/x/oauth2 sends the device authorization request with client_id alone.
-func (f *Flow) basicAuth(ctx context.Context, deviceURL string) context.Context {
+// its POSTs to ep's device authorization and token endpoints when there is a client secret,
+// and leaves client_id out of their bodies (RFC 6749 section 2.3.1, as libpq's
+// add_client_identification: some issuers refuse both); golang.org/x/oauth2 sends the device
+// authorization request with client_id alone, and client_id in the device token request's body.
+func (f *Flow) basicAuth(ctx context.Context, ep oauth2.Endpoint) context.Context {
 	if f.cfg.ClientSecret == "" {
 		return ctx
 	}
 	c := *f.client
-	c.Transport = basicAuthTransport{next: f.client.Transport, url: deviceURL, id: f.cfg.ClientID, secret: f.cfg.ClientSecret}
+	c.Transport = basicAuthTransport{next: f.client.Transport, device: ep.DeviceAuthURL, token: ep.TokenURL, id: f.cfg.ClientID, secret: f.cfg.ClientSecret}
 	return context.WithValue(ctx, oauth2.HTTPClient, &c)
 }
 
 type basicAuthTransport struct {
-	next            http.RoundTripper
-	url, id, secret string
+	next                      http.RoundTripper
+	device, token, id, secret string
 }
 
 func (t basicAuthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -165,7 +167,7 @@ func (t basicAuthTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	if req.Method != http.MethodPost || req.URL.String() != t.url || req.Body == nil {
+	if u := req.URL.String(); req.Method != http.MethodPost || (u != t.device && u != t.token) || req.Body == nil {
 		return next.RoundTrip(req)
 	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))

@@ -27,16 +27,18 @@ type issuer struct {
 	// document, when set, replaces the discovery handler.
 	document http.HandlerFunc
 
-	mu            sync.Mutex
-	deviceAuths   int
-	refreshes     int
-	denyRefresh   bool
-	denyDevice    bool
-	unauthorized  bool
-	lastBasicAuth string
-	lastScope     string
-	lastClientID  string
-	issued        atomic.Int32
+	mu           sync.Mutex
+	deviceAuths  int
+	refreshes    int
+	denyRefresh  bool
+	denyDevice   bool
+	unauthorized bool
+	// what the last device token request carried
+	tokenBasicAuth, tokenClientID string
+	lastBasicAuth                 string
+	lastScope                     string
+	lastClientID                  string
+	issued                        atomic.Int32
 }
 
 func newIssuer(t *testing.T) *issuer {
@@ -79,6 +81,8 @@ func newIssuer(t *testing.T) *issuer {
 				return
 			}
 		case "urn:ietf:params:oauth:grant-type:device_code":
+			is.tokenBasicAuth = r.Header.Get("Authorization")
+			is.tokenClientID = r.Form.Get("client_id")
 			if is.unauthorized {
 				writeJSON(w, 401, map[string]any{"error": "invalid_client"})
 				return
@@ -130,6 +134,9 @@ func TestDeviceFlowPromptsOnceThenRefreshes(t *testing.T) {
 	}
 	if !strings.HasPrefix(is.lastBasicAuth, "Basic ") || is.lastScope != "openid db" || is.lastClientID != "" {
 		t.Fatalf("device authorization request: Authorization %q, scope %q, client_id %q", is.lastBasicAuth, is.lastScope, is.lastClientID)
+	}
+	if is.tokenBasicAuth != is.lastBasicAuth || is.tokenClientID != "" {
+		t.Fatalf("token request: Authorization %q, client_id %q", is.tokenBasicAuth, is.tokenClientID)
 	}
 	for i := 2; i <= 3; i++ {
 		tok, prompted, err = f.Token(ctx, is.request())
