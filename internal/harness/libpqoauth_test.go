@@ -12,12 +12,13 @@ import (
 // is the issuer (discovery, then the reconnect with the token), one when it is the discovery
 // URI, one hook call per connect; an issuer that does not match the server's refused before any
 // hook call; a refused token after the retry; no oauth_client_id refused by libpq once the server asks
-// for OAuth (one backend).
+// for OAuth (one backend). The server's oauth line is hostssl.
 func TestLibpqOAuthOracle(t *testing.T) {
 	ctx := testCtx(t)
 	iss := StartOAuthIssuerT(t, OAuthIssuerOptions{})
 	o := iss.OAuth()
 	o.DelegateIdentMapping = true
+	o.Types = []string{"hostssl"}
 	p := StartT(t, Options{Major: 18, TLS: true, OAuth: o})
 	good := mint(t, iss, AppUser, time.Hour)
 	base := "host=127.0.0.1 port=" + strconv.Itoa(p.Port) + " user=" + AppUser + " dbname=" + p.Database +
@@ -65,5 +66,14 @@ func TestLibpqOAuthOracle(t *testing.T) {
 				t.Errorf("Elapsed %v", res.Elapsed)
 			}
 		})
+	}
+
+	// A hostssl line: no entry for a connection without TLS.
+	res, err := LibpqOAuthConnect(ctx, strings.Replace(withID, "sslmode=verify-full", "sslmode=disable", 1)+" oauth_issuer="+iss.URL, good, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK() || !strings.Contains(res.Connects[0].Err, "no pg_hba.conf entry") || res.HookCalls != 0 {
+		t.Errorf("sslmode=disable against a hostssl oauth line: %+v", res)
 	}
 }

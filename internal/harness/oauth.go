@@ -87,7 +87,8 @@ func (o *OAuthOptions) check(major int, tls bool) error {
 //
 //	host all all 127.0.0.1/32 oauth issuer="..." scope="..." validator=... [delegate_ident_mapping=1] [map=...]
 func (o *OAuthOptions) HBALine(connType string) string {
-	opts := fmt.Sprintf("oauth issuer=%q scope=%q validator=%s", o.Issuer, o.Scope, oauthValidatorName)
+	// pg_hba.conf quotes with double quotes and no escapes (check refuses a '"' in them).
+	opts := `oauth issuer="` + o.Issuer + `" scope="` + o.Scope + `" validator=` + oauthValidatorName
 	if o.DelegateIdentMapping {
 		opts += " delegate_ident_mapping=1"
 	}

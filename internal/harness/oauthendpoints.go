@@ -33,7 +33,8 @@ func (i *OAuthIssuer) routes() http.Handler {
 	return mux
 }
 
-// metadata serves the authorization server metadata (RFC 8414 section 2).
+// metadata serves the authorization server metadata (RFC 8414 section 2). grant_types_supported
+// names client_credentials only when the issuer has a ClientSecret (a confidential client).
 func (i *OAuthIssuer) metadata(w http.ResponseWriter, r *http.Request) {
 	i.mu.Lock()
 	i.counts.Discovery++

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -122,7 +124,7 @@ type OAuthIssuerCounts struct {
 // directory of TempDir, which Cleanup (or the guardian) also removes.
 func StartOAuthIssuer(opts OAuthIssuerOptions) (*OAuthIssuer, error) {
 	if opts.Path != "" && (!strings.HasPrefix(opts.Path, "/") || strings.HasSuffix(opts.Path, "/") ||
-		strings.ContainsAny(opts.Path, "?#% \"\n")) {
+		strings.ContainsAny(opts.Path, "?#%{} \"\n\r\t\x00")) {
 		return nil, fmt.Errorf("harness: OAuthIssuerOptions.Path %q: want a path such as /realm", opts.Path)
 	}
 	if opts.Scope == "" {
@@ -194,7 +196,8 @@ func StartOAuthIssuer(opts OAuthIssuerOptions) (*OAuthIssuer, error) {
 		Handler:           i.routes(),
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          nil,
+		// A client that does not trust the CA is a test's business, not a line on stderr.
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	go func() {
 		defer close(i.done)

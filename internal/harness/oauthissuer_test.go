@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -236,6 +237,19 @@ func TestOAuthIssuerAutoApproveAndClose(t *testing.T) {
 	}
 	if l := tokenFileLine(t, iss, m); l != m+" carol 0" {
 		t.Errorf("minted line %q", l)
+	}
+	// The validator counts in whole seconds: a lifetime is rounded up, never cut short.
+	before := time.Now()
+	short, err := iss.Mint("dave", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(tokenFileLine(t, iss, short))
+	if len(fields) != 3 {
+		t.Fatalf("a one-second token's line %v", fields)
+	}
+	if exp, err := strconv.ParseInt(fields[2], 10, 64); err != nil || time.Unix(exp, 0).Before(before.Add(time.Second)) {
+		t.Errorf("a one-second token's line %v: expiry before %v", fields, before.Add(time.Second))
 	}
 	if err := iss.Revoke(m); err != nil || tokenFileLine(t, iss, m) != "" {
 		t.Errorf("after Revoke: %v, line %q", err, tokenFileLine(t, iss, m))
