@@ -68,6 +68,9 @@ type Connector struct {
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	// tlsConfigFunc is WithTLSConfigFunc's, run by attemptTLS.
 	tlsConfigFunc TLSConfigFunc
+	// passwordFunc: WithPasswordFunc gives the passwords; the connection string's password,
+	// PGPASSWORD and the password file are not used (configureAttempt).
+	passwordFunc bool
 
 	mu      sync.Mutex
 	onClose []func() // unregister the DBStats callbacks of OpenDB
@@ -130,6 +133,11 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		lookup = o.lookupFunc
 	}
 	metrics := tracing.NewMetrics(o.meterProvider, tracing.Pool{Host: s.Hosts[0].Host, Port: s.Hosts[0].Port, Database: s.Config.Database})
+	var creds negotiation.Credentials // nil unless an option asks for credentials
+	clientID, clientSecret := oauthClientOf(s)
+	if cr := newCredentials(&o, clientID, clientSecret); cr != nil {
+		creds = cr
+	}
 	var c *Connector
 	neg, err := negotiation.NewNegotiator(negotiation.Config{
 		Hosts:      s.Hosts,
@@ -154,14 +162,17 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		TargetSessionAttrs: s.TargetSessionAttrs,
 		LoadBalanceHosts:   s.LoadBalanceHosts,
 		RequirePeer:        s.RequirePeer,
-		OAuth:              negotiation.OAuthConfig{Issuer: s.OAuth.Issuer, Scope: s.OAuth.Scope, ClientID: s.OAuth.ClientID},
+
+		Credentials: creds,
+		OAuth: negotiation.OAuthConfig{Issuer: s.OAuth.Issuer, Scope: s.OAuth.Scope, ClientID: s.OAuth.ClientID,
+			AllowUnverifiedChannel: o.oauthUnverifiedChannel},
 	})
 	if err != nil {
 		closeGSS()
 		return nil, err
 	}
 	c = &Connector{settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect,
-		tlsConfigFunc: o.tlsConfigFunc}
+		tlsConfigFunc: o.tlsConfigFunc, passwordFunc: o.passwordFunc != nil}
 	if o.statementSpans {
 		c.tp = o.tracerProvider
 		c.statements = tracing.NewStatements(o.statementConfig(s.Config))
@@ -255,13 +266,19 @@ func (c *Connector) configureAttempt(ctx context.Context, cfg *pgx.ConnConfig) e
 	if err := c.attemptTLS(ctx, &cfg.Config); err != nil {
 		return err
 	}
+	// With WithPasswordFunc, the function gives the password (negotiation.Credentials) unless
+	// WithBeforeConnect sets one: the connection string's, PGPASSWORD's and the password file's
+	// are not used.
+	if c.passwordFunc {
+		cfg.Password = ""
+	}
 	// The password file's entry for this attempt's host, read at each connect as libpq reads it
 	// (internal/connstring): only when no password was given, in the connection string,
 	// PGPASSWORD or the pgx configuration (PgxConfig). With WithBeforeConnect, which sees it and
 	// may still set one, it is read now; without, only once the server asks for a password
 	// (Negotiator.SetPasswordFunc), so that a server that asks none costs no file lookup.
-	lazyPassfile := cfg.Password == "" && c.beforeConnect == nil
-	if cfg.Password == "" && !lazyPassfile {
+	lazyPassfile := cfg.Password == "" && c.beforeConnect == nil && !c.passwordFunc
+	if cfg.Password == "" && !lazyPassfile && !c.passwordFunc {
 		pw, err := connstring.PasswordFromFile(ctx, c.settings, cfg.Database, cfg.User)
 		if err != nil {
 			return &negotiation.AbortError{Err: err}

@@ -3,6 +3,7 @@ package pgconnector
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/oauth2"
 
 	"github.com/pgconnector/pgconnector/internal/connstring"
 	"github.com/pgconnector/pgconnector/tracing"
@@ -43,6 +45,12 @@ type options struct {
 	dnsTTL        time.Duration
 	downTTL       time.Duration
 	tlsConfigFunc TLSConfigFunc
+
+	passwordFunc           func(ctx context.Context, r PasswordRequest) (string, time.Time, error)
+	oauthTokenFunc         func(ctx context.Context, r OAuthRequest) (*oauth2.Token, error)
+	oauthDevicePrompt      func(ctx context.Context, d *oauth2.DeviceAuthResponse) error
+	oauthHTTPClient        *http.Client
+	oauthUnverifiedChannel bool
 }
 
 // WithDialFunc sets the function that opens every connection of the connector, for a tunnel
@@ -205,6 +213,93 @@ func WithTLSConfigFunc(f TLSConfigFunc) Option {
 // an error that names WithBeforeConnect. As pgx's stdlib.OptionBeforeConnect. Default: none.
 func WithBeforeConnect(f func(ctx context.Context, cfg *pgx.ConnConfig) error) Option {
 	return func(o *options) { o.beforeConnect = f }
+}
+
+// WithPasswordFunc sets a function that gives the password when a server asks for one
+// (cleartext, MD5 or SCRAM-SHA-256): a cloud IAM token used as a password (RDS IAM, Cloud SQL
+// IAM, Entra ID), or a password from a secret store. It is called on the goroutine of a connect
+// (or, for a refresh, on one of the connector's, below), only once the server asks for a
+// password, with a context bounded by the connect's (and connect_timeout), holding the values
+// of the first connect that needed it; it may be called from several goroutines at once for
+// different requests.
+//
+// What it returns is kept per host (as written in the connection string), port, user and
+// database until expiry less 10 s (tokencache.Margin, golang.org/x/oauth2's own margin;
+// a zero expiry: until a server refuses it), and given to every connect that needs it
+// meanwhile: concurrent connects that find nothing kept wait for one call, each at most until
+// its own context ends (the call is canceled when none waits any more). A connect that finds
+// the password in the last fifth of its life starts one call in the background, bounded by
+// connect_timeout (else 10 s) and Connector.Close, and goes on with the kept password; a
+// failed background call leaves it until it expires. A password that lives less than 10 s is
+// used by the connects that waited for it and not kept. A password the server refuses is
+// dropped, and the function asked once more within the same connect. At most 1,024 requests'
+// passwords are kept.
+//
+// Precedence: with f, the connection string's password (and PGPASSWORD) and the password file
+// are not used; a password that [WithBeforeConnect] sets for an attempt wins over f (f is then
+// not called for it). Without this option nothing changes: password, PGPASSWORD, then the
+// password file, as libpq.
+//
+// An error of f fails the connect with an error that wraps it (errors.Is and errors.As find
+// it), prefixed "WithPasswordFunc: "; an empty password is refused the same way. Nothing of a
+// password is put in an error, span or log by the connector: f's own errors must not hold it.
+// Default: none.
+func WithPasswordFunc(f func(ctx context.Context, r PasswordRequest) (password string, expiry time.Time, err error)) Option {
+	return func(o *options) { o.passwordFunc = f }
+}
+
+// WithOAuthTokenFunc sets a function that gives the bearer token of SASL OAUTHBEARER
+// (PostgreSQL 18's pg_hba oauth method, RFC 7628), in place of libpq's device flow. It is
+// called as WithPasswordFunc's function is, when a server asks for a token, with an
+// [OAuthRequest]; the token's AccessToken is sent, its TokenType must be "Bearer" or empty,
+// and its Expiry bounds how long it is kept (zero: until a server refuses it). Tokens are kept
+// per issuer, scope and oauth_client_id, with the same margin, single call for concurrent
+// connects, refresh in the background in the last fifth of their life and retry after a
+// refusal as WithPasswordFunc's passwords. oauth_client_id is not needed with f (libpq 18
+// insists on it even when its hook gives the token).
+//
+// An oauth2.TokenSource (golang.org/x/oauth2/clientcredentials, a cloud SDK's) plugs in with
+// one line:
+//
+//	pgconnector.WithOAuthTokenFunc(func(context.Context, pgconnector.OAuthRequest) (*oauth2.Token, error) { return ts.Token() })
+//
+// An error of f fails the connect with an error that wraps it, prefixed "WithOAuthTokenFunc: ";
+// a nil or empty token or another token type is refused the same way. The token is never put
+// in an error, span or log. Default: none (the device flow when oauth_client_id is set).
+func WithOAuthTokenFunc(f func(ctx context.Context, r OAuthRequest) (*oauth2.Token, error)) Option {
+	return func(o *options) { o.oauthTokenFunc = f }
+}
+
+// WithOAuthDevicePrompt sets the function that shows a human where to approve the connector's
+// access in the device flow (RFC 8628), which runs when oauth_client_id is set and there is no
+// [WithOAuthTokenFunc]: d.VerificationURI (and VerificationURIComplete, when the issuer gives
+// one) and d.UserCode, valid until d.Expiry. It is called on the goroutine that runs the flow,
+// with the context of the connects that wait for the token (the wait for the human ends with
+// the last of them); it should return at once, the flow then polls the issuer. An error stops
+// the flow and fails the connects, wrapped ("OAuth device flow: device prompt failed: ...").
+// The access and refresh tokens are kept for the connector's life: the next tokens come from a
+// refresh, and a human is prompted again only when a refresh fails, so that a pool asks once
+// (libpq asks for every connection). Default: libpq's message on standard error, "Visit
+// <verification_uri> and enter the code: <user_code>".
+func WithOAuthDevicePrompt(f func(ctx context.Context, d *oauth2.DeviceAuthResponse) error) Option {
+	return func(o *options) { o.oauthDevicePrompt = f }
+}
+
+// WithOAuthHTTPClient sets the HTTP client of the device flow's requests to the issuer (its
+// discovery document, device authorization and token endpoints): a proxy, the issuer's CA, a
+// timeout of its own. Its redirects are not followed, and every endpoint must be https, as in
+// libpq. It is not used with [WithOAuthTokenFunc]. Default: http.DefaultClient.
+func WithOAuthHTTPClient(c *http.Client) Option {
+	return func(o *options) { o.oauthHTTPClient = c }
+}
+
+// WithOAuthUnverifiedChannel sets whether a bearer token may be sent over a channel that does
+// not authenticate the server: TLS under sslmode other than verify-ca and verify-full, or
+// plaintext TCP. Default: false, a token goes only over TLS with verify-ca or verify-full, GSS
+// encryption or a Unix-domain socket, and a connect that would send one over another channel
+// fails before the token is sent (pgjdbc's rule). libpq sends it over any channel, as true does.
+func WithOAuthUnverifiedChannel(allow bool) Option {
+	return func(o *options) { o.oauthUnverifiedChannel = allow }
 }
 
 // WithAfterConnect sets a function called once a connection is established (startup done,

@@ -47,6 +47,9 @@ type BackgroundStartInfo struct {
 	Port uint16
 	// Address is the address dialed again, "ip:port" (BackgroundDownRecheck); "" for a lookup.
 	Address string
+	// Credential is the kind of credential fetched again (BackgroundCredentialRefresh); 0 for
+	// other work.
+	Credential CredentialKind
 	// Trigger is what Trace.Detach returned on the goroutine of the connect that started the
 	// work, for an observer to link the work to that connect; context.Background() without a
 	// Detach hook. It holds nothing else of the connect.

@@ -83,7 +83,7 @@ func (at *attempt) getCredential(ctx context.Context, r *CredentialRequest) (Cre
 		hctx = n.trace.CredentialStart(ctx, CredentialStartInfo{Kind: r.Kind, Host: r.Host, Port: r.Port})
 	}
 	r.Background = func(do func(ctx context.Context) error) bool {
-		return n.runBackground(BackgroundStartInfo{Work: BackgroundCredentialRefresh, Host: r.Host, Port: r.Port, Trigger: n.detach(ctx)}, do)
+		return n.runBackground(BackgroundStartInfo{Work: BackgroundCredentialRefresh, Host: r.Host, Port: r.Port, Credential: r.Kind, Trigger: n.detach(ctx)}, do)
 	}
 	c, err := n.cfg.Credentials.Get(ctx, r)
 	r.Background = nil

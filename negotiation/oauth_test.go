@@ -736,7 +736,7 @@ func TestCredentialBackground(t *testing.T) {
 		t.Fatal("the background work did not run")
 	}
 	info := <-ev.bg
-	if info.Work != BackgroundCredentialRefresh || info.Host != s.dir || info.Port != 5432 || info.Trigger == nil {
+	if info.Work != BackgroundCredentialRefresh || info.Credential != CredentialOAuthToken || info.Host != s.dir || info.Port != 5432 || info.Trigger == nil {
 		t.Errorf("BackgroundStart %+v", info)
 	}
 }

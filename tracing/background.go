@@ -10,9 +10,10 @@ import (
 	"github.com/pgconnector/pgconnector/negotiation"
 )
 
-// Spans of the negotiator's background lookups and rechecks (negotiation.BackgroundWork): each a
-// root span of its own, as SpanRefresh (no caller waits for it, and it may outlive the connect
-// that started it), linked to the span of that connect, with its steps (dns_lookup) below it.
+// Spans of the negotiator's background lookups, rechecks and credential refreshes
+// (negotiation.BackgroundWork): each a root span of its own, as SpanRefresh (no caller waits for
+// it, and it may outlive the connect that started it), linked to the span of that connect, with
+// its steps (dns_lookup) below it. SpanCredentialRefresh is in credential.go.
 const (
 	// SpanDNSRefresh is a host name looked up again in the last fifth of the life of its
 	// remembered answer (WithDNSCacheTTL), for the next connects.
@@ -59,10 +60,13 @@ func (t *tracer) backgroundStart(ctx context.Context, info negotiation.Backgroun
 		return ctx
 	}
 	name := SpanDNSRefresh
-	if info.Work == negotiation.BackgroundDownRecheck {
+	switch info.Work {
+	case negotiation.BackgroundDownRecheck:
 		name = SpanDownRecheck
+	case negotiation.BackgroundCredentialRefresh:
+		name = SpanCredentialRefresh
 	}
-	var a [6]attribute.KeyValue
+	var a [7]attribute.KeyValue
 	kv := backgroundStartAttributes(append(a[:0], semconv.DBSystemNamePostgreSQL), info)
 	ctx, span := t.startLinked(ctx, name, info.Trigger, kv)
 	if span.IsRecording() {
@@ -77,11 +81,18 @@ func (t *tracer) backgroundDone(ctx context.Context, info negotiation.Background
 		return
 	}
 	if info.Err != nil {
-		def := ErrorTypeDNS
-		if info.Work == negotiation.BackgroundDownRecheck {
-			def = ErrorTypeDial
-		}
-		fail(span, info.Err, "", def)
+		fail(span, info.Err, "", backgroundErrorType(info.Work))
 	}
 	span.End()
+}
+
+// backgroundErrorType is the default error.type of a failed background span of work w.
+func backgroundErrorType(w negotiation.BackgroundWork) string {
+	switch w {
+	case negotiation.BackgroundDownRecheck:
+		return ErrorTypeDial
+	case negotiation.BackgroundCredentialRefresh:
+		return ErrorTypeCredential
+	}
+	return ErrorTypeDNS
 }

@@ -9,7 +9,7 @@ import (
 // Compose returns a Trace that calls the hooks of both a and b at each step, as
 // net/http/httptrace composes a ClientTrace with the one already in a context. Either may be nil.
 //
-// Start hooks and event hooks (Decision, Fallback) run a's first, then b's; a Start hook of b
+// Start hooks and event hooks (Decision, Fallback, OAuthDiscovery, CredentialRetry) run a's first, then b's; a Start hook of b
 // receives the context a's Start hook returned (Detach too: b's extends what a's returned). Done hooks run b's first, then a's, as deferred
 // calls would, and both receive the context b's Start hook returned. The
 // Done hooks of [NewTrace] end a span only when it is the current span of their context, so a
@@ -58,6 +58,10 @@ func Compose(a, b *negotiation.Trace) *negotiation.Trace {
 		RefreshDone:         doneHook(a.RefreshDone, b.RefreshDone),
 		BackgroundStart:     startHook(a.BackgroundStart, b.BackgroundStart),
 		BackgroundDone:      doneHook(a.BackgroundDone, b.BackgroundDone),
+		CredentialStart:     startHook(a.CredentialStart, b.CredentialStart),
+		CredentialDone:      doneHook(a.CredentialDone, b.CredentialDone),
+		OAuthDiscovery:      eventHook(a.OAuthDiscovery, b.OAuthDiscovery),
+		CredentialRetry:     eventHook(a.CredentialRetry, b.CredentialRetry),
 		Detach:              startHook(a.Detach, b.Detach),
 	}
 }

@@ -30,6 +30,7 @@
 //	├─ postgresql.tls_handshake   INTERNAL the TLS handshake (after 'S', or direct)
 //	├─ postgresql.fallback        INTERNAL 1 µs long: the connect goes on with the next method
 //	└─ postgresql.startup         INTERNAL StartupMessage, authentication, up to ReadyForQuery
+//	   └─ postgresql.credential   INTERNAL waiting for a password or OAuth token of the application's functions
 //
 // A step span is a child of whatever span is in the ctx the negotiation code passes to its Start
 // hook: the connect span, or an enclosing step when the negotiation code nests them.
@@ -42,7 +43,13 @@
 // A background refresh of a remembered negative answer (negotiation/refresh.go) is a tree of its
 // own: a root span postgresql.refresh (INTERNAL: no caller waits for it), linked to the connect
 // whose decision started it, with the same steps below it. It is not a connect: the metrics do not
-// count it.
+// count it. So are the negotiator's other background work: postgresql.dns_refresh,
+// postgresql.down_recheck and postgresql.credential_refresh (a credential fetched again ahead of its
+// expiry).
+//
+// The server's OAuth discovery answer is an "oauth_discovery" event of the startup span that
+// received it, and an attempt made again with a fresh credential (after discovery, or a refused
+// credential) a "credential_retry" event of the connect span (credential.go).
 //
 // The per-host decision (which methods, in which order, what the cache saved, whether the client
 // holds Kerberos credentials) is not a span: it is a "decision" event of the connect span, one per
@@ -52,7 +59,8 @@
 //
 // # What is never recorded
 //
-// The hooks receive no password, ticket, key, cancel key or Kerberos principal, and this package
+// The hooks receive no password, OAuth token, ticket, key, cancel key or Kerberos principal (a
+// credential's hooks are told its kind and source only), and this package
 // adds no field of the connection string other than the host, the port and the database name. An
 // error is recorded as the text of the Go error (span status and exception event); pgx already
 // leaves passwords out of its error texts, but a Kerberos library may name the client or service

@@ -27,6 +27,16 @@ const (
 	LogRefreshFailed   = "refresh of a remembered answer failed"
 	LogCredentials     = "kerberos credentials unusable"
 	LogSCRAMDerived    = "scram keys derived"
+	// LogOAuthDiscovery is the server's OAUTHBEARER answer (EventOAuthDiscovery);
+	// LogOAuthChanged the same when it replaced a different remembered answer.
+	LogOAuthDiscovery = "oauth discovery"
+	LogOAuthChanged   = "oauth discovery answer changed"
+	// LogCredentialRetry is an attempt made again with a fresh credential (EventCredentialRetry).
+	LogCredentialRetry = "retry with a fresh credential"
+	// LogCredentialRefreshed and LogCredentialRefreshFailed end a background credential refresh
+	// (SpanCredentialRefresh).
+	LogCredentialRefreshed     = "credential refreshed"
+	LogCredentialRefreshFailed = "credential refresh failed"
 )
 
 // NewLogTrace returns hooks that log the connector's decisions and their outcome to l, with
@@ -43,12 +53,17 @@ const (
 //     with their outcome, under their span's name), a successful connect (the host connected
 //     to, pgconnector.transport, pgconnector.attempts, pgconnector.cache.hit), the start of a
 //     background refresh and its end when it learned nothing new to say (superseded,
-//     canceled), a SCRAM key derivation.
+//     canceled), a SCRAM key derivation, the wait for a credential of the application's
+//     functions (postgresql.credential: pgconnector.credential.kind, .source), the server's
+//     OAuth discovery answer (pgconnector.oauth.status, .discovery_uri, .scope,
+//     .token_refused), a credential refreshed in the background.
 //   - Info: a fallback to the next method (pgconnector.fallback.from, .to, .reason,
 //     .new_connection: GSS to TLS, direct TLS to SSLRequest, TLS to plaintext, a remembered
 //     answer proved stale), a refresh that changed a remembered answer (the server now accepts
 //     the method) or confirmed it, a failed connect (error.type, exception.message: the caller
-//     has the error too), credentials that were not delegated as asked.
+//     has the error too), credentials that were not delegated as asked, an attempt made again
+//     on a new connection with a fresh credential (pgconnector.credential.kind,
+//     .credential.retry.reason), an OAuth discovery answer that replaced a different one.
 //   - Warn: a server that broke the negotiation's protocol (a *negotiation.ProtocolError, an
 //     ErrorResponse to SSLRequest or GSSENCRequest, a failed Kerberos check of the server:
 //     negotiation.ErrGSSUnverified): the record of the step where it happened (ssl_request,
@@ -56,10 +71,12 @@ const (
 //     connect does next (fails, or goes on with the next method: then the Info fallback record
 //     follows, with the host; step records carry no host, the context's span relates them); a
 //     background refresh that failed (inconclusive: nothing learned); Kerberos credentials that
-//     could not be read (an error, not their absence), once per check that read them.
+//     could not be read (an error, not their absence), once per check that read them; a
+//     background credential refresh that failed (the cached credential is kept until it
+//     expires; no connect sees the error).
 //
-// No record holds a password, a ticket, a key, the cancel key or a statement: the hooks are
-// given none (negotiation.Trace), and the error texts are those the spans record (a Kerberos
+// No record holds a password, a token, a ticket, a key, the cancel key or a statement: the
+// hooks are given none (negotiation.Trace), and the error texts are those the spans record (a Kerberos
 // library's may name a principal: see the package documentation). Every hook
 // asks l.Enabled for its level before it builds a record: a level the handler drops costs no
 // allocation.
@@ -87,6 +104,11 @@ func NewLogTrace(l *slog.Logger) *negotiation.Trace {
 		Fallback:           g.fallback,
 		RefreshStart:       g.refreshStart,
 		RefreshDone:        g.refreshDone,
+		CredentialDone:     g.credentialDone,
+		OAuthDiscovery:     g.oauthDiscovery,
+		CredentialRetry:    g.credentialRetry,
+		BackgroundStart:    g.backgroundStart,
+		BackgroundDone:     g.backgroundDone,
 	}
 }
 
@@ -387,6 +409,84 @@ func (g *logger) refreshDone(ctx context.Context, info negotiation.RefreshDoneIn
 	r.add(RefreshMethodKey.String(info.Method.String()), RefreshOutcomeKey.String(info.Outcome.String()), AttemptsKey.Int(info.Attempts))
 	if info.Err != nil {
 		r.err(info.Err, "", ErrorTypeConnectFailed)
+	}
+	g.log(ctx, level, msg, &r)
+}
+
+func (g *logger) credentialDone(ctx context.Context, info negotiation.CredentialDoneInfo) {
+	if !g.on(ctx, slog.LevelDebug) {
+		return
+	}
+	var r logAttrs
+	var a [1]attribute.KeyValue
+	r.init().add(CredentialKindKey.String(info.Kind.String()))
+	r.add(credentialDoneAttributes(a[:0], info)...)
+	if info.Err != nil {
+		r.err(info.Err, "", ErrorTypeCredential)
+	}
+	g.log(ctx, slog.LevelDebug, SpanCredential, &r)
+}
+
+func (g *logger) oauthDiscovery(ctx context.Context, info negotiation.OAuthDiscoveryInfo) {
+	level, msg := slog.LevelDebug, LogOAuthDiscovery
+	if info.Changed {
+		level, msg = slog.LevelInfo, LogOAuthChanged
+	}
+	if !g.on(ctx, level) {
+		return
+	}
+	var r logAttrs
+	var a [5]attribute.KeyValue
+	r.init().server(info.Host, info.Port)
+	g.log(ctx, level, msg, r.add(oauthDiscoveryAttributes(a[:0], info)...))
+}
+
+func (g *logger) credentialRetry(ctx context.Context, info negotiation.CredentialRetryInfo) {
+	if !g.on(ctx, slog.LevelInfo) {
+		return
+	}
+	var r logAttrs
+	var a [4]attribute.KeyValue
+	g.log(ctx, slog.LevelInfo, LogCredentialRetry, r.init().add(credentialRetryAttributes(a[:0], info)...))
+}
+
+// logRefreshKey keeps, in the context of a background credential refresh, what its record
+// says of it: the host, port and kind of BackgroundStartInfo.
+type logRefreshKey struct{}
+
+// backgroundStart keeps the host and kind of a background credential refresh for its record
+// (one allocation per refresh, ahead of a credential's expiry); the lookups and rechecks of
+// addresses are not logged.
+func (g *logger) backgroundStart(ctx context.Context, info negotiation.BackgroundStartInfo) context.Context {
+	if info.Work != negotiation.BackgroundCredentialRefresh || !g.on(ctx, slog.LevelWarn) {
+		return ctx
+	}
+	info.Trigger = nil // what the record needs, and nothing of the connect
+	return context.WithValue(ctx, logRefreshKey{}, &info)
+}
+
+// backgroundDone logs the end of a background credential refresh.
+func (g *logger) backgroundDone(ctx context.Context, info negotiation.BackgroundDoneInfo) {
+	if info.Work != negotiation.BackgroundCredentialRefresh {
+		return
+	}
+	level, msg := slog.LevelDebug, LogCredentialRefreshed
+	if info.Err != nil {
+		level, msg = slog.LevelWarn, LogCredentialRefreshFailed
+	}
+	if !g.on(ctx, level) {
+		return
+	}
+	var r logAttrs
+	r.init()
+	if start, _ := ctx.Value(logRefreshKey{}).(*negotiation.BackgroundStartInfo); start != nil {
+		r.server(start.Host, start.Port)
+		if start.Credential != 0 {
+			r.add(CredentialKindKey.String(start.Credential.String()))
+		}
+	}
+	if info.Err != nil {
+		r.err(info.Err, "", ErrorTypeCredential)
 	}
 	g.log(ctx, level, msg, &r)
 }

@@ -44,6 +44,11 @@ const (
 	// MetricSCRAMDerivationTime is the CPU-bound time of those derivations, in seconds.
 	// Attribute: db.client.connection.pool.name.
 	MetricSCRAMDerivationTime = "pgconnector.scram.derivation_time"
+	// MetricCredentialRetries counts the attempts made again on a new connection (a new server
+	// backend) with a fresh credential: after OAuth discovery, or after the server refused a
+	// credential (EventCredentialRetry). Attributes: server.address, server.port,
+	// pgconnector.credential.kind, pgconnector.credential.retry.reason.
+	MetricCredentialRetries = "pgconnector.credential.retries"
 	// MetricConnectStepDuration is the duration of each step of a connect, in seconds: one
 	// point per step span (see [StepKey]), whatever the step's outcome. Attributes:
 	// pgconnector.step, pgconnector.outcome, server.address (the host as written in the
@@ -63,7 +68,7 @@ const (
 	// StepKey is the step of a connect a point of pgconnector.connect.step.duration measures:
 	// the name of the step's span without its "postgresql." prefix (probe_wait, gss_credentials,
 	// dns_lookup, tcp_connect, gssenc_request, service_ticket, gss_context, ssl_request,
-	// tls_handshake, startup).
+	// tls_handshake, startup, credential).
 	StepKey = attribute.Key("pgconnector.step")
 )
 
@@ -120,6 +125,12 @@ func (p Pool) Name() string {
 //     GSS context, the startup...), from the step hooks; attributes pgconnector.step,
 //     pgconnector.outcome, server.address. With no meter provider that records, the step hooks
 //     leave the context alone.
+//     The wait for a credential of the application's functions (postgresql.credential) is the
+//     step "credential", whether the credential was cached, fetched or asked of a human.
+//   - pgconnector.credential.retries (counter): one per attempt made again on a new connection
+//     with a fresh credential (after OAuth discovery, or a refused credential), as the
+//     credential_retry event; attributes server.address, server.port,
+//     pgconnector.credential.kind, pgconnector.credential.retry.reason.
 //   - the pool's connections, under the same names for a sql.DB ([Metrics.ObserveDBStats]) and
 //     a pgxpool.Pool ([Metrics.ObservePgxPool], [PoolTracer]), each with what its pool can say
 //     (below), labelled with db.client.connection.pool.name.
@@ -161,6 +172,7 @@ type Metrics struct {
 	derived    metric.Int64Counter
 	deriveTime metric.Float64Counter
 	stepTime   metric.Float64Histogram
+	retries    metric.Int64Counter
 	// The attributes of the step histogram's points for the first host (stepHost), and for none.
 	stepHost   string
 	stepFirst  [numSteps][2]metric.RecordOption
@@ -180,7 +192,7 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 	}
 	m := &Metrics{meter: meter(mp), poolName: pool.Name()}
 	m.pool = semconv.DBClientConnectionPoolName(m.poolName)
-	var errs [16]error
+	var errs [17]error
 	m.createTime, errs[0] = dbconv.NewClientConnectionCreateTime(m.meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.hits, errs[1] = m.meter.Int64Counter(MetricCacheHits, metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions whose plan a remembered server answer changed or confirmed."))
@@ -206,6 +218,8 @@ func NewMetrics(mp metric.MeterProvider, pool Pool) *Metrics {
 	m.stepTime, errs[15] = m.meter.Float64Histogram(MetricConnectStepDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of each step of a connect (DNS lookup, TCP connect, SSLRequest, TLS handshake, GSSENCRequest, GSS context, startup...)."),
 		metric.WithExplicitBucketBoundaries(stepBuckets...))
+	m.retries, errs[16] = m.meter.Int64Counter(MetricCredentialRetries, metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts made again on a new connection with a fresh credential: after OAuth discovery, or a refused credential."))
 	m.stepHost, m.stepFirst, m.stepNoHost = pool.Host, stepOptions(pool.Host), stepOptions("")
 	for _, err := range errs {
 		if err != nil {
@@ -278,6 +292,13 @@ func (m *Metrics) Trace() *negotiation.Trace {
 		StartupDone: func(ctx context.Context, info negotiation.StartupDoneInfo) {
 			m.stepDone(ctx, stepAttrStartup, info.Err)
 		},
+		CredentialStart: func(ctx context.Context, info negotiation.CredentialStartInfo) context.Context {
+			return m.stepStart(ctx, stepAttrCredential, info.Host)
+		},
+		CredentialDone: func(ctx context.Context, info negotiation.CredentialDoneInfo) {
+			m.stepDone(ctx, stepAttrCredential, info.Err)
+		},
+		CredentialRetry: m.credentialRetry,
 	}
 }
 
@@ -296,11 +317,12 @@ const (
 	stepAttrGSSContext
 	stepAttrTLSHandshake
 	stepAttrStartup
+	stepAttrCredential
 	numSteps
 )
 
 var stepNames = [numSteps]string{"probe_wait", "gss_credentials", "dns_lookup", "tcp_connect", "ssl_request",
-	"gssenc_request", "service_ticket", "gss_context", "tls_handshake", "startup"}
+	"gssenc_request", "service_ticket", "gss_context", "tls_handshake", "startup", "credential"}
 
 // stepOptions returns the attributes of each step and outcome (success, error) for host (none
 // when ""), made once: a point of the first host, the usual one, then allocates nothing.
@@ -389,6 +411,16 @@ func dialedHost(ctx context.Context) string {
 		return st.dialed
 	}
 	return ""
+}
+
+// credentialRetry counts an attempt made again with a fresh credential. The attributes are built
+// only when the counter records.
+func (m *Metrics) credentialRetry(ctx context.Context, info negotiation.CredentialRetryInfo) {
+	if !m.retries.Enabled(ctx) {
+		return
+	}
+	var a [4]attribute.KeyValue
+	m.retries.Add(ctx, 1, metric.WithAttributes(credentialRetryAttributes(a[:0], info)...))
 }
 
 func (m *Metrics) scramKeyDerived(ctx context.Context, info negotiation.SCRAMKeyDerivedInfo) {

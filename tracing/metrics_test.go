@@ -276,7 +276,7 @@ func TestMetricsOfPool(t *testing.T) {
 func TestStepDurations(t *testing.T) {
 	steps := map[string]bool{SpanProbeWait: true, SpanGSSCredentials: true, SpanDNSLookup: true, SpanTCPConnect: true,
 		SpanGSSEncRequest: true, SpanServiceTicket: true, SpanGSSContext: true, SpanSSLRequest: true, SpanTLSHandshake: true,
-		SpanStartup: true}
+		SpanStartup: true, SpanCredential: true}
 	seen := map[string]bool{}
 	for _, sc := range scenarios(t) {
 		t.Run(sc.name, func(t *testing.T) {

@@ -172,9 +172,51 @@ func refreshStartAttributes(dst []attribute.KeyValue, info negotiation.RefreshSt
 	return append(dst, RefreshMethodKey.String(info.Method.String()), RefreshAgeKey.Float64(info.Age.Seconds()))
 }
 
-// backgroundStartAttributes: the host and port (when known) and, for a recheck, the address
-// dialed again.
+// backgroundStartAttributes: the host and port (when known), for a recheck the address dialed
+// again, for a credential refresh the kind of credential.
 func backgroundStartAttributes(dst []attribute.KeyValue, info negotiation.BackgroundStartInfo) []attribute.KeyValue {
 	dst = appendServer(dst, info.Host, info.Port)
+	if info.Credential != 0 {
+		dst = append(dst, CredentialKindKey.String(info.Credential.String()))
+	}
 	return appendPeer(dst, info.Address)
+}
+
+// credentialStartAttributes: the host and port of the attempt, the kind of credential.
+func credentialStartAttributes(dst []attribute.KeyValue, info negotiation.CredentialStartInfo) []attribute.KeyValue {
+	dst = appendServer(dst, info.Host, info.Port)
+	return append(dst, CredentialKindKey.String(info.Kind.String()))
+}
+
+// credentialDoneAttributes: where the credential came from; nothing on failure. Never the
+// credential, nor its expiry.
+func credentialDoneAttributes(dst []attribute.KeyValue, info negotiation.CredentialDoneInfo) []attribute.KeyValue {
+	if info.Err == nil && info.Source != 0 {
+		dst = append(dst, CredentialSourceKey.String(info.Source.String()))
+	}
+	return dst
+}
+
+// oauthDiscoveryAttributes: the server's OAUTHBEARER answer: its status, the discovery URI
+// (scheme, host and path only) and scope, whether it followed a refused token, and whether it
+// replaced a different remembered one. The host is that of the span the event goes on.
+func oauthDiscoveryAttributes(dst []attribute.KeyValue, info negotiation.OAuthDiscoveryInfo) []attribute.KeyValue {
+	if info.Status != "" {
+		dst = append(dst, OAuthStatusKey.String(scopeText(info.Status)))
+	}
+	if u := discoveryURI(info.DiscoveryURI); u != "" {
+		dst = append(dst, OAuthDiscoveryURIKey.String(u))
+	}
+	dst = append(dst, OAuthScopeKey.String(scopeText(info.Scope)), OAuthTokenRefusedKey.Bool(info.TokenRefused))
+	if info.Changed {
+		dst = append(dst, OAuthChangedKey.Bool(true))
+	}
+	return dst
+}
+
+// credentialRetryAttributes: the host and port of the attempt made again, the kind of
+// credential, why.
+func credentialRetryAttributes(dst []attribute.KeyValue, info negotiation.CredentialRetryInfo) []attribute.KeyValue {
+	dst = appendServer(dst, info.Host, info.Port)
+	return append(dst, CredentialKindKey.String(info.Kind.String()), CredentialRetryReasonKey.String(info.Reason))
 }

@@ -80,6 +80,10 @@ func NewTrace(tp trace.TracerProvider, opts ...Option) *negotiation.Trace {
 		RefreshDone:         t.refreshDone,
 		BackgroundStart:     t.backgroundStart,
 		BackgroundDone:      t.backgroundDone,
+		CredentialStart:     t.credentialStart,
+		CredentialDone:      t.credentialDone,
+		OAuthDiscovery:      t.oauthDiscovery,
+		CredentialRetry:     t.credentialRetry,
 		Detach:              t.detach,
 	}
 }
@@ -109,6 +113,7 @@ const (
 	stepGSSContext
 	stepTLSHandshake
 	stepStartup
+	stepCredential
 )
 
 // connectState is what the steps of one logical connect need from its start.

@@ -112,6 +112,8 @@ type span struct {
 	events []event // compared exactly, in order, when not nil (exception events are left out)
 	// exception is the exception.message expected of an exception event; "" means none.
 	exception string
+	// parent is the name of the span expected as parent; "" means the connect span.
+	parent string
 }
 
 type event struct {
@@ -189,6 +191,23 @@ func scenarios(t testing.TB) []scenario {
 	connected := func(attrs []attribute.KeyValue, transport string, hit bool) []attribute.KeyValue {
 		return append(attrs, TransportKey.String(transport), CacheHitKey.Bool(hit), AttemptsKey.Int(1))
 	}
+	// tlsAttempt opens a socket, gets 'S' to SSLRequest and a TLS 1.3 handshake, and starts the
+	// startup: the steps of sslSpan, tlsSpan and a startup.
+	tlsAttempt := func(ctx context.Context, tr *negotiation.Trace) context.Context {
+		c := tr.TCPConnectStart(ctx, dial(negotiation.MethodSSL))
+		tr.TCPConnectDone(c, nil)
+		s := tr.SSLRequestStart(ctx, dial(negotiation.MethodSSL))
+		tr.SSLRequestDone(s, negotiation.RequestDoneInfo{Answer: negotiation.AnswerYes})
+		h := tr.TLSHandshakeStart(ctx, negotiation.TLSHandshakeStartInfo{ServerName: testHost})
+		tr.TLSHandshakeDone(h, negotiation.TLSHandshakeDoneInfo{Version: tls.VersionTLS13,
+			CipherSuite: tls.TLS_AES_128_GCM_SHA256})
+		return tr.StartupStart(ctx, dial(negotiation.MethodSSL))
+	}
+	sslSpan := span{name: SpanSSLRequest, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
+		SSLAnswerKey.String("S"), CacheHitKey.Bool(false)}}
+	tlsSpan := span{name: SpanTLSHandshake, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
+		TLSDirectKey.Bool(false), semconv.TLSProtocolNameTLS, semconv.TLSProtocolVersion("1.3"),
+		semconv.TLSCipher("TLS_AES_128_GCM_SHA256"), semconv.TLSEstablished(true)}}
 
 	preferIn := negotiation.Input{SSLMode: negotiation.SSLModePrefer, GSSEncMode: negotiation.GSSEncModeDisable}
 	preferPlan := mustDecide(t, preferIn)
@@ -250,14 +269,7 @@ func scenarios(t testing.TB) []scenario {
 				ctx = tr.ConnectStart(ctx, start(negotiation.SSLModeRequire))
 				tr.Decision(ctx, negotiation.DecisionInfo{Host: testHost, Port: testPort, Input: requireIn, Plan: requirePlan})
 				resolve(ctx, tr)
-				c := tr.TCPConnectStart(ctx, dial(negotiation.MethodSSL))
-				tr.TCPConnectDone(c, nil)
-				s := tr.SSLRequestStart(ctx, dial(negotiation.MethodSSL))
-				tr.SSLRequestDone(s, negotiation.RequestDoneInfo{Answer: negotiation.AnswerYes})
-				h := tr.TLSHandshakeStart(ctx, negotiation.TLSHandshakeStartInfo{ServerName: testHost})
-				tr.TLSHandshakeDone(h, negotiation.TLSHandshakeDoneInfo{Version: tls.VersionTLS13,
-					CipherSuite: tls.TLS_AES_128_GCM_SHA256})
-				u := tr.StartupStart(ctx, dial(negotiation.MethodSSL))
+				u := tlsAttempt(ctx, tr)
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
 					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 1})
@@ -267,12 +279,7 @@ func scenarios(t testing.TB) []scenario {
 					attrs:  connected(startAttrs("require"), "tls", false),
 					events: []event{dEvent}},
 				dnsSpan,
-				tcpSpan("ssl"),
-				{name: SpanSSLRequest, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					SSLAnswerKey.String("S"), CacheHitKey.Bool(false)}},
-				{name: SpanTLSHandshake, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					TLSDirectKey.Bool(false), semconv.TLSProtocolNameTLS, semconv.TLSProtocolVersion("1.3"),
-					semconv.TLSCipher("TLS_AES_128_GCM_SHA256"), semconv.TLSEstablished(true)}},
+				tcpSpan("ssl"), sslSpan, tlsSpan,
 				{name: SpanStartup, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					semconv.DBNamespace(testDB), MethodKey.String("ssl"), AuthMethodKey.String("scram-sha-256")}},
 			},
@@ -490,14 +497,7 @@ func scenarios(t testing.TB) []scenario {
 				tr.GSSContextDone(x, negotiation.GSSContextDoneInfo{Enctype: testEnctype, Err: errGSSContext})
 				tr.Fallback(ctx, negotiation.FallbackInfo{Host: testHost, From: negotiation.MethodGSS,
 					To: negotiation.MethodSSL, Reason: "GSSAPI context establishment failed", NewConnection: true})
-				c = tr.TCPConnectStart(ctx, dial(negotiation.MethodSSL))
-				tr.TCPConnectDone(c, nil)
-				s := tr.SSLRequestStart(ctx, dial(negotiation.MethodSSL))
-				tr.SSLRequestDone(s, negotiation.RequestDoneInfo{Answer: negotiation.AnswerYes})
-				h := tr.TLSHandshakeStart(ctx, negotiation.TLSHandshakeStartInfo{ServerName: testHost})
-				tr.TLSHandshakeDone(h, negotiation.TLSHandshakeDoneInfo{Version: tls.VersionTLS13,
-					CipherSuite: tls.TLS_AES_128_GCM_SHA256})
-				u := tr.StartupStart(ctx, dial(negotiation.MethodSSL))
+				u := tlsAttempt(ctx, tr)
 				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "scram-sha-256"})
 				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
 					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 2})
@@ -520,19 +520,77 @@ func scenarios(t testing.TB) []scenario {
 				{name: SpanFallback, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					semconv.ServerAddress(testHost), FallbackFromKey.String("gss"), FallbackToKey.String("ssl"),
 					FallbackReasonKey.String("GSSAPI context establishment failed"), FallbackNewConnectionKey.Bool(true)}},
-				tcpSpan("ssl"),
-				{name: SpanSSLRequest, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					SSLAnswerKey.String("S"), CacheHitKey.Bool(false)}},
-				{name: SpanTLSHandshake, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
-					TLSDirectKey.Bool(false), semconv.TLSProtocolNameTLS, semconv.TLSProtocolVersion("1.3"),
-					semconv.TLSCipher("TLS_AES_128_GCM_SHA256"), semconv.TLSEstablished(true)}},
+				tcpSpan("ssl"), sslSpan, tlsSpan,
 				{name: SpanStartup, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
 					semconv.DBNamespace(testDB), MethodKey.String("ssl"), AuthMethodKey.String("scram-sha-256")}},
 			},
 		})
 	}
+	{ // (i) sslmode=verify-full, pg_hba oauth: the first startup sends an empty token, the server
+		// answers with its discovery URI and scope, the attempt is made again on a new
+		// connection, whose startup waits for a token fetched from the application's function.
+		verifyIn := negotiation.Input{SSLMode: negotiation.SSLModeVerifyFull, GSSEncMode: negotiation.GSSEncModeDisable}
+		verifyPlan := mustDecide(t, verifyIn)
+		dEvent := decision("ssl", "false", "")
+		out = append(out, scenario{
+			name: scenarioOAuth,
+			drive: func(ctx context.Context, tr *negotiation.Trace) {
+				ctx = tr.ConnectStart(ctx, start(negotiation.SSLModeVerifyFull))
+				tr.Decision(ctx, negotiation.DecisionInfo{Host: testHost, Port: testPort, Input: verifyIn, Plan: verifyPlan})
+				resolve(ctx, tr)
+				u := tlsAttempt(ctx, tr)
+				tr.OAuthDiscovery(u, negotiation.OAuthDiscoveryInfo{Host: testHost, Port: testPort, Status: "invalid_token",
+					DiscoveryURI: testDiscoveryURI, Scope: testScope})
+				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "oauth", SASLMechanism: "OAUTHBEARER", Err: errDiscovery})
+				tr.CredentialRetry(ctx, negotiation.CredentialRetryInfo{Kind: negotiation.CredentialOAuthToken,
+					Host: testHost, Port: testPort, Reason: "oauth discovery"})
+				u = tlsAttempt(ctx, tr)
+				w := tr.CredentialStart(u, negotiation.CredentialStartInfo{Kind: negotiation.CredentialOAuthToken, Host: testHost, Port: testPort})
+				tr.CredentialDone(w, negotiation.CredentialDoneInfo{Kind: negotiation.CredentialOAuthToken,
+					Source: negotiation.CredentialFetched, Duration: time.Millisecond})
+				tr.StartupDone(u, negotiation.StartupDoneInfo{AuthMethod: "oauth", SASLMechanism: "OAUTHBEARER"})
+				tr.ConnectDone(ctx, negotiation.ConnectDoneInfo{Host: testHost, Port: testPort,
+					Method: negotiation.MethodSSL, Cache: negotiation.CacheUseMiss, Attempts: 2})
+			},
+			want: []span{
+				{name: SpanConnect, kind: trace.SpanKindClient,
+					attrs: append(startAttrs("verify-full"), TransportKey.String("tls"), CacheHitKey.Bool(false),
+						AttemptsKey.Int(2)),
+					events: []event{dEvent, {name: EventCredentialRetry, attrs: []attribute.KeyValue{
+						semconv.ServerAddress(testHost), semconv.ServerPort(testPort),
+						CredentialKindKey.String("oauth_token"), CredentialRetryReasonKey.String("oauth discovery")}}}},
+				dnsSpan,
+				tcpSpan("ssl"), sslSpan, tlsSpan,
+				{name: SpanStartup, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
+					semconv.DBNamespace(testDB), MethodKey.String("ssl"), AuthMethodKey.String("oauth"),
+					AuthSASLMechanismKey.String("OAUTHBEARER"), semconv.ErrorTypeKey.String(ErrorTypeStartup)},
+					status: codes.Error, desc: errDiscovery.Error(), exception: errDiscovery.Error(),
+					events: []event{{name: EventOAuthDiscovery, attrs: []attribute.KeyValue{
+						OAuthStatusKey.String("invalid_token"), OAuthDiscoveryURIKey.String(testDiscoveryURI),
+						OAuthScopeKey.String(testScope), OAuthTokenRefusedKey.Bool(false)}}}},
+				tcpSpan("ssl"), sslSpan, tlsSpan,
+				{name: SpanCredential, kind: trace.SpanKindInternal, parent: SpanStartup, attrs: []attribute.KeyValue{
+					semconv.ServerAddress(testHost), semconv.ServerPort(testPort),
+					CredentialKindKey.String("oauth_token"), CredentialSourceKey.String("fetched")}},
+				{name: SpanStartup, kind: trace.SpanKindInternal, attrs: []attribute.KeyValue{
+					semconv.DBNamespace(testDB), MethodKey.String("ssl"), AuthMethodKey.String("oauth"),
+					AuthSASLMechanismKey.String("OAUTHBEARER")}, events: []event{}},
+			},
+		})
+	}
 	return out
 }
+
+// scenarioOAuth is the name of scenario (i): OAuth discovery, a retry, a token fetched.
+const scenarioOAuth = "verify-full/oauth discovery/retry on a new connection with a fetched token"
+
+// The OAuth issuer of scenario (i), and the error of its first startup.
+const (
+	testDiscoveryURI = "https://issuer.example.com/.well-known/openid-configuration"
+	testScope        = "openid db"
+)
+
+var errDiscovery = errors.New("OAuth discovery: the server asked for a bearer token")
 
 // scenarioGSSEncrypted is the name of scenario (f), which BenchmarkHooksNoop also runs.
 const scenarioGSSEncrypted = "gssencmode=prefer/cached G/GSS encryption, ticket from cache, gss auth"
@@ -573,7 +631,21 @@ func TestSpans(t *testing.T) {
 				}
 				s := got[w.name][i]
 				checkSpan(t, s, w)
-				if w.name != SpanConnect && s.Parent().SpanID() != root.SpanContext().SpanID() {
+				switch {
+				case w.name == SpanConnect:
+				case w.parent != "":
+					// The parent is the last span of that name ended before s.
+					var parent sdktrace.ReadOnlySpan
+					for _, p := range ended {
+						if p.Name() == w.parent && !p.EndTime().Before(s.EndTime()) {
+							parent = p
+							break
+						}
+					}
+					if parent == nil || s.Parent().SpanID() != parent.SpanContext().SpanID() {
+						t.Errorf("%s: parent %v, want a %s", w.name, s.Parent().SpanID(), w.parent)
+					}
+				case s.Parent().SpanID() != root.SpanContext().SpanID():
 					t.Errorf("%s: parent %v, want %s %v", w.name, s.Parent().SpanID(), SpanConnect, root.SpanContext().SpanID())
 				}
 			}
@@ -626,7 +698,9 @@ var documented = func() map[attribute.Key]bool {
 		DNSAddressesKey, MethodKey, SSLAnswerKey, GSSAnswerKey, GSSTicketFromCacheKey, GSSEnctypeKey,
 		TLSDirectKey, AuthMethodKey, FallbackFromKey, FallbackToKey, FallbackReasonKey,
 		FallbackNewConnectionKey, GSSCredentialsSourceKey, GSSDelegatedKey, GSSDelegationSkippedKey,
-		AddressRememberedDownKey, RoleFirstKey, AddressAgeKey,
+		AddressRememberedDownKey, RoleFirstKey, AddressAgeKey, AuthSASLMechanismKey,
+		CredentialKindKey, CredentialSourceKey, CredentialRetryReasonKey, OAuthStatusKey,
+		OAuthDiscoveryURIKey, OAuthScopeKey, OAuthTokenRefusedKey, OAuthChangedKey,
 	} {
 		m[k] = true
 	}
@@ -716,6 +790,16 @@ func TestDoneHooksLeaveOtherSpansAlone(t *testing.T) {
 		{"GSSContextDone", func(tr *negotiation.Trace, ctx context.Context) {
 			tr.GSSContextDone(ctx, negotiation.GSSContextDoneInfo{Enctype: testEnctype, Err: errGSSContext})
 		}},
+		{"CredentialDone", func(tr *negotiation.Trace, ctx context.Context) {
+			tr.CredentialDone(ctx, negotiation.CredentialDoneInfo{Kind: negotiation.CredentialPassword,
+				Source: negotiation.CredentialFetched, Err: errDial})
+		}},
+		{"CredentialRetry", func(tr *negotiation.Trace, ctx context.Context) {
+			tr.CredentialRetry(ctx, negotiation.CredentialRetryInfo{Kind: negotiation.CredentialPassword, Reason: "password refused"})
+		}},
+		{"OAuthDiscovery", func(tr *negotiation.Trace, ctx context.Context) {
+			tr.OAuthDiscovery(ctx, negotiation.OAuthDiscoveryInfo{Status: "invalid_token", DiscoveryURI: testDiscoveryURI})
+		}},
 		{"Decision", func(tr *negotiation.Trace, ctx context.Context) {
 			tr.Decision(ctx, negotiation.DecisionInfo{Host: testHost,
 				Input: negotiation.Input{GSSEncMode: negotiation.GSSEncModePrefer, GSSCredentials: true}})
@@ -739,7 +823,8 @@ func TestDoneHooksLeaveOtherSpansAlone(t *testing.T) {
 		for _, c := range contexts {
 			if (d.name == "ConnectDone" && c.name == "connect span") ||
 				(d.name == "DNSDone" && c.name == "other step") ||
-				(d.name == "Decision" && c.name == "connect span") {
+				(d.name == "Decision" && c.name == "connect span") ||
+				((d.name == "CredentialRetry" || d.name == "OAuthDiscovery") && c.name == "connect span") {
 				continue // the matching hook
 			}
 			t.Run(d.name+"/"+c.name, func(t *testing.T) {
@@ -843,6 +928,17 @@ func TestStepsFollowTheirParent(t *testing.T) {
 		}},
 		{"Fallback", func(tr *negotiation.Trace, ctx context.Context) context.Context {
 			tr.Fallback(ctx, negotiation.FallbackInfo{From: negotiation.MethodSSL})
+			return ctx
+		}},
+		{"CredentialStart", func(tr *negotiation.Trace, ctx context.Context) context.Context {
+			return tr.CredentialStart(ctx, negotiation.CredentialStartInfo{Kind: negotiation.CredentialOAuthToken, Host: testHost})
+		}},
+		{"OAuthDiscovery", func(tr *negotiation.Trace, ctx context.Context) context.Context {
+			tr.OAuthDiscovery(ctx, negotiation.OAuthDiscoveryInfo{Status: "invalid_token", DiscoveryURI: testDiscoveryURI})
+			return ctx
+		}},
+		{"CredentialRetry", func(tr *negotiation.Trace, ctx context.Context) context.Context {
+			tr.CredentialRetry(ctx, negotiation.CredentialRetryInfo{Kind: negotiation.CredentialOAuthToken, Reason: "token refused"})
 			return ctx
 		}},
 	}

@@ -14,6 +14,9 @@ type Answers struct {
 	// with GSS "G" and GSSEstablished false, the server (pg_hba without a hostgssenc line, no
 	// keytab) refused GSS after 'G'.
 	GSSEstablished bool `json:"gss_established,omitempty"`
+	// OAuth is true when the server asked for SASL OAUTHBEARER (a pg_hba oauth line, PostgreSQL
+	// 18).
+	OAuth bool `json:"oauth,omitempty"`
 }
 
 // Modes are the client's modes and whether it holds Kerberos credentials.
@@ -46,7 +49,22 @@ type Cost struct {
 //	SSLRequest when sslmode is prefer, require or verify-* (allow: plaintext first)
 //	  'S'                      -> TLS handshake
 //	  'N'                      -> prefer: plaintext startup on the same socket; require: fails
+//	OAUTHBEARER asked for      -> everything again: a discovery exchange with an empty token on
+//	                              the first connection, the token on a second (fe-auth-oauth.c;
+//	                              measured with libpq 18.4: two backends per connect, one only
+//	                              when oauth_issuer is the issuer's .well-known URI)
 func EstimateLibpq(m Modes, a Answers) Cost {
+	c := estimateLibpq(m, a)
+	if !a.OAuth || c.Transport == "fails" {
+		return c
+	}
+	c.Sockets *= 2
+	c.Backends *= 2
+	c.RoundTrips *= 2
+	return withNote(c, "OAUTHBEARER: an empty token first, then a new connection with the token, on every connect; one when oauth_issuer is the issuer's .well-known URI")
+}
+
+func estimateLibpq(m Modes, a Answers) Cost {
 	c := Cost{Client: "libpq", Sockets: 1, RoundTrips: 1}
 	if m.GSSEncMode != "disable" && m.Credentials {
 		c.RoundTrips++ // GSSENCRequest
@@ -78,7 +96,8 @@ func EstimateLibpq(m Modes, a Answers) Cost {
 // EstimatePgx applies pgx v5's rules (pgconn.ParseConfig and connectPreferred): no GSS encryption
 // at all (gssencmode is not a pgx key: sent as a run-time parameter, the server rejects it,
 // 42704); sslmode=prefer is a TLS attempt and, on 'N', a fallback configuration that dials again
-// without TLS (a second socket and backend); sslmode=allow the reverse order.
+// without TLS (a second socket and backend); sslmode=allow the reverse order. OAUTHBEARER costs
+// nothing more: pgx (v5.9+) sends the token of its OAuthTokenProvider in the first message.
 func EstimatePgx(m Modes, a Answers) Cost {
 	c := Cost{Client: "pgx", Sockets: 1, RoundTrips: 1}
 	if m.GSSEncMode == "require" {
@@ -88,6 +107,18 @@ func EstimatePgx(m Modes, a Answers) Cost {
 	if a.GSSEstablished && c.Transport != "fails" {
 		c.Note = "no GSS encryption in pgx: gets in only if pg_hba has a line without hostgssenc"
 	}
+	if a.OAuth && c.Transport != "fails" {
+		c = withNote(c, "OAUTHBEARER: the token first with OAuthTokenProvider, which it calls on every connect")
+	}
+	return c
+}
+
+// withNote adds note to c's.
+func withNote(c Cost, note string) Cost {
+	if c.Note != "" {
+		note = c.Note + "; " + note
+	}
+	c.Note = note
 	return c
 }
 

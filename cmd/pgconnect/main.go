@@ -8,7 +8,10 @@
 // duration as a text waterfall, the result (host, transport, server version, authentication
 // method), and what libpq and pgx would have spent on the same server: sockets, backends and
 // round trips, estimated from the server's answers with their rules (see EstimateLibpq and
-// EstimatePgx). The steps come from the connector's spans (docs/observability.md, Spans). -json
+// EstimatePgx). The steps come from the connector's spans (docs/observability.md, Spans): the
+// children of the connect span, a step nested in one (the wait for a credential under the
+// startup) indented under it, and the events of the connect and of its steps but the decisions
+// (the server's OAuth discovery answer, an attempt made again with a fresh credential). -json
 // prints the same as one JSON document. The password is never printed.
 //
 // Exit status: 0 when every connect succeeded (and for -h or help, which print the usage on
@@ -102,6 +105,11 @@ type Connect struct {
 	FailedStep string     `json:"failed_step,omitempty"`
 	Error      string     `json:"error,omitempty"`
 	Answers    Answers    `json:"answers"`
+	// Credential is the kind and source of the last credential given to the connect from the
+	// application's functions ("oauth_token fetched", "password cached"); "" for none.
+	Credential string `json:"credential,omitempty"`
+	// Retries are the reasons of the attempts made again with a fresh credential, in order.
+	Retries []string `json:"credential_retries,omitempty"`
 }
 
 // Decision is one host's plan, from the connect span's decision event.
@@ -121,13 +129,20 @@ type Decision struct {
 	RoleFirst bool `json:"role_first,omitempty"`
 }
 
-// Step is one child span of the connect: its start relative to the connect's and its duration.
+// Step is one step span of the connect (a child of the connect span, or of a step: the wait
+// for a credential under the startup), or an event of one (the server's OAuth discovery answer,
+// an attempt made again with a fresh credential): its start relative to the connect's and its
+// duration (zero for an event).
 type Step struct {
-	Name       string            `json:"name"` // the span name without "postgresql."
+	Name       string            `json:"name"` // the span name without "postgresql.", or the event's name
 	StartMS    float64           `json:"start_ms"`
 	DurationMS float64           `json:"duration_ms"`
 	Attrs      map[string]string `json:"attributes,omitempty"`
 	Error      string            `json:"error,omitempty"`
+	// Parent is the step this one is part of ("startup"); "" for a step of the connect itself.
+	Parent string `json:"parent,omitempty"`
+	// Event: a point in time, an event of the span of Parent (or of the connect).
+	Event bool `json:"event,omitempty"`
 }
 
 // Comparison is what libpq and pgx would have spent on one host.
@@ -287,6 +302,7 @@ func merge(dst *Answers, a Answers) {
 		dst.GSS = a.GSS
 	}
 	dst.GSSEstablished = dst.GSSEstablished || a.GSSEstablished
+	dst.OAuth = dst.OAuth || a.OAuth
 }
 
 // stepOf maps negotiation.HostError's Step to the name of the step's span, without
@@ -422,23 +438,23 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 		}
 		cn.Decisions = append(cn.Decisions, d)
 	}
-	var kids []sdktrace.ReadOnlySpan
-	for _, s := range spans {
-		if s.Parent().SpanID() == root.SpanContext().SpanID() && s.Parent().TraceID() == root.SpanContext().TraceID() {
-			kids = append(kids, s)
+	kids := descendants(root, spans)
+	for _, e := range root.Events() {
+		if e.Name == eventCredentialRetry {
+			cn.Retries = append(cn.Retries, attrs(e.Attributes)["pgconnector.credential.retry.reason"].AsString())
 		}
 	}
-	sort.SliceStable(kids, func(i, j int) bool { return kids[i].StartTime().Before(kids[j].StartTime()) })
-	for _, s := range kids {
-		name := strings.TrimPrefix(s.Name(), "postgresql.")
-		st := Step{Name: name, StartMS: ms(s.StartTime().Sub(t0)), DurationMS: ms(s.EndTime().Sub(s.StartTime())), Attrs: map[string]string{}}
-		sa := attrs(s.Attributes())
-		for _, kv := range s.Attributes() {
-			k := string(kv.Key)
-			if strings.HasPrefix(k, "pgconnector.") || k == "tls.protocol.version" || k == "network.peer.port" || k == "error.type" {
-				st.Attrs[strings.TrimPrefix(k, "pgconnector.")] = kv.Value.Emit()
-			}
+	for _, it := range kids {
+		s := it.span
+		if it.event != nil {
+			cn.Steps = append(cn.Steps, Step{Name: it.event.Name, StartMS: ms(it.event.Time.Sub(t0)), Attrs: stepAttrs(it.event.Attributes),
+				Parent: it.parent, Event: true})
+			continue
 		}
+		name := strings.TrimPrefix(s.Name(), "postgresql.")
+		st := Step{Name: name, StartMS: ms(s.StartTime().Sub(t0)), DurationMS: ms(s.EndTime().Sub(s.StartTime())),
+			Attrs: stepAttrs(s.Attributes()), Parent: it.parent}
+		sa := attrs(s.Attributes())
 		if s.Status().Code == codes.Error {
 			st.Error = s.Status().Description
 			if st.Error == "" {
@@ -461,7 +477,14 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 			if v := sa["pgconnector.gss.answer"].AsString(); v != "" {
 				cn.Answers.GSS = v
 			}
+		case "credential":
+			if st.Error == "" {
+				cn.Credential = strings.TrimSpace(sa["pgconnector.credential.kind"].AsString() + " " + sa["pgconnector.credential.source"].AsString())
+			}
 		case "startup":
+			if sa["pgconnector.auth.sasl_mechanism"].AsString() == "OAUTHBEARER" {
+				cn.Answers.OAuth = true
+			}
 			if st.Error == "" {
 				cn.Auth = sa["pgconnector.auth.method"].AsString()
 				cn.SASL = sa["pgconnector.auth.sasl_mechanism"].AsString()
@@ -471,9 +494,6 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 				}
 			}
 		}
-		if len(st.Attrs) == 0 {
-			st.Attrs = nil
-		}
 		cn.Steps = append(cn.Steps, st)
 	}
 	cn.Steps = withoutLastFallback(cn.Steps)
@@ -482,6 +502,79 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 		cn.Answers.GSS = "G"
 	}
 	return cn
+}
+
+// eventCredentialRetry is the connect span's event of an attempt made again with a fresh
+// credential (tracing.EventCredentialRetry); its other events shown as steps are those of its
+// step spans (tracing.EventOAuthDiscovery).
+const eventCredentialRetry = "credential_retry"
+
+// item is a step span or an event of the connect, in the order of the waterfall.
+type item struct {
+	span   sdktrace.ReadOnlySpan
+	event  *sdktrace.Event // nil for a span
+	parent string          // the step it is part of, "" for the connect
+	depth  int
+	at     time.Time
+}
+
+// descendants returns the step spans below root (its children, and theirs: the credential wait
+// under the startup) and the events of root and of those spans but its decisions, ordered by
+// their start, a parent before what it holds when they start together.
+func descendants(root sdktrace.ReadOnlySpan, spans []sdktrace.ReadOnlySpan) []item {
+	var out []item
+	for _, e := range root.Events() {
+		if e.Name != "decision" {
+			out = append(out, item{event: &e, at: e.Time, depth: 1})
+		}
+	}
+	parents := []sdktrace.ReadOnlySpan{root}
+	for depth := 1; len(parents) > 0; depth++ {
+		var next []sdktrace.ReadOnlySpan
+		for _, p := range parents {
+			pc := p.SpanContext()
+			parent := ""
+			if p != root {
+				parent = strings.TrimPrefix(p.Name(), "postgresql.")
+			}
+			for _, s := range spans {
+				if s.Parent().SpanID() != pc.SpanID() || s.Parent().TraceID() != pc.TraceID() || !strings.HasPrefix(s.Name(), "postgresql.") {
+					continue
+				}
+				out = append(out, item{span: s, parent: parent, depth: depth, at: s.StartTime()})
+				for _, e := range s.Events() {
+					if e.Name != "exception" {
+						out = append(out, item{event: &e, parent: strings.TrimPrefix(s.Name(), "postgresql."), depth: depth + 1, at: e.Time})
+					}
+				}
+				next = append(next, s)
+			}
+		}
+		parents = next
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].at.Equal(out[j].at) {
+			return out[i].at.Before(out[j].at)
+		}
+		return out[i].depth < out[j].depth
+	})
+	return out
+}
+
+// stepAttrs is what a step shows of its attributes: this project's, without their
+// "pgconnector." prefix, and a few of the semantic conventions; nil for none.
+func stepAttrs(kvs []attribute.KeyValue) map[string]string {
+	var m map[string]string
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		if strings.HasPrefix(k, "pgconnector.") || k == "tls.protocol.version" || k == "network.peer.port" || k == "error.type" {
+			if m == nil {
+				m = map[string]string{}
+			}
+			m[strings.TrimPrefix(k, "pgconnector.")] = kv.Value.Emit()
+		}
+	}
+	return m
 }
 
 // attemptSteps are the steps of an attempt to connect: a fallback step before one of them

@@ -10,8 +10,9 @@ import (
 // waterfallWidth is the width in characters of the waterfall bar of a connect's duration.
 const waterfallWidth = 40
 
-// printText prints the report compactly: per connect the decision, the steps as a waterfall and
-// the result; then the comparison with libpq and pgx.
+// printText prints the report compactly: per connect the decision, the steps as a waterfall (a
+// step that is part of the one above it indented, an event drawn as '|' at its time) and the
+// result; then the comparison with libpq and pgx.
 func printText(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "target %s  sslmode=%s gssencmode=%s\n", rep.Target, rep.SSLMode, rep.GSSEncMode)
 	for _, cn := range rep.Connects {
@@ -44,18 +45,30 @@ func printText(w io.Writer, rep *Report) {
 			fmt.Fprintln(w)
 		}
 		for _, st := range cn.Steps {
-			fmt.Fprintf(w, "  %-15s %s %8.3f ms%s\n", st.Name, bar(st.StartMS, st.DurationMS, cn.DurationMS), st.DurationMS, stepNote(st))
+			name := st.Name
+			if st.Parent != "" {
+				name = "  " + name // a part of the step above: the credential wait, the discovery answer of a startup
+			}
+			if st.Event {
+				fmt.Fprintf(w, "  %-17s %s %11s%s\n", name, strings.Replace(bar(st.StartMS, 0, cn.DurationMS), "#", "|", 1), "", stepNote(st))
+				continue
+			}
+			fmt.Fprintf(w, "  %-17s %s %8.3f ms%s\n", name, bar(st.StartMS, st.DurationMS, cn.DurationMS), st.DurationMS, stepNote(st))
 		}
 		if cn.Error != "" {
 			fmt.Fprintf(w, "  failed at %s: %s\n", cn.FailedStep, cn.Error)
 			continue
 		}
-		fmt.Fprintf(w, "  result: %s:%d over %s, server %s, auth %s%s, %d socket(s), %d round trip(s) before startup\n",
-			cn.Host, cn.Port, cn.Transport, cn.Server, cn.Auth, saslNote(cn), cn.Sockets, cn.RoundTrips)
+		fmt.Fprintf(w, "  result: %s:%d over %s, server %s, auth %s%s%s, %d socket(s), %d round trip(s) before startup\n",
+			cn.Host, cn.Port, cn.Transport, cn.Server, cn.Auth, saslNote(cn), credentialNote(cn), cn.Sockets, cn.RoundTrips)
 	}
 	for _, cmp := range rep.Compare {
-		fmt.Fprintf(w, "\nper connect to %s:%d, %s (SSLRequest %s, GSSENCRequest %s):\n",
-			cmp.Host, cmp.Port, cmp.Basis, answer(cmp.Answers.SSL), answer(cmp.Answers.GSS))
+		oauth := ""
+		if cmp.Answers.OAuth {
+			oauth = ", SASL OAUTHBEARER asked for"
+		}
+		fmt.Fprintf(w, "\nper connect to %s:%d, %s (SSLRequest %s, GSSENCRequest %s%s):\n",
+			cmp.Host, cmp.Port, cmp.Basis, answer(cmp.Answers.SSL), answer(cmp.Answers.GSS), oauth)
 		for _, c := range []Cost{cmp.Libpq, cmp.Pgx} {
 			fmt.Fprintf(w, "  %-6s %d socket(s), %d backend(s), %d round trip(s) before startup, %s", c.Client, c.Sockets, c.Backends, c.RoundTrips, c.Transport)
 			if c.Note != "" {
@@ -129,4 +142,21 @@ func saslNote(cn Connect) string {
 		}
 	}
 	return note + ")"
+}
+
+// credentialNote says the credential the application's functions gave (its kind and source) and
+// the attempts made again with a fresh one, and why.
+func credentialNote(cn Connect) string {
+	note := ""
+	if cn.Credential != "" {
+		note += ", " + cn.Credential
+	}
+	switch n := len(cn.Retries); n {
+	case 0:
+	case 1:
+		note += ", 1 retry with a fresh credential (" + cn.Retries[0] + ")"
+	default:
+		note += fmt.Sprintf(", %d retries with a fresh credential (%s)", n, strings.Join(cn.Retries, ", "))
+	}
+	return note
 }

@@ -41,6 +41,12 @@
 // scriptable fake server) and FaultProxy (in front of a real server) inject
 // one Fault, a FaultKind at a FaultStep of the connection, into the
 // connections they serve (faults.go).
+//
+// For OAuth, a PostgreSQL 18 server with Options.OAuth loads a validator module the harness
+// builds (oauthvalidator.go) that authorizes the tokens of a file, which an OAuthIssuer (a local
+// HTTPS authorization server in the test process: discovery, device authorization and token
+// endpoints) writes as it issues, mints and revokes tokens; LibpqOAuthConnect runs libpq 18 with
+// a token hook beside the code under test.
 package harness
 
 import (
@@ -111,6 +117,10 @@ type Options struct {
 	// OpenSSL but no GSSAPI: Start refuses GSS with them (Kerberos stays on PostgreSQL 15).
 	// Each major gets its own initdb template, made by its first Start in the process.
 	Major int
+	// OAuth, when non-nil, prepares a PostgreSQL 18 server (Major 18) for OAuth bearer tokens
+	// with the harness's validator module; see OAuthOptions. Start refuses it with another
+	// version.
+	OAuth *OAuthOptions
 }
 
 // Postgres is a running throwaway server. Its exported fields are set by
@@ -143,7 +153,8 @@ type Postgres struct {
 	set   map[string]string
 
 	krbKeyfile string   // krb_server_keyfile; "" without GSS
-	serverEnv  []string // extra environment of the postmaster (Kerberos)
+	serverEnv  []string // extra environment of the postmaster (Kerberos, OAuth)
+	localHBA   []string // unix socket lines before "local all all trust" (OAuth); fixed at Start
 
 	spansMu sync.Mutex
 	spans   []adminSpan // the harness's own connections, left out of ConnectionsSince
@@ -188,10 +199,16 @@ func Start(ctx context.Context, opts Options) (*Postgres, error) {
 	if err := opts.GSS.check(); err != nil {
 		return nil, err
 	}
+	if opts.OAuth != nil && opts.Major != 0 && opts.Major != 18 {
+		return nil, opts.OAuth.check(opts.Major, opts.TLS)
+	}
 
 	e, err := setupMajor(ctx, opts.Major)
 	if err != nil {
 		return nil, interrupted(ctx, "starting PostgreSQL", err)
+	}
+	if err := opts.OAuth.check(e.bin.major, opts.TLS); err != nil {
+		return nil, err
 	}
 	if opts.GSS != nil && !e.bin.gssapi {
 		return nil, fmt.Errorf("harness: Options.GSS: PostgreSQL %d in %s is built without GSSAPI (its postgres links no "+
@@ -271,6 +288,15 @@ func (p *Postgres) start(ctx context.Context, auth string, opts Options) error {
 		}
 	}
 	hba := opts.HBA
+	if opts.OAuth != nil {
+		host, err := p.setupOAuth(ctx, opts.OAuth)
+		if err != nil {
+			return err
+		}
+		if hba == nil {
+			hba = append([]string{}, host...)
+		}
+	}
 	if hba == nil {
 		hba = []string{"host all all 127.0.0.1/32 " + auth}
 	}
@@ -854,13 +880,24 @@ func (p *Postgres) installCerts() error {
 // writeHBA writes pg_hba.conf: the local trust lines, then lines. The
 // replication line lets pg_basebackup and a standby's WAL receiver in as the
 // superuser over the unix socket ("all" does not match replication
-// connections).
+// connections). With local OAuth lines (OAuthOptions.Types) only the superuser
+// stays trusted over the socket, and the OAuth lines follow for everyone else.
 func (p *Postgres) writeHBA(lines []string) error {
 	var b bytes.Buffer
 	b.WriteString("# Written by the pgconnector test harness.\n")
 	b.WriteString("# TYPE  DATABASE  USER  ADDRESS  METHOD\n")
-	b.WriteString("local all all trust\n")
-	b.WriteString("local replication all trust\n")
+	if len(p.localHBA) > 0 {
+		// The harness's own connections (superuser over the socket) stay trusted.
+		b.WriteString("local all " + superUser + " trust\n")
+		b.WriteString("local replication all trust\n")
+		for _, l := range p.localHBA {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	} else {
+		b.WriteString("local all all trust\n")
+		b.WriteString("local replication all trust\n")
+	}
 	for _, l := range lines {
 		b.WriteString(l)
 		b.WriteByte('\n')

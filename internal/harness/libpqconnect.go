@@ -120,22 +120,14 @@ func LibpqConnect(ctx context.Context, env []string, conninfo, query string) (*L
 	if query != "" {
 		args = append(args, query)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = append(append(append(CleanEnv(), "PGCONNECT_TIMEOUT=20"), env...), libpqEnv...)
-	cmd.Dir = filepath.Dir(prog)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Run(); err != nil {
-		msg := redactPasswords(strings.TrimSpace(stderr.String()), conninfo, env)
-		return nil, fmt.Errorf("harness: the libpq 18 connect program: %w (%s)", err, msg)
+	fields, err := runLibpqProgram(ctx, "connect", prog, args, conninfo, env, libpqEnv)
+	if err != nil {
+		return nil, err
 	}
-	fields := strings.Split(stdout.String(), "\x00")
-	bad := errors.New("harness: the libpq 18 connect program's output is cut short or malformed")
-	if len(fields) < 2 || fields[len(fields)-1] != "" {
+	bad := malformed("connect")
+	if len(fields) < 1 {
 		return nil, bad
 	}
-	fields = fields[:len(fields)-1] // after the last NUL
 	kind, first := fields[0][:min(1, len(fields[0]))], fields[0][min(1, len(fields[0])):]
 	switch kind {
 	case "E":
@@ -177,4 +169,31 @@ func LibpqConnect(ctx context.Context, env []string, conninfo, query string) (*L
 		return nil, bad
 	}
 	return c, nil
+}
+
+// runLibpqProgram runs the oracle program prog (what names it in errors) with args, in the
+// environment CleanEnv(), PGCONNECT_TIMEOUT=20, env, then libpqEnv, and returns its standard
+// output split at NUL bytes, without the empty string after the last one. A failed run's error
+// holds its standard error with the passwords of conninfo and env redacted.
+func runLibpqProgram(ctx context.Context, what, prog string, args []string, conninfo string, env, libpqEnv []string) ([]string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = append(append(append(CleanEnv(), "PGCONNECT_TIMEOUT=20"), env...), libpqEnv...)
+	cmd.Dir = filepath.Dir(prog)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := redactPasswords(strings.TrimSpace(stderr.String()), conninfo, env)
+		return nil, fmt.Errorf("harness: the libpq 18 %s program: %w (%s)", what, err, msg)
+	}
+	fields := strings.Split(stdout.String(), "\x00")
+	if fields[len(fields)-1] != "" {
+		return nil, malformed(what)
+	}
+	return fields[:len(fields)-1], nil
+}
+
+// malformed is the error of an oracle program's output that is cut short or malformed.
+func malformed(what string) error {
+	return fmt.Errorf("harness: the libpq 18 %s program's output is cut short or malformed", what)
 }

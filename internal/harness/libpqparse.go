@@ -129,15 +129,9 @@ func libpqProgram(ctx context.Context, name, src string, built *string) (prog st
 		}
 		*built = ""
 	}
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-		if _, err := exec.LookPath(cc); err != nil {
-			cc = "cc"
-		}
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		return "", nil, fmt.Errorf("harness: no C compiler (%s) to build the libpq 18 program %s: %w; run scripts/install-deps.sh", cc, name, err)
+	cc, err := cCompiler("the libpq 18 program " + name)
+	if err != nil {
+		return "", nil, err
 	}
 	dir, err := TempDir(name + "-*")
 	if err != nil {
@@ -260,4 +254,20 @@ func LibpqConninfoParseAll(ctx context.Context, conninfos []string) ([]LibpqPars
 		return nil, bad
 	}
 	return parses, nil
+}
+
+// cCompiler returns the C compiler: $CC, else gcc, else cc; what names what it is for in the
+// error.
+func cCompiler(what string) (string, error) {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+		if _, err := exec.LookPath(cc); err != nil {
+			cc = "cc"
+		}
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return "", fmt.Errorf("harness: no C compiler (%s) to build %s: %w; run scripts/install-deps.sh", cc, what, err)
+	}
+	return cc, nil
 }

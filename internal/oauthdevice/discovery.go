@@ -1,0 +1,158 @@
+package oauthdevice
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+)
+
+// maxDocument is the largest discovery document read (libpq-oauth's MAX_OAUTH_RESPONSE_SIZE).
+const maxDocument = 256 << 10
+
+// maxNesting is the deepest nesting of a discovery document's JSON (libpq-oauth's
+// MAX_OAUTH_NESTING_LEVEL).
+const maxNesting = 16
+
+// provider is what the flow reads of the discovery document (OpenID Connect Discovery 1.0
+// section 3, RFC 8414 section 2), as libpq-oauth's parse_provider.
+type provider struct {
+	Issuer                      string
+	TokenEndpoint               string
+	DeviceAuthorizationEndpoint string
+}
+
+// discover fetches r.DiscoveryURI and checks it as libpq-oauth does (finish_discovery,
+// check_issuer, check_for_device_flow): status 200, Content-Type application/json, valid UTF-8,
+// "issuer" and "token_endpoint" present and strings, the issuer equal to r.Issuer, a device
+// authorization endpoint, both endpoints https. grant_types_supported is not read: libpq 18
+// stopped requiring the device_code grant there, since Microsoft Entra ID does not list it.
+func discover(ctx context.Context, client *http.Client, r Request) (*provider, error) {
+	const errctx = "failed to parse OpenID discovery document"
+	if !isHTTPS(r.DiscoveryURI) {
+		return nil, fmt.Errorf("discovery URI %q must use HTTPS", r.DiscoveryURI)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.DiscoveryURI, nil)
+	if err != nil {
+		return nil, fmt.Errorf("discovery URI %q: %w", r.DiscoveryURI, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("failed to fetch OpenID discovery document: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("failed to fetch OpenID discovery document: unexpected response code %d", resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDocument+1))
+	if err != nil {
+		return nil, fmt.Errorf("failed to fetch OpenID discovery document: %w", err)
+	}
+	if len(body) > maxDocument {
+		return nil, fmt.Errorf("%s: response is larger than %d bytes", errctx, maxDocument)
+	}
+	if err := checkContentType(resp.Header.Get("Content-Type")); err != nil {
+		return nil, fmt.Errorf("%s: %w", errctx, err)
+	}
+	if !utf8.Valid(body) {
+		return nil, fmt.Errorf("%s: response is not valid UTF-8", errctx)
+	}
+	p, err := parseProvider(body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", errctx, err)
+	}
+	if p.Issuer != r.Issuer {
+		return nil, fmt.Errorf("the issuer identifier (%s) does not match oauth_issuer (%s)", p.Issuer, r.Issuer)
+	}
+	if p.DeviceAuthorizationEndpoint == "" {
+		return nil, fmt.Errorf("issuer %q does not provide a device authorization endpoint", p.Issuer)
+	}
+	if !isHTTPS(p.DeviceAuthorizationEndpoint) {
+		return nil, fmt.Errorf("device authorization endpoint %q must use HTTPS", p.DeviceAuthorizationEndpoint)
+	}
+	if !isHTTPS(p.TokenEndpoint) {
+		return nil, fmt.Errorf("token endpoint %q must use HTTPS", p.TokenEndpoint)
+	}
+	return p, nil
+}
+
+// isHTTPS reports whether u starts with https:// (case-insensitive, as libpq's check).
+func isHTTPS(u string) bool {
+	return len(u) >= len("https://") && strings.EqualFold(u[:len("https://")], "https://")
+}
+
+// checkContentType accepts application/json with parameters, as libpq's check_content_type.
+func checkContentType(ct string) error {
+	if ct == "" {
+		return errors.New("no content type was provided")
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return fmt.Errorf("unexpected content type: %q", ct)
+	}
+	return nil
+}
+
+// parseProvider reads the document's top-level fields: each string field once, of type string;
+// the nesting bounded before decoding.
+func parseProvider(body []byte) (*provider, error) {
+	if err := checkNesting(body); err != nil {
+		return nil, err
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %v", err)
+	}
+	p := &provider{}
+	for _, f := range [...]struct {
+		name     string
+		to       *string
+		required bool
+	}{
+		{"issuer", &p.Issuer, true},
+		{"token_endpoint", &p.TokenEndpoint, true},
+		{"device_authorization_endpoint", &p.DeviceAuthorizationEndpoint, false},
+	} {
+		raw, ok := top[f.name]
+		if !ok {
+			if f.required {
+				return nil, fmt.Errorf("field %q is missing", f.name)
+			}
+			continue
+		}
+		if err := json.Unmarshal(raw, f.to); err != nil || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			return nil, fmt.Errorf("field %q must be a string", f.name)
+		}
+	}
+	return p, nil
+}
+
+// checkNesting refuses JSON nested deeper than maxNesting (libpq: "JSON is too deeply nested").
+func checkNesting(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	depth := 0
+	for {
+		t, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("invalid JSON: %v", err)
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			if depth++; depth > maxNesting {
+				return errors.New("JSON is too deeply nested")
+			}
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
+}
