@@ -133,3 +133,45 @@ func TestOAuthExchangeLive(t *testing.T) {
 		}
 	})
 }
+
+// TestPasswordFuncRefusedLive: on PostgreSQL 18 with SCRAM, a password of WithPasswordFunc that
+// the server refuses (28P01: the role's password changed) is dropped and the function asked
+// once more within the same connect, on a new connection: the connect succeeds with two
+// backends and two calls; a second refusal is the server's 28P01.
+func TestPasswordFuncRefusedLive(t *testing.T) {
+	srv := harness.StartT(t, harness.Options{Major: 18, Auth: "scram-sha-256"})
+	const role = "rotated"
+	execAdmin(t, srv, "CREATE ROLE "+role+" LOGIN PASSWORD 'old-Secret-1'")
+	var current atomic.Value
+	current.Store("old-Secret-1")
+	var calls atomic.Int32
+	c, err := pgconnector.New(srv.DSN("user="+role, "sslmode=disable"), pgconnector.WithPasswordFunc(
+		func(ctx context.Context, r pgconnector.PasswordRequest) (string, time.Time, error) {
+			calls.Add(1)
+			return current.Load().(string), time.Now().Add(time.Hour), nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	defer db.Close()
+	db.SetMaxIdleConns(0)
+	if err := db.PingContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	execAdmin(t, srv, "ALTER ROLE "+role+" PASSWORD 'new-Secret-2'")
+	current.Store("new-Secret-2")
+	calls.Store(0)
+	mark := srv.LogMark()
+	if err := db.PingContext(context.Background()); err != nil {
+		t.Fatalf("after the password changed: %v", err)
+	}
+	if n, _ := srv.ConnectionsSince(mark); n != 2 || calls.Load() != 1 {
+		t.Errorf("%d backends, %d calls; want 2 (the cached password refused, the fresh one), 1", n, calls.Load())
+	}
+	execAdmin(t, srv, "ALTER ROLE "+role+" PASSWORD 'newer-Secret-3'")
+	err = db.PingContext(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "28P01") || strings.Contains(err.Error(), "Secret") {
+		t.Errorf("a second refusal: %v, want the server's 28P01 without the password", err)
+	}
+}
