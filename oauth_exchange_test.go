@@ -41,12 +41,7 @@ func TestOAuthExchangeLive(t *testing.T) {
 	})
 	connect := func(dsn string, opts ...pgconnector.Option) (backends int, err error) {
 		t.Helper()
-		c, err := pgconnector.New(dsn, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(c)
-		defer db.Close()
+		db := openNoIdle(t, dsn, opts...)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		mark := p.LogMark()
@@ -64,13 +59,7 @@ func TestOAuthExchangeLive(t *testing.T) {
 	socket := "host=" + p.SocketDir + " port=" + strconv.Itoa(p.Port) + " user=" + harness.AppUser + " dbname=" + p.Database + " oauth_issuer=" + iss.URL
 
 	t.Run("two backends on the first connect, one on the next", func(t *testing.T) {
-		c, err := pgconnector.New(socket, tokenFunc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(c)
-		defer db.Close()
-		db.SetMaxIdleConns(0)
+		db := openNoIdle(t, socket, tokenFunc)
 		calls.Store(0)
 		var got []int
 		for range 3 {
@@ -90,13 +79,7 @@ func TestOAuthExchangeLive(t *testing.T) {
 	})
 
 	t.Run("a revoked cached token: one retry with a fresh token", func(t *testing.T) {
-		c, err := pgconnector.New(socket, tokenFunc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(c)
-		defer db.Close()
-		db.SetMaxIdleConns(0)
+		db := openNoIdle(t, socket, tokenFunc)
 		if err := db.PingContext(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -145,17 +128,11 @@ func TestPasswordFuncRefusedLive(t *testing.T) {
 	var current atomic.Value
 	current.Store("old-Secret-1")
 	var calls atomic.Int32
-	c, err := pgconnector.New(srv.DSN("user="+role, "sslmode=disable"), pgconnector.WithPasswordFunc(
+	db := openNoIdle(t, srv.DSN("user="+role, "sslmode=disable"), pgconnector.WithPasswordFunc(
 		func(ctx context.Context, r pgconnector.PasswordRequest) (string, time.Time, error) {
 			calls.Add(1)
 			return current.Load().(string), time.Now().Add(time.Hour), nil
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(c)
-	defer db.Close()
-	db.SetMaxIdleConns(0)
 	if err := db.PingContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -170,8 +147,22 @@ func TestPasswordFuncRefusedLive(t *testing.T) {
 		t.Errorf("%d backends, %d calls; want 2 (the cached password refused, the fresh one), 1", n, calls.Load())
 	}
 	execAdmin(t, srv, "ALTER ROLE "+role+" PASSWORD 'newer-Secret-3'")
-	err = db.PingContext(context.Background())
+	err := db.PingContext(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "28P01") || strings.Contains(err.Error(), "Secret") {
 		t.Errorf("a second refusal: %v, want the server's 28P01 without the password", err)
 	}
+}
+
+// openNoIdle opens a database of a connector for dsn that keeps no idle connection (each use
+// connects), closed with the test.
+func openNoIdle(t *testing.T, dsn string, opts ...pgconnector.Option) *sql.DB {
+	t.Helper()
+	c, err := pgconnector.New(dsn, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxIdleConns(0)
+	return db
 }
