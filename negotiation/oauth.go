@@ -356,18 +356,16 @@ func (x *authExchange) startOAuth() error {
 		x.ob.cred, st.next = st.next, nil
 		return x.sendBearer(x.ob.cred.Secret)
 	}
-	switch {
-	case wkURI != "":
-		req.DiscoveryURI, req.Scope = wkURI, cfg.Scope
-	default:
+	if req.DiscoveryURI = wkURI; wkURI == "" {
 		uri, scope, ok := n.oauth.get(x.oauthKey())
 		if !ok {
+			// Discovery: an empty auth value (RFC 7628 section 4.3; libpq's discover).
 			x.ob.state = oauthSent
 			return x.sendInitial("")
 		}
-		req.DiscoveryURI, req.Scope = uri, scope
-		if cfg.Scope != "" {
-			req.Scope = cfg.Scope
+		req.DiscoveryURI = uri
+		if cfg.Scope == "" {
+			req.Scope = scope
 		}
 	}
 	c, err := x.at.getCredential(x.ctx, req)
