@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,10 @@ type iamService struct {
 	pg     *harness.Postgres
 	ttl    time.Duration
 	minted atomic.Int32
+
+	mu         sync.Mutex
+	last       string
+	lastExpiry time.Time
 }
 
 func (s *iamService) Mint(ctx context.Context) (token string, expiry time.Time, err error) {
@@ -35,7 +40,17 @@ func (s *iamService) Mint(ctx context.Context) (token string, expiry time.Time, 
 		return "", time.Time{}, err
 	}
 	s.minted.Add(1)
+	s.mu.Lock()
+	s.last, s.lastExpiry = token, expiry
+	s.mu.Unlock()
 	return token, expiry, nil
+}
+
+// Last is the token minted last and its expiry.
+func (s *iamService) Last() (token string, expiry time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last, s.lastExpiry
 }
 
 // Minted is the number of tokens minted.
