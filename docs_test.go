@@ -167,6 +167,7 @@ func TestDocsGoBlocksCompile(t *testing.T) {
 		"pgxpool": "github.com/jackc/pgx/v5/pgxpool", "multitracer": "github.com/jackc/pgx/v5/multitracer",
 		"attribute": "go.opentelemetry.io/otel/attribute", "context": "context", "time": "time", "net": "net",
 		"tls": "crypto/tls", "slog": "log/slog", "os": "os",
+		"oauth2": "golang.org/x/oauth2", "clientcredentials": "golang.org/x/oauth2/clientcredentials",
 	}
 	files := map[string]string{"names.go": `package docs
 
@@ -198,7 +199,7 @@ var (
 )
 `}
 	n := 0
-	for _, page := range []string{"docs/hooks-and-pgx.md", "docs/observability.md", "docs/kerberos.md"} {
+	for _, page := range []string{"docs/hooks-and-pgx.md", "docs/observability.md", "docs/kerberos.md", "docs/oauth.md"} {
 		b, err := os.ReadFile(page)
 		if err != nil {
 			t.Fatal(err)
