@@ -254,9 +254,11 @@ func WithPasswordFunc(f func(ctx context.Context, r PasswordRequest) (password s
 // [OAuthRequest]; the token's AccessToken is sent, its TokenType must be "Bearer" or empty,
 // and its Expiry bounds how long it is kept (zero: until a server refuses it). Tokens are kept
 // per issuer, scope and oauth_client_id, with the same margin, single call for concurrent
-// connects, refresh in the background in the last fifth of their life and retry after a
-// refusal as WithPasswordFunc's passwords. oauth_client_id is not needed with f (libpq 18
-// insists on it even when its hook gives the token).
+// connects and refresh in the background in the last fifth of their life. A token the server
+// refuses (invalid_token) is dropped; when it came from the cache, f is asked once more within
+// the connect, which tries again on a new connection; a token f has just given that the server
+// refuses fails the connect (the next connect asks f again). oauth_client_id is not needed with
+// f (libpq 18 insists on it even when its hook gives the token).
 //
 // An oauth2.TokenSource (golang.org/x/oauth2/clientcredentials, a cloud SDK's) plugs in with
 // one line:
