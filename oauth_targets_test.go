@@ -92,7 +92,7 @@ func closedConnector(t *testing.T, dsn string, opts ...pgconnector.Option) *pgco
 // oauth line whose identity the server maps through pg_ident.conf (delegate_ident_mapping off),
 // beside libpq 18 (its token hook) and pgx's OAuthTokenProvider: after the first connect one
 // backend per connect (libpq: two, pgx: one but a provider call per connection); a cold herd of
-// 8 calls the token func once (pgx's provider: 8 times); the device flow prompts once per
+// 8 calls the token func once (pgx's provider: 8 times) and asks the server its issuer once; the device flow prompts once per
 // connector and renews an expired token with its refresh token; require_auth and
 // channel_binding as libpq words them; no secret in a span, log record or error.
 func TestOAuthTargetsLive(t *testing.T) {
@@ -180,13 +180,34 @@ func TestOAuthTargetsLive(t *testing.T) {
 		}
 	})
 
-	t.Run("a cold herd of 8: one token func call; pgx's provider 8", func(t *testing.T) {
+	t.Run("a cold herd of 8: one token func call, one discovery; pgx's provider 8", func(t *testing.T) {
+		// The transport is learned first (a connect as another user, whose token the server's
+		// map refuses), so that the herd's connects reach authentication together.
+		var warmed atomic.Bool
+		c := closedConnector(t, dsn, tokenFunc, pgconnector.WithBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
+			if !warmed.Load() {
+				cfg.User = "postgres"
+			}
+			return nil
+		}))
+		if conn, err := c.Connect(context.Background()); err == nil {
+			conn.Close()
+			t.Fatal("a connect as postgres with app's token got in")
+		}
+		warmed.Store(true)
 		calls.Store(0)
-		if errs := herd(t, 8, closedConnector(t, dsn, tokenFunc).Connect); len(errs) > 0 {
+		var errs []error
+		backends := backendsOf(t, p, func() { errs = herd(t, 8, c.Connect) })
+		if len(errs) > 0 {
 			t.Fatal(errs)
 		}
 		if calls.Load() != 1 {
 			t.Errorf("%d token func calls for a herd of 8; want 1", calls.Load())
+		}
+		// One connection asks the server its issuer; the others wait for its answer and send
+		// the token in their first message (libpq: 16 backends for 8 connections).
+		if backends != 9 {
+			t.Errorf("%d backends for a cold herd of 8; want 9 (one discovery, then one each)", backends)
 		}
 		tok, err := iss.Mint(oauthIdentity, time.Hour)
 		if err != nil {
