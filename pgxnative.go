@@ -44,8 +44,11 @@ import (
 // fails with an error saying so, and so does a pool of it whose BeforeConnect is not the
 // connector's.
 //
-// Its host, port, TLS, Kerberos, dial and lookup settings are not used: the connector's, from its
-// connection string, are ([WithDialFunc] and [WithTLSConfigFunc] change dial and TLS for both). The others are the connection's: user, password and database (the
+// Its host, port, TLS, Kerberos and lookup settings are not used: the connector's, from its
+// connection string, are ([WithTLSConfigFunc] changes TLS for both). A DialFunc you set dials the
+// sockets of the connects made with this configuration (in place of the connector's, or of
+// [WithDialFunc]'s), with the connection string's keepalive keys. ConnString() is the string
+// given to [New]. The others are the connection's: user, password and database (the
 // negotiation authenticates with them; a Password left empty is each host's password-file entry,
 // looked up at each attempt as for database/sql), run-time parameters, min/max_protocol_version,
 // require_auth, channel_binding and sslcertmode (checked during the negotiation), and pgx's hooks:
