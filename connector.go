@@ -58,6 +58,7 @@ const DefaultDownHostTTL = 10 * time.Second
 type Connector struct {
 	settings   *Settings
 	negotiator *negotiation.Negotiator
+	dsn        string // as given to New: what the pgx configurations' ConnString() returns
 	stdlib     driver.Connector
 	closeGSS   func() error        // releases the Kerberos client (gss_on.go, gss_off.go)
 	statements *tracing.Statements // nil: WithStatementSpans(false)
@@ -154,7 +155,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		LookupFunc: lookup,
 		DNSTTL:     o.dnsTTL,
 		DownTTL:    o.downTTL,
-		DialFunc:   dial,
+		DialFunc:   connectDialer(dial),
 		GSS:        krb,
 		NoGSS:      noGSS,
 
@@ -171,7 +172,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		closeGSS()
 		return nil, err
 	}
-	c = &Connector{settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect,
+	c = &Connector{dsn: dsn, settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect,
 		tlsConfigFunc: o.tlsConfigFunc, passwordFunc: o.passwordFunc != nil}
 	if o.statementSpans {
 		c.tp = o.tracerProvider

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
@@ -14,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgconnector/pgconnector/internal/connstring"
+	"github.com/pgconnector/pgconnector/internal/keepalive"
+	"github.com/pgconnector/pgconnector/internal/pgxconfig"
 	"github.com/pgconnector/pgconnector/internal/replay"
 	"github.com/pgconnector/pgconnector/tracing"
 )
@@ -40,8 +44,11 @@ import (
 // fails with an error saying so, and so does a pool of it whose BeforeConnect is not the
 // connector's.
 //
-// Its host, port, TLS, Kerberos, dial and lookup settings are not used: the connector's, from its
-// connection string, are ([WithDialFunc] and [WithTLSConfigFunc] change dial and TLS for both). The others are the connection's: user, password and database (the
+// Its host, port, TLS, Kerberos and lookup settings are not used: the connector's, from its
+// connection string, are ([WithTLSConfigFunc] changes TLS for both). A DialFunc you set dials the
+// sockets of the connects made with this configuration (in place of the connector's, or of
+// [WithDialFunc]'s), with the connection string's keepalive keys. ConnString() is the string
+// given to [New]. The others are the connection's: user, password and database (the
 // negotiation authenticates with them; a Password left empty is each host's password-file entry,
 // looked up at each attempt as for database/sql), run-time parameters, min/max_protocol_version,
 // require_auth, channel_binding and sslcertmode (checked during the negotiation), and pgx's hooks:
@@ -80,6 +87,9 @@ func (c *Connector) PgxConfig() *pgx.ConnConfig {
 	cc := c.settings.Config.Copy()
 	cc.ValidateConnect = nil
 	cc.DialFunc = notThroughConnector
+	// pgx's ConnString(): the string given to New, not the one the connector built for pgx's
+	// parse; SetConnString fails only with a pgx that renamed its field (pgxconfig's test).
+	_ = pgxconfig.SetConnString(cc, c.dsn)
 	if c.pgxTracer != nil {
 		cc.Tracer = c.pgxTracer
 	}
@@ -119,17 +129,27 @@ func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.C
 // connection string's pool_* keys (pool_max_conns=10...) or pgxpool's defaults. Pass it to
 // pgxpool.NewWithConfig, or use [Connector.OpenPool].
 //
-// Keep the BeforeConnect: to run code of your own before each connection, wrap it, calling
-// yours first so that what it changes (a password from a token provider, say) is what the
-// negotiation uses:
+// What pgx lets an application change on the configuration keeps pgx's meaning. BeforeConnect:
+// a function of yours may wrap the connector's (calling yours first, so that what it changes is
+// what the negotiation uses) or replace it, as pgx users fetch a token:
 //
-//	cfg, err := c.PgxPoolConfig()
-//	...
-//	connect := cfg.BeforeConnect
 //	cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
-//		cc.Password = token(ctx)
-//		return connect(ctx, cc)
+//		cc.Password = token(ctx) // an IAM token, say
+//		return nil
 //	}
+//
+// Replaced, the negotiation runs in the configuration's ConnConfig.AfterNetConnect, after
+// yours, with what yours left in the connection's configuration. Keep one of the two: with both
+// replaced, the connect fails with an error saying so. ConnConfig.DialFunc: yours dials the
+// sockets of this pool's connects (each attempt's, with the connection string's keepalive keys
+// applied as to [WithDialFunc]'s) in place of the connector's dialer (the connector's background
+// rechecks of a down host use its own). ConnString() is the string given to [New]. The pool
+// settings, AfterConnect, BeforeAcquire, PrepareConn, AfterRelease, BeforeClose, ShouldPing and
+// the ConnConfig fields PgxConfig describes are used as pgx uses them.
+//
+// ConnConfig.TLSConfig, Fallbacks and LookupFunc are the connector's (nil, and one returning the host): its TLS
+// and lookup are used (WithTLSConfigFunc, WithLookupFunc); set, the connect fails with an error
+// naming the field and the option.
 //
 // A failed negotiation is the error of pool.Acquire (and of the pool's other calls that
 // connect) as it is: a *negotiation.ConnectError naming the host and step, not wrapped by pgx.
@@ -164,6 +184,13 @@ func (c *Connector) pgxPoolConfig() (*pgxpool.Config, *tracing.PoolTracer, error
 	if c.pgxTracer != nil {
 		cc.Tracer = multitracer.New(pt, c.pgxTracer)
 	}
+	// A pool connect without the connector's BeforeConnect (an application's replaced it)
+	// is negotiated in AfterNetConnect, on the configuration pgxpool made for it: pgx's own
+	// TLS, fallbacks and host lookup must not run before (poolAfterNetConnect).
+	cc.DialFunc = c.poolDial
+	cc.AfterNetConnect = c.poolAfterNetConnect
+	cc.TLSConfig, cc.Fallbacks = nil, nil
+	cc.LookupFunc = sameHost
 	pc.ConnConfig = cc
 	pc.BeforeConnect = c.poolBeforeConnect
 	return pc, pt, nil
@@ -220,12 +247,83 @@ func (c *Connector) OpenPool(ctx context.Context) (*pgxpool.Pool, error) {
 // right after it; should that not happen (a BeforeConnect wrapping this one fails after it), the
 // session is closed when cc is collected.
 func (c *Connector) poolBeforeConnect(ctx context.Context, cc *pgx.ConnConfig) error {
+	if err := notHonoured(&cc.Config); err != nil {
+		return err
+	}
 	d, err := c.negotiatePgx(ctx, cc)
 	if err != nil {
 		return err
 	}
 	runtime.AddCleanup(cc, (*replay.Dial).Abandon, d)
 	return nil
+}
+
+// poolDial is the DialFunc of PgxPoolConfig's configuration. The connector's BeforeConnect
+// replaces it (negotiatePgx); when an application's BeforeConnect replaced that one, pgx calls it
+// and poolAfterNetConnect negotiates in its place, on the pendingConn it returns.
+func (c *Connector) poolDial(context.Context, string, string) (net.Conn, error) {
+	return pendingConn{}, nil
+}
+
+// notHonoured names the fields of a PgxPoolConfig configuration, set by the application, that
+// the connector cannot use, with the option to use instead: the TLS configuration (the
+// connector's TLS follows the connection string's keys, each attempt's is made by the
+// negotiation) and the host lookup (the connector resolves the hosts).
+func notHonoured(cfg *pgconn.Config) error {
+	switch {
+	case cfg.TLSConfig != nil || len(cfg.Fallbacks) > 0:
+		return errors.New("pgconnector: ConnConfig.TLSConfig and Fallbacks of Connector.PgxPoolConfig are the connector's " +
+			"(the connection string's sslmode and TLS keys): use WithTLSConfigFunc")
+	case !pgxconfig.SameFunc(cfg.LookupFunc, sameHost):
+		return errors.New("pgconnector: ConnConfig.LookupFunc of Connector.PgxPoolConfig is not used (the connector resolves the hosts): " +
+			"use WithLookupFunc, write hostaddr in the connection string, or map addresses in the ConnConfig.DialFunc")
+	}
+	return nil
+}
+
+// sameHost is the LookupFunc of PgxPoolConfig's configuration: the connector resolves the hosts.
+func sameHost(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+
+// pendingConn is what poolDial returns: no connection yet. Reading or writing it fails (an
+// AfterNetConnect of the application's replaced poolAfterNetConnect too).
+type pendingConn struct {
+	net.Conn // nil: only the methods below are called
+}
+
+var errPoolHooks = errors.New("pgconnector: pgx used the connection of Connector.PgxPoolConfig's DialFunc itself: the connector " +
+	"opens the pool's connections in the configuration's BeforeConnect, or in its ConnConfig.AfterNetConnect when BeforeConnect " +
+	"was replaced, and both were replaced (keep one: wrap BeforeConnect, calling the one PgxPoolConfig set after yours), " +
+	"or ConnConfig.TLSConfig was set (pgx's TLS runs before AfterNetConnect: use WithTLSConfigFunc)")
+
+func (pendingConn) Read([]byte) (int, error)         { return 0, errPoolHooks }
+func (pendingConn) Write([]byte) (int, error)        { return 0, errPoolHooks }
+func (pendingConn) Close() error                     { return nil }
+func (pendingConn) SetDeadline(time.Time) error      { return nil }
+func (pendingConn) SetReadDeadline(time.Time) error  { return nil }
+func (pendingConn) SetWriteDeadline(time.Time) error { return nil }
+
+// poolAfterNetConnect is the AfterNetConnect of PgxPoolConfig's configuration. When the
+// connector's BeforeConnect ran, negotiatePgx removed it. Otherwise (an application's
+// BeforeConnect replaced the connector's) conn is poolDial's pendingConn, or the connection of
+// a DialFunc of the application's, which is closed: the negotiation runs here, with config as the
+// application's BeforeConnect left it (its Password, a token say), dialing through that
+// DialFunc, and the session it established is the connection pgx goes on with.
+func (c *Connector) poolAfterNetConnect(ctx context.Context, config *pgconn.Config, conn net.Conn) (net.Conn, error) {
+	// pgconn closes the connection returned with an error: conn, closed already.
+	conn.Close()
+	if err := notHonoured(config); err != nil {
+		return conn, err
+	}
+	cc := c.PgxConfig()
+	cc.Config = *config.Copy()
+	d, err := c.negotiatePgx(ctx, cc)
+	if err != nil {
+		return conn, err
+	}
+	// What pgx keeps of the connect: the session's address, and cancel requests sent as the
+	// session's (replay.Dial).
+	config.Host, config.Port, config.DialFunc = cc.Host, cc.Port, cc.DialFunc
+	return d.DialFunc(ctx, "tcp", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
 }
 
 var errNotThroughConnector = errors.New("pgconnector: this pgx configuration connects only through its Connector: " +
@@ -248,8 +346,17 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*repl
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
+	// A DialFunc of the application's (set on PgxConfig's or PgxPoolConfig's configuration)
+	// dials this connect's sockets, with the connection string's keepalive keys applied as to
+	// WithDialFunc's (connectDialer).
+	if f := cc.DialFunc; !pgxconfig.SameFunc(f, notThroughConnector) && !pgxconfig.SameFunc(f, c.poolDial) {
+		ctx = context.WithValue(ctx, dialKey{}, pgconn.DialFunc(keepalive.Wrap(f, c.settings.Keepalives)))
+	}
 	base := cc.Copy()
 	base.AfterConnect = nil // the caller's runs once, on the connection pgx makes
+	if pgxconfig.SameFunc(base.AfterNetConnect, c.poolAfterNetConnect) {
+		base.AfterNetConnect = nil // PgxPoolConfig's: this is the negotiation
+	}
 	var (
 		hc  *pgconn.HijackedConn
 		npv []byte
@@ -318,4 +425,23 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*repl
 	// connector's or one the caller set, or from another ConnectTracer).
 	cc.Tracer = tracing.WithoutConnectTrace(cc.Tracer)
 	return d, nil
+}
+
+// dialKey is the context key of a connect's own dial function: a DialFunc an application set on
+// a pgx configuration of the connector (negotiatePgx).
+type dialKey struct{}
+
+// connectDialer is the negotiator's dial function: the connect's own (dialKey) when it has one,
+// else dial, the connector's (WithDialFunc's, or the one of the connection string's keys).
+func connectDialer(dial pgconn.DialFunc) pgconn.DialFunc {
+	if dial == nil {
+		d := &net.Dialer{KeepAlive: 5 * time.Minute} // pgx's default
+		dial = d.DialContext
+	}
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		if f, ok := ctx.Value(dialKey{}).(pgconn.DialFunc); ok {
+			return f(ctx, network, address)
+		}
+		return dial(ctx, network, address)
+	}
 }

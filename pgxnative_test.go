@@ -512,7 +512,8 @@ func (tr *tracer) seen() (connects int, queries string) {
 
 // (5) One *pgx.Conn: ConnectPgx with the connector's settings or a configuration of PgxConfig
 // with a tracer of the caller's, which sees the connect and the statements; a CancelRequest
-// on it; pgx.ConnectConfig with the configuration alone refuses to connect.
+// on it; pgx.ConnectConfig with the configuration alone refuses to connect, a pool of it does not
+// need the connector's BeforeConnect.
 func TestConnectPgx(t *testing.T) {
 	_, tlsSrv := servers(t)
 	c := newConnector(t, tlsSrv.DSN("sslmode=require"))
@@ -569,10 +570,11 @@ func TestConnectPgx(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "connects only through its Connector") {
 		t.Errorf("pgx.ConnectConfig(PgxConfig()): %v", err)
 	}
-	// A pool whose BeforeConnect is not the connector's says the same.
+	// A pool without the connector's BeforeConnect still connects through the negotiation
+	// (its AfterNetConnect): sslmode=require holds.
 	p := openPool(t, c, func(cfg *pgxpool.Config) { cfg.BeforeConnect = nil })
-	if _, err := p.Acquire(ctx); err == nil || !strings.Contains(err.Error(), "connects only through its Connector") {
-		t.Errorf("a pool without the connector's BeforeConnect: %v", err)
+	if tr := transportOf(t, p); tr != "tls" {
+		t.Errorf("a pool without the connector's BeforeConnect: transport %s, want tls", tr)
 	}
 
 	// The pool's configuration carries a tracer too.

@@ -44,13 +44,15 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; fi
 
 # What the harness makes lives in pgconnector-harness-* directories in /dev/shm or the temporary
-# directory; clusters keep no shared memory file of their own in /dev/shm.
+# directory. Its clusters (and the initdb template's) run with dynamic_shared_memory_type = mmap,
+# their segments in their data directories: a /dev/shm/PostgreSQL.* segment is another server's
+# (a PostgreSQL of the user's on this machine) and is not counted.
 # The KEYRING cache tests use a session keyring of their own, which goes with them, and
 # collections of the user keyring (_krb_pgc...) and persistent keyrings of unused uids, which
 # they destroy at their end: those are listed too.
 harness_files() {
   {
-    ls -d /dev/shm/pgconnector-* /dev/shm/PostgreSQL.* "${TMPDIR:-/tmp}"/pgconnector-harness-* 2>/dev/null || true
+    ls -d /dev/shm/pgconnector-* "${TMPDIR:-/tmp}"/pgconnector-harness-* 2>/dev/null || true
     awk '$8 == "keyring" && ($9 ~ /^_krb_pgc/ || $9 ~ /^_persistent\./) { print "keyring " $9 }' /proc/keys 2>/dev/null || true
   } | sort
 }
@@ -81,11 +83,27 @@ go test -run '^$' -fuzz '^FuzzKeytab$' -fuzztime "$FUZZTIME" ./internal/keytabfi
 go test -run '^$' -fuzz '^FuzzServerFirst$' -fuzztime "$FUZZTIME" ./internal/scram
 go test -run '^$' -fuzz '^FuzzSASLprep$' -fuzztime "$FUZZTIME" ./internal/scram
 echo "== go test -race"
+# The library's runs (Go 1.26, Go 1.27, the NoGSS tests) in the foreground; the other modules
+# (cmd/pgconnect, cmd/pgconnect-bench, examples), which share no package with the library's tests,
+# side by side in the background, one package at a time (-p 1: with the library's two, at most
+# three test binaries on the machine), their output shown once they end. Each test process has
+# its own harness directory and ports.
 status=0
-for m in "${modules[@]}"; do
-  echo "-- $m"
-  go -C "$m" test -race -count=1 -timeout 60m "$@" ./... || status=$?
-done
+others_log=$(mktemp)
+others() {
+  local st=0
+  for m in "${modules[@]}"; do
+    [ "$m" = . ] && continue
+    echo "-- $m"
+    go -C "$m" test -race -count=1 -p 1 -timeout 60m "$@" ./... || st=$?
+  done
+  return "$st"
+}
+others "$@" >"$others_log" 2>&1 &
+others_pid=$!
+started=$SECONDS
+echo "-- ."
+go test -race -count=1 -timeout 60m "$@" ./... || status=$?
 # Go 1.26 and 1.27 are both supported: the library's packages run again with Go 1.27, which the go
 # command takes from the Go module proxy (about 76 MB, once per machine). database/sql behaves
 # differently there (driver.RowsColumnScanner: TestDriverTypesMatchPgx, and internal/stdlibsuite, pgx's
@@ -95,6 +113,13 @@ GOTOOLCHAIN=$GO127 go vet ./...
 GOTOOLCHAIN=$GO127 go test -race -count=1 -timeout 60m "$@" ./... || status=$?
 echo "-- . with -tags pgconnector_nogss"
 go test -race -count=1 -timeout 10m -tags pgconnector_nogss -run NoGSS . || status=$?
+echo "-- the library's runs took $((SECONDS - started)) s"
+others_status=0
+wait "$others_pid" || others_status=$?
+cat "$others_log"
+rm -f "$others_log"
+echo "-- the other modules' runs took $((SECONDS - started)) s (in the background)"
+[ "$others_status" -eq 0 ] || status=$others_status
 
 echo "== nothing of the harness left behind"
 # A test binary that did not end normally is cleaned up after by its guardian process, a moment

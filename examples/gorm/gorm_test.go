@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -88,5 +93,62 @@ func TestStatementSpans(t *testing.T) {
 	}
 	if got, err := pg.ConnectionsSince(mark); err != nil || got != sockets {
 		t.Errorf("the server saw %d connections (%v); the connector's connect spans opened %d", got, err, sockets)
+	}
+}
+
+// TestTimeZone: GORM reads TimeZone= from a DSN it opens itself (its session time zone, and
+// timestamp columns scanned in that location); with the connector's *sql.DB it reads no DSN, and
+// a timestamp comes back in UTC. The connection string's timezone key and WithAfterConnect's
+// scan location (docs/integrations.md) give what GORM's own DSN gives.
+func TestTimeZone(t *testing.T) {
+	pg := harness.StartT(t, harness.Options{})
+	const zone = "Asia/Tokyo"
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(t *testing.T, dialector gorm.Dialector) (time.Time, string) {
+		t.Helper()
+		gdb, err := gorm.Open(dialector, &gorm.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, _ := gdb.DB()
+		defer db.Close()
+		var ts time.Time
+		var tz string
+		if err := gdb.WithContext(t.Context()).Raw(`SELECT '2024-01-02 03:04:05'::timestamp`).Scan(&ts).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := gdb.WithContext(t.Context()).Raw(`SHOW TimeZone`).Scan(&tz).Error; err != nil {
+			t.Fatal(err)
+		}
+		return ts, tz
+	}
+	open := func(t *testing.T, dsn string, opts ...pgconnector.Option) gorm.Dialector {
+		c, err := pgconnector.New(dsn, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return postgres.New(postgres.Config{Conn: c.OpenDB()})
+	}
+
+	// GORM's own DSN, the reference.
+	want, wantTZ := read(t, postgres.Open(pg.DSN("TimeZone="+zone)))
+	if want.Location().String() != zone || want.Hour() != 3 || wantTZ != zone {
+		t.Fatalf("GORM's own DSN: %v in %v, session %q; want 03:04:05 in %s", want, want.Location(), wantTZ, zone)
+	}
+	// The connector's *sql.DB: GORM sees no DSN, the timestamp is UTC's.
+	if got, _ := read(t, open(t, pg.DSN("TimeZone="+zone))); got.Location() != time.UTC {
+		t.Errorf("without WithAfterConnect: %v in %v, want UTC (GORM reads no DSN then)", got, got.Location())
+	}
+	// The fix.
+	got, gotTZ := read(t, open(t, pg.DSN("timezone="+zone), pgconnector.WithAfterConnect(func(_ context.Context, conn *pgx.Conn) error {
+		conn.TypeMap().RegisterType(&pgtype.Type{Name: "timestamp", OID: pgtype.TimestampOID, Codec: &pgtype.TimestampCodec{ScanLocation: loc}})
+		return nil
+	})))
+	if !got.Equal(want) || got.Location().String() != zone || gotTZ != wantTZ {
+		t.Errorf("with WithAfterConnect: %v in %v, session %q; GORM's own DSN: %v in %v, session %q", got, got.Location(), gotTZ, want, want.Location(), wantTZ)
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"reflect"
 	"slices"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -132,4 +134,17 @@ func (f Fields) Restore(cfg *pgx.ConnConfig) {
 	if cfg.TLSConfig != nil {
 		cfg.TLSConfig.VerifyConnection = f.verify
 	}
+}
+
+// SetConnString makes s what cc.ConnString() returns. pgx keeps the string in an unexported
+// field (ConnConfig.connString, set only by pgx.ParseConfig): the connector's configurations are
+// parsed from a string it builds, and an application reads ConnString() for the string it gave.
+// An error when pgx has no such field (a pgx release that renamed it).
+func SetConnString(cc *pgx.ConnConfig, s string) error {
+	f := reflect.ValueOf(cc).Elem().FieldByName("connString")
+	if !f.IsValid() || f.Kind() != reflect.String {
+		return errors.New("pgxconfig: pgx.ConnConfig has no connString field")
+	}
+	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().SetString(s)
+	return nil
 }

@@ -156,3 +156,18 @@ func TestRestore(t *testing.T) {
 		}
 	}
 }
+
+// TestSetConnString: ConnString() returns the string given, and the copies of the configuration
+// keep it (pgx.ConnConfig.Copy copies the struct).
+func TestSetConnString(t *testing.T) {
+	cc, err := pgx.ParseConfig("host=a user=u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SetConnString(cc, "postgres://u@a/?sslmode=verify-full"); err != nil {
+		t.Fatal(err)
+	}
+	if got := cc.Copy().ConnString(); got != "postgres://u@a/?sslmode=verify-full" {
+		t.Errorf("ConnString() = %q, want the string set", got)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pgxpoolsuite
+
+const raceDetector = false
