@@ -344,26 +344,7 @@ func (sm *summarizer) ddl(op string) bool {
 	if op != "CREATE" {
 		return sm.skipStatement()
 	}
-	for { // CREATE TABLE ... AS query, CREATE VIEW ... AS query
-		k, w := sm.peek()
-		switch {
-		case k == tokEOF || k == tokSemicolon:
-			return true
-		case k == tokOther && w == ")":
-			return false
-		}
-		sm.next()
-		switch {
-		case k == tokOther && w == "(":
-			if !sm.skipParens() {
-				return false
-			}
-		case k == tokWord && strings.EqualFold(w, "as"):
-			if k, w := sm.peek(); k == tokWord && queryKeyword(w) != "" {
-				return sm.parse(false)
-			}
-		}
-	}
+	return sm.rest(true) // CREATE TABLE ... AS query, CREATE VIEW ... AS query
 }
 
 // ddlModifier reports whether w is one of ddlModifiers.
@@ -515,7 +496,11 @@ func (sm *summarizer) skipParens() bool {
 }
 
 // skipStatement reads up to the end of the statement; false when its parentheses do not balance.
-func (sm *summarizer) skipStatement() bool {
+func (sm *summarizer) skipStatement() bool { return sm.rest(false) }
+
+// rest reads up to the end of the statement, as skipStatement; with asQuery an AS outside
+// parentheses followed by a query keyword goes on as that query.
+func (sm *summarizer) rest(asQuery bool) bool {
 	for {
 		k, w := sm.peek()
 		switch {
@@ -525,8 +510,15 @@ func (sm *summarizer) skipStatement() bool {
 			return false
 		}
 		sm.next()
-		if k == tokOther && w == "(" && !sm.skipParens() {
-			return false
+		switch {
+		case k == tokOther && w == "(":
+			if !sm.skipParens() {
+				return false
+			}
+		case asQuery && k == tokWord && strings.EqualFold(w, "as"):
+			if k, w := sm.peek(); k == tokWord && queryKeyword(w) != "" {
+				return sm.parse(false)
+			}
 		}
 	}
 }
@@ -669,31 +661,15 @@ func (sm *summarizer) isCTE(name string) bool {
 }
 
 // keywords are the words the summary's grammar rules look at (sql-keywords-appendix.html).
-var keywords = func() map[string]string {
-	m := make(map[string]string)
-	for _, k := range []string{
-		"SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "VALUES", "TABLE", "WITH", "RECURSIVE",
-		"ONLY", "LATERAL", "FROM", "JOIN", "USING", "INTO", "UNION", "INTERSECT", "EXCEPT", "ALL",
-		"DISTINCT", "WHERE", "GROUP", "HAVING", "WINDOW", "ORDER", "LIMIT", "OFFSET", "FETCH",
-		"FOR", "RETURNING", "SET", "WHEN", "ON", "AS", "NOT", "MATERIALIZED",
-	} {
-		m[k] = k
-	}
-	return m
-}()
+var keywords = wordSet(
+	"SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "VALUES", "TABLE", "WITH", "RECURSIVE",
+	"ONLY", "LATERAL", "FROM", "JOIN", "USING", "INTO", "UNION", "INTERSECT", "EXCEPT", "ALL",
+	"DISTINCT", "WHERE", "GROUP", "HAVING", "WINDOW", "ORDER", "LIMIT", "OFFSET", "FETCH",
+	"FOR", "RETURNING", "SET", "WHEN", "ON", "AS", "NOT", "MATERIALIZED",
+)
 
 // keyword returns w in upper case if it is one of keywords, else "". It does not allocate.
 func keyword(w string) string {
-	var buf [16]byte
-	if len(w) > len(buf) {
-		return ""
-	}
-	for i := 0; i < len(w); i++ {
-		c := w[i]
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	return keywords[string(buf[:len(w)])]
+	kw, _ := lookupUpper(keywords, w, "")
+	return kw
 }
