@@ -113,8 +113,23 @@ func with(base map[string]string, op, text string, more ...string) map[string]st
 	return m
 }
 
+// checkStmtSpans checks the statement spans got against want. A statement span is named by its
+// db.query.summary: the attributes of want get the name as db.query.summary unless they hold one
+// (an empty one: none) or the span is one of a database/sql call without a text (BEGIN, COMMIT,
+// ROLLBACK, PING, RESET_SESSION and no db.query.text), which has none.
 func checkStmtSpans(t *testing.T, got []sdktrace.ReadOnlySpan, want []stmtSpan) {
 	t.Helper()
+	want = slices.Clone(want)
+	for i, w := range want {
+		w.attrs = maps.Clone(w.attrs)
+		switch summary, ok := w.attrs[string(semconv.DBQuerySummaryKey)]; {
+		case ok && summary == "":
+			delete(w.attrs, string(semconv.DBQuerySummaryKey))
+		case !ok && (w.attrs[string(semconv.DBQueryTextKey)] != "" || !slices.Contains([]string{"BEGIN", "COMMIT", "ROLLBACK", "PING", "RESET_SESSION"}, w.name)):
+			w.attrs[string(semconv.DBQuerySummaryKey)] = w.name
+		}
+		want[i] = w
+	}
 	var names, wantNames []string
 	for _, s := range got {
 		names = append(names, s.Name())
@@ -209,7 +224,7 @@ func TestStatementSpans(t *testing.T) {
 			run: func(t *testing.T, ctx context.Context, db *sql.DB) {
 				mustExec(t, ctx, db, insert, 1, paramSecret)
 			},
-			want: []stmtSpan{{"INSERT", with(base, "INSERT", insert, string(tracing.RowsAffectedKey), "1"), ""}},
+			want: []stmtSpan{{"INSERT " + table, with(base, "INSERT", insert, string(semconv.DBCollectionNameKey), table, string(tracing.RowsAffectedKey), "1"), ""}},
 		},
 		{
 			name: "query: the span ends when the rows are closed",
@@ -254,11 +269,11 @@ func TestStatementSpans(t *testing.T) {
 			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select ?, ?", string(semconv.DBResponseReturnedRowsKey), "1"), ""}},
 		},
 		{
-			name: "several statements: no operation",
+			name: "several statements: no operation, the summary of each",
 			run: func(t *testing.T, ctx context.Context, db *sql.DB) {
 				mustExec(t, ctx, db, "update "+table+" set note = 'x' where id = 0; delete from "+table+" where id = 0")
 			},
-			want: []stmtSpan{{"postgresql", with(base, "", "update "+table+" set note = ? where id = ?; delete from "+table+" where id = ?", string(tracing.RowsAffectedKey), "0"), ""}},
+			want: []stmtSpan{{"UPDATE " + table + " DELETE " + table, with(base, "", "update "+table+" set note = ? where id = ?; delete from "+table+" where id = ?", string(tracing.RowsAffectedKey), "0"), ""}},
 		},
 		{
 			name: "prepared statement",
@@ -282,10 +297,44 @@ func TestStatementSpans(t *testing.T) {
 				stmt.Close()
 			},
 			want: []stmtSpan{
-				{"PREPARE", with(base, "PREPARE", "select note from "+table+" where id = $1"), ""},
-				{"SELECT", with(base, "SELECT", "select note from "+table+" where id = $1", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
-				{"SELECT", with(base, "SELECT", "select note from "+table+" where id = $1", string(semconv.DBResponseReturnedRowsKey), "0"), ""}, // an exec: its result's count
+				{"PREPARE SELECT " + table, with(base, "PREPARE", "select note from "+table+" where id = $1", string(semconv.DBCollectionNameKey), table), ""},
+				{"SELECT " + table, with(base, "SELECT", "select note from "+table+" where id = $1", string(semconv.DBCollectionNameKey), table, string(semconv.DBResponseReturnedRowsKey), "1"), ""},
+				{"SELECT " + table, with(base, "SELECT", "select note from "+table+" where id = $1", string(semconv.DBCollectionNameKey), table, string(semconv.DBResponseReturnedRowsKey), "0"), ""}, // an exec: its result's count
 			},
+		},
+		{
+			name: "join and WITH query: the tables in order, a WITH query's name is not one",
+			run: func(t *testing.T, ctx context.Context, db *sql.DB) {
+				rows, err := db.QueryContext(ctx, "with recent as (select id from "+table+" where id > 1000) select t.note from "+table+" t join recent using (id)")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for rows.Next() {
+				}
+				rows.Close()
+			},
+			want: []stmtSpan{{"SELECT " + table + " SELECT " + table, with(base, "WITH", "with recent as (select id from "+table+" where id > ?) select t.note from "+table+" t join recent using (id)",
+				string(semconv.DBCollectionNameKey), table, string(semconv.DBResponseReturnedRowsKey), "0"), ""}},
+		},
+		{
+			name: "DDL: the command, the kind of object and its name",
+			run: func(t *testing.T, ctx context.Context, db *sql.DB) {
+				mustExec(t, ctx, db, "create table "+table+"_ddl (a int)")
+				mustExec(t, ctx, db, "drop table "+table+"_ddl")
+			},
+			want: []stmtSpan{
+				{"CREATE TABLE " + table + "_ddl", with(base, "CREATE", "create table "+table+"_ddl (a int)", string(semconv.DBCollectionNameKey), table+"_ddl", string(tracing.RowsAffectedKey), "0"), ""},
+				{"DROP TABLE " + table + "_ddl", with(base, "DROP", "drop table "+table+"_ddl", string(semconv.DBCollectionNameKey), table+"_ddl", string(tracing.RowsAffectedKey), "0"), ""},
+			},
+		},
+		{
+			name: "a text the summary cannot read: the operation, no summary",
+			run: func(t *testing.T, ctx context.Context, db *sql.DB) {
+				if _, err := db.ExecContext(ctx, "select ('"+literalSecret+"' from "+table); err == nil {
+					t.Fatal("no error")
+				}
+			},
+			want: []stmtSpan{{"SELECT", with(base, "SELECT", "select (? from "+table, append([]string{string(semconv.DBQuerySummaryKey), ""}, fails("42601")...)...), "42601"}},
 		},
 		{
 			name: "transaction committed",
@@ -303,7 +352,7 @@ func TestStatementSpans(t *testing.T) {
 			},
 			want: []stmtSpan{
 				{"BEGIN", with(base, "BEGIN", ""), ""},
-				{"INSERT", with(base, "INSERT", insert, string(tracing.RowsAffectedKey), "1"), ""},
+				{"INSERT " + table, with(base, "INSERT", insert, string(semconv.DBCollectionNameKey), table, string(tracing.RowsAffectedKey), "1"), ""},
 				{"COMMIT", with(base, "COMMIT", ""), ""},
 			},
 		},
@@ -336,7 +385,7 @@ func TestStatementSpans(t *testing.T) {
 					t.Fatal("no error")
 				}
 			},
-			want: []stmtSpan{{"INSERT", with(base, "INSERT", insert, fails("23505")...), "23505"}},
+			want: []stmtSpan{{"INSERT " + table, with(base, "INSERT", insert, append([]string{string(semconv.DBCollectionNameKey), table}, fails("23505")...)...), "23505"}},
 		},
 		{
 			name: "server error quoting a parameter value",
@@ -479,8 +528,8 @@ func TestStatementSpanOptions(t *testing.T) {
 				}
 				return "custom " + op
 			}))
-		checkStmtSpans(t, query(t, o), []stmtSpan{{"custom SELECT", with(base, "SELECT", "", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
-			{"custom RESET_SESSION", with(base, "RESET_SESSION", ""), ""}, {"PING", with(base, "PING", ""), ""}})
+		checkStmtSpans(t, query(t, o), []stmtSpan{{"custom SELECT", with(base, "SELECT", "", string(semconv.DBQuerySummaryKey), "SELECT", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
+			{"custom RESET_SESSION", with(base, "RESET_SESSION", "", string(semconv.DBQuerySummaryKey), ""), ""}, {"PING", with(base, "PING", ""), ""}})
 		if want := []string{"SELECT|select $1::int + 1", "RESET_SESSION|", "PING|"}; !slices.Equal(calls, want) {
 			t.Errorf("the name function was called with %q, want %q", calls, want)
 		}

@@ -404,7 +404,8 @@ func WithQueryText(on bool) Option {
 // WithSpanNameFunc names statement spans: f receives the operation (db.operation.name: SELECT,
 // INSERT, ..., BEGIN, COMMIT, ROLLBACK, PREPARE, PING, RESET_SESSION; "" when unknown) and the text as
 // db.query.text would record it (whatever WithQueryText says; "" for the calls without one).
-// An empty result keeps the default name: the operation, or "postgresql" when it is unknown.
+// An empty result keeps the default name: the statement's db.query.summary (operation and
+// tables, as "SELECT orders"), else the operation, else "postgresql" (see tracing.Statements).
 // Default: none, the default name.
 func WithSpanNameFunc(f func(ctx context.Context, operation, query string) string) Option {
 	return func(o *options) { o.spanName = f }

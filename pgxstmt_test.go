@@ -90,7 +90,7 @@ func TestOpenPoolStatementSpans(t *testing.T) {
 	if len(selects) != 2 {
 		t.Fatalf("%d SELECT spans under the caller's, want 2 (the filtered one has none); spans: %s", len(selects), spanNames(spans))
 	}
-	want := with(connAttrs(plain), "SELECT", "", "app.op", "SELECT", string(semconv.DBResponseReturnedRowsKey), "1") // no db.query.text
+	want := with(connAttrs(plain), "SELECT", "", string(semconv.DBQuerySummaryKey), "SELECT", "app.op", "SELECT", string(semconv.DBResponseReturnedRowsKey), "1") // no db.query.text
 	for _, s := range selects {
 		if got := spanAttrs(s); !maps.Equal(got, want) {
 			t.Errorf("SELECT span attributes %v, want %v", got, want)
@@ -204,7 +204,7 @@ func TestConnectPgxStatementSpans(t *testing.T) {
 				continue
 			}
 			stmts++
-			if got, want := spanAttrs(s), with(connAttrs(plain), "SELECT", text, string(semconv.DBResponseReturnedRowsKey), "1"); !maps.Equal(got, want) {
+			if got, want := spanAttrs(s), with(connAttrs(plain), "SELECT", text, string(semconv.DBQuerySummaryKey), "SELECT", string(semconv.DBResponseReturnedRowsKey), "1"); !maps.Equal(got, want) {
 				t.Errorf("SELECT span attributes %v, want %v", got, want)
 			}
 		}

@@ -254,7 +254,7 @@ func TestAttributesFunc(t *testing.T) {
 	})
 	base := connAttrs(plain)
 	checkStmtSpans(t, got, []stmtSpan{
-		{"tenant SELECT", with(base, "SELECT", "select $1::int", "app.tenant", "acme", "app.query", "select $1::int", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
+		{"tenant SELECT", with(base, "SELECT", "select $1::int", string(semconv.DBQuerySummaryKey), "SELECT", "app.tenant", "acme", "app.query", "select $1::int", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
 		{"SELECT", with(base, "SELECT", "select $1::int", string(semconv.DBResponseReturnedRowsKey), "1"), ""},
 	})
 	sampler.mu.Lock()

@@ -3,7 +3,7 @@
 # go vet and a go.mod check in every module, go vet of the library with the build tag
 # pgconnector_nogss and a check that it then imports no Kerberos package, gofmt, a short run of
 # each fuzz target (connection strings, CRLs, client keys, server certificate lists, a server's negotiation bytes, its OAuth error JSON, GSS packets, secret literals
-# in recorded statement texts), the tests of every module with the race detector (TestSoak for
+# in recorded statement texts, query summaries), the tests of every module with the race detector (TestSoak for
 # 30 s), the library's tests again with Go 1.27 (GOTOOLCHAIN=go1.27.3, from the Go module proxy),
 # the NoGSS tests with the tag (not given the arguments), and a check that the tests left
 # nothing of the harness behind. The tests start their own throwaway PostgreSQL
@@ -74,6 +74,7 @@ go test -run '^$' -fuzz '^FuzzNegotiationBytes$' -fuzztime "$FUZZTIME" ./negotia
 go test -run '^$' -fuzz '^FuzzOAuthAnswer$' -fuzztime "$FUZZTIME" ./negotiation
 go test -run '^$' -fuzz '^FuzzConnRead$' -fuzztime "$FUZZTIME" ./internal/gss
 go test -run '^$' -fuzz '^FuzzSecretLiteral$' -fuzztime "$FUZZTIME" ./tracing
+go test -run '^$' -fuzz '^FuzzSummarizeQuery$' -fuzztime "$FUZZTIME" ./tracing
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime "$FUZZTIME" ./internal/krb5conf
 go test -run '^$' -fuzz '^FuzzFileCache$' -fuzztime "$FUZZTIME" ./internal/ccache
 go test -run '^$' -fuzz '^FuzzRecords$' -fuzztime "$FUZZTIME" ./internal/ccache

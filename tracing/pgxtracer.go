@@ -44,7 +44,9 @@ const (
 //   - SendBatch: one span for the batch, from SendBatch to the close of its results. A batch of
 //     two or more queries is the semantic conventions' batch operation: db.operation.batch.size,
 //     db.operation.name "BATCH <op>" when every query has the same operation and "BATCH"
-//     otherwise (the span's default name too), db.query.text the queries' text when they all
+//     otherwise; db.query.summary (the span's default name) "BATCH <summary>" when every query
+//     has the same summary, else the operation name; db.collection.name when every query has
+//     the same one; db.query.text the queries' text when they all
 //     have the same one, else their texts joined with "; ". Each query whose result is read is
 //     also a child span of kind INTERNAL, named and attributed as that query's own statement
 //     span, from when pgx began reading its result (TraceBatchQueryData.ReadStartTime) to when it
@@ -53,8 +55,9 @@ const (
 //     fails with the batch's error or, when pgx reports none, with that of the first query that
 //     failed. A batch of one query is that query: its span is the statement span. pgx traces no
 //     empty batch (it sends nothing).
-//   - CopyFrom: a COPY span with db.collection.name, the table as given (its parts joined with
-//     "."); there is no db.query.text (the text is pgx's). db.collection.name is not an attribute
+//   - CopyFrom: a span named by its db.query.summary, "COPY <table>", with db.operation.name COPY
+//     and db.collection.name the table as given (its parts joined with "."); there is no
+//     db.query.text (the text is pgx's). db.collection.name is not an attribute
 //     of the measurement: the measurements of all statements have the same attributes.
 //   - Connect (pgx.Connect, pgx.ConnectConfig, a pool's new connections): a postgresql.connect
 //     span of kind CLIENT, with db.system.name, server.address and server.port (the first host
@@ -276,7 +279,7 @@ func (pc *pgxConn) batchStatement(queries []*pgx.QueuedQuery) *statement {
 	}
 	s := pc.ic.s
 	texts := s.needText()
-	sameOp, sameText := true, true
+	sameOp, sameText, sameSum, sameTable := true, true, true, true
 	var first *statement
 	var b strings.Builder
 	for i, q := range queries {
@@ -286,6 +289,8 @@ func (pc *pgxConn) batchStatement(queries []*pgx.QueuedQuery) *statement {
 		} else {
 			sameOp = sameOp && st.op == first.op
 			sameText = sameText && st.text == first.text
+			sameSum = sameSum && st.sum.summary == first.sum.summary
+			sameTable = sameTable && st.sum.collection == first.sum.collection
 			if texts {
 				b.WriteString("; ")
 			}
@@ -305,7 +310,16 @@ func (pc *pgxConn) batchStatement(queries []*pgx.QueuedQuery) *statement {
 			text = first.text
 		}
 	}
-	st := s.newStatement(pc.ic.srv, op, text)
+	sum := querySummary{summary: op}
+	if first != nil && sameSum && first.sum.summary != "" {
+		if sum.summary = OperationBatch + " " + first.sum.summary; len(sum.summary) > maxSummary {
+			sum.summary = summarize(OperationBatch, pc.text(queries[0].SQL)).summary
+		}
+	}
+	if first != nil && sameTable {
+		sum.collection = first.sum.collection
+	}
+	st := s.newStatement(pc.ic.srv, op, text, sum)
 	st.opts = append(st.opts, trace.WithAttributes(semconv.DBOperationBatchSize(len(queries))))
 	return st
 }
@@ -360,10 +374,16 @@ func (t *PgxTracer) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, data pgx.
 func (t *PgxTracer) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromStartData) context.Context {
 	pc := t.conn(conn)
 	if pc.copy == nil {
-		pc.copy = pc.ic.s.newStatement(pc.ic.srv, OperationCopy, "")
+		pc.copy = pc.ic.s.newStatement(pc.ic.srv, OperationCopy, "", querySummary{})
 	}
 	st := *pc.copy
-	st.opts = append(slices.Clip(st.opts), trace.WithAttributes(semconv.DBCollectionName(strings.Join(data.TableName, "."))))
+	table := strings.Join(data.TableName, ".")
+	kv := []attribute.KeyValue{semconv.DBCollectionName(table)}
+	if len(OperationCopy)+1+len(table) <= maxSummary {
+		st.name = OperationCopy + " " + table
+		kv = append(kv, semconv.DBQuerySummary(st.name))
+	}
+	st.opts = append(slices.Clip(st.opts), trace.WithAttributes(kv...))
 	return t.start(ctx, &pgxCall{kind: pgxCopy, conn: conn, pc: pc}, &st)
 }
 

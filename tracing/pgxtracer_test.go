@@ -144,11 +144,26 @@ func plus(base map[string]string, kv ...string) map[string]string {
 }
 
 func stmt(base map[string]string, op, text string, kv ...string) wantSpan {
-	name := op
-	if name == "" {
-		name = "postgresql"
+	w := wantSpan{kind: trace.SpanKindClient, attrs: plus(base, append([]string{"db.operation.name", op, "db.query.text", text}, kv...)...)}
+	return w.summary(op, "")
+}
+
+// summary sets the span's db.query.summary, its name, and its db.collection.name ("": none).
+// stmt's span has its operation as summary (a statement without a table).
+func (w wantSpan) summary(summary, collection string) wantSpan {
+	w.attrs = maps.Clone(w.attrs)
+	delete(w.attrs, "db.query.summary")
+	delete(w.attrs, "db.collection.name")
+	w.name = summary
+	if summary != "" {
+		w.attrs["db.query.summary"] = summary
+	} else if w.name = w.attrs["db.operation.name"]; w.name == "" {
+		w.name = "postgresql"
 	}
-	return wantSpan{name: name, kind: trace.SpanKindClient, attrs: plus(base, append([]string{"db.operation.name", op, "db.query.text", text}, kv...)...)}
+	if collection != "" {
+		w.attrs["db.collection.name"] = collection
+	}
+	return w
 }
 
 func (w wantSpan) failed(code string) wantSpan {
@@ -241,12 +256,12 @@ func TestPgxTracerStatements(t *testing.T) {
 	rows := []string{"db.response.returned_rows", "1"}
 	checkSpans(t, got, []wantSpan{
 		stmt(base, "SELECT", "select ?", rows...),
-		stmt(base, "UPDATE", "update t set a = ?", rows...),
-		stmt(base, "INSERT", "insert into t values ('k', $1)", rows...),
+		stmt(base, "UPDATE", "update t set a = ?", rows...).summary("UPDATE t", "t"),
+		stmt(base, "INSERT", "insert into t values ('k', $1)", rows...).summary("INSERT t", "t"),
 		stmt(base, "SELECT", "select @n::int", rows...),
-		stmt(base, "", "select ?; select ?", rows...),
-		stmt(base, "PREPARE", "select ?"),
-		stmt(base, "PREPARE", "select ?"),
+		stmt(base, "", "select ?; select ?", rows...).summary("SELECT SELECT", ""), // several statements: no operation
+		stmt(base, "PREPARE", "select ?").summary("PREPARE SELECT", ""),
+		stmt(base, "PREPARE", "select ?").summary("PREPARE SELECT", ""),
 		stmt(base, "SELECT", "select ?", rows...), // the prepared text, not the name
 	})
 
@@ -297,7 +312,7 @@ func TestPgxTracerBatch(t *testing.T) {
 		w.kind = trace.SpanKindInternal
 		return w
 	}
-	checkSpans(t, childrenOf(f.rec.Ended(), batches[0]), []wantSpan{query("SELECT", "select ?"), query("SELECT", "select ?"), query("INSERT", "insert into t values (?)")})
+	checkSpans(t, childrenOf(f.rec.Ended(), batches[0]), []wantSpan{query("SELECT", "select ?"), query("SELECT", "select ?"), query("INSERT", "insert into t values (?)").summary("INSERT t", "t")})
 	checkSpans(t, childrenOf(f.rec.Ended(), batches[1]), []wantSpan{query("SELECT", "select ?"), query("SELECT", "select ?")})
 	if n := len(childrenOf(f.rec.Ended(), got[2].SpanContext().SpanID())); n != 0 {
 		t.Errorf("the batch of one query has %d children", n)
@@ -341,17 +356,17 @@ func TestPgxTracerFailuresAndCopy(t *testing.T) {
 	})
 	other := stmt(base, "SELECT", "select pg_sleep(?)", "error.type", ErrorTypeCanceled)
 	other.fail = ErrorTypeCanceled
-	copyFailed := stmt(base, "COPY", "", "db.collection.name", "t", "error.type", errorTypeOther)
+	copyFailed := stmt(base, "COPY", "", "error.type", errorTypeOther).summary("COPY t", "t")
 	copyFailed.fail = errorTypeOther
 	checkSpans(t, got, []wantSpan{
-		stmt(base, "INSERT", "insert into t values ($1)").failed("23505"),
+		stmt(base, "INSERT", "insert into t values ($1)").summary("INSERT t", "t").failed("23505"),
 		other,
-		stmt(base, "PREPARE", "selec ?").failed("42601"),
-		stmt(base, "COPY", "", "db.collection.name", "public.t", "pgconnector.rows_affected", "3"),
+		stmt(base, "PREPARE", "selec ?").summary("", "").failed("42601"), // not a command: no summary
+		stmt(base, "COPY", "", "pgconnector.rows_affected", "3").summary("COPY public.t", "public.t"),
 		copyFailed,
-		stmt(base, "BATCH INSERT", "insert into t values ($1)", "db.operation.batch.size", "2").failed("23505"),
+		stmt(base, "BATCH INSERT", "insert into t values ($1)", "db.operation.batch.size", "2").summary("BATCH INSERT t", "t").failed("23505"),
 	})
-	query := stmt(base, "INSERT", "insert into t values ($1)")
+	query := stmt(base, "INSERT", "insert into t values ($1)").summary("INSERT t", "t")
 	query.kind = trace.SpanKindInternal
 	checkSpans(t, childrenOf(f.rec.Ended(), got[5].SpanContext().SpanID()), []wantSpan{query, query.failed("23505")})
 

@@ -341,8 +341,9 @@ var secretArgs = []struct {
 }
 
 // FuzzSecretLiteral builds statement texts around a secret literal and checks what a call of
-// each records: a call that is not parameterized records, in db.query.text and in the span name
-// (default, and from a span name function given the recorded text), no part of the secret, and
+// each records: no call records the secret in db.query.summary or db.collection.name; a call
+// that is not parameterized records, in db.query.text and in the span name (default: the
+// summary, and from a span name function given the recorded text), no part of the secret, and
 // the same text whatever the secret's content; a parameterized call records the text as
 // written. Whether the call is parameterized is known from the generator: the placeholders it
 // wrote outside literals, PREPARE and CREATE, and the values of the arguments.
@@ -407,8 +408,13 @@ func FuzzSecretLiteral(f *testing.F) {
 			span := last.get()
 			recorded := ""
 			for _, kv := range span.Attributes() {
-				if kv.Key == semconv.DBQueryTextKey {
+				switch kv.Key {
+				case semconv.DBQueryTextKey:
 					recorded = kv.Value.AsString()
+				case semconv.DBQuerySummaryKey, semconv.DBCollectionNameKey: // parameterized or not
+					if v := kv.Value.AsString(); strings.Contains(v, secretMark) || strings.Contains(v, numberMark) {
+						t.Fatalf("call of %q: %s %q holds the secret", text, kv.Key, v)
+					}
 				}
 			}
 			if want {

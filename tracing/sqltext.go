@@ -379,33 +379,26 @@ func isBoolLiteral(w string) bool {
 
 // commands are the keywords that start PostgreSQL's SQL commands (sql-commands.html). Only these
 // become db.operation.name, so that a malformed text cannot add a value to the metric's attributes.
-var commands = func() map[string]string {
-	m := make(map[string]string)
-	for _, k := range []string{
-		"ABORT", "ALTER", "ANALYSE", "ANALYZE", "BEGIN", "CALL", "CHECKPOINT", "CLOSE", "CLUSTER",
-		"COMMENT", "COMMIT", "COPY", "CREATE", "DEALLOCATE", "DECLARE", "DELETE", "DISCARD", "DO",
-		"DROP", "END", "EXECUTE", "EXPLAIN", "FETCH", "GRANT", "IMPORT", "INSERT", "LISTEN", "LOAD",
-		"LOCK", "MERGE", "MOVE", "NOTIFY", "PREPARE", "REASSIGN", "REFRESH", "REINDEX", "RELEASE",
-		"RESET", "REVOKE", "ROLLBACK", "SAVEPOINT", "SECURITY", "SELECT", "SET", "SHOW", "START",
-		"TABLE", "TRUNCATE", "UNLISTEN", "UPDATE", "VACUUM", "VALUES", "WITH",
-	} {
-		m[k] = k
+var commands = wordSet(
+	"ABORT", "ALTER", "ANALYSE", "ANALYZE", "BEGIN", "CALL", "CHECKPOINT", "CLOSE", "CLUSTER",
+	"COMMENT", "COMMIT", "COPY", "CREATE", "DEALLOCATE", "DECLARE", "DELETE", "DISCARD", "DO",
+	"DROP", "END", "EXECUTE", "EXPLAIN", "FETCH", "GRANT", "IMPORT", "INSERT", "LISTEN", "LOAD",
+	"LOCK", "MERGE", "MOVE", "NOTIFY", "PREPARE", "REASSIGN", "REFRESH", "REINDEX", "RELEASE",
+	"RESET", "REVOKE", "ROLLBACK", "SAVEPOINT", "SECURITY", "SELECT", "SET", "SHOW", "START",
+	"TABLE", "TRUNCATE", "UNLISTEN", "UPDATE", "VACUUM", "VALUES", "WITH",
+)
+
+// wordSet returns a map of each word to itself.
+func wordSet(words ...string) map[string]string {
+	m := make(map[string]string, len(words))
+	for _, w := range words {
+		m[w] = w
 	}
 	return m
-}()
+}
 
 // commandKeyword returns w in upper case if it is a command keyword, else "". It does not allocate.
 func commandKeyword(w string) string {
-	var buf [16]byte
-	if len(w) > len(buf) {
-		return ""
-	}
-	for i := 0; i < len(w); i++ {
-		c := w[i]
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	return commands[string(buf[:len(w)])]
+	kw, _ := lookupUpper(commands, w, "")
+	return kw
 }

@@ -68,7 +68,8 @@ type StatementConfig struct {
 	QueryText bool
 	// SpanName, when set, names each statement span from its operation (db.operation.name, "" when
 	// unknown) and its text (as db.query.text records it, whatever QueryText says; "" for
-	// BEGIN, COMMIT, ROLLBACK, PING and RESET_SESSION). An empty result keeps the default name.
+	// BEGIN, COMMIT, ROLLBACK, PING and RESET_SESSION). An empty result keeps the default name
+	// (the statement's db.query.summary, else its operation: see [Statements]).
 	SpanName func(ctx context.Context, operation, query string) string
 
 	// The fields below choose which calls make a span and what it holds. None of them changes
@@ -120,18 +121,26 @@ type StatementConfig struct {
 // below), one span of kind CLIENT, a child of the span in the caller's context, on the
 // connections [Statements.WrapConn] returns.
 //
-// A span is named after its operation: the first keyword of the statement (SELECT, INSERT, ...)
-// in upper case, when the text is a single statement and the keyword starts one of PostgreSQL's
-// SQL commands (else "postgresql", the database system); PREPARE for a prepare; BEGIN, COMMIT,
-// ROLLBACK and PING for the calls without a text. The {target} of the conventions' span name
-// is left out: table names are not parsed, and the server is in server.address and server.port.
-// (The conventions recommend against taking the operation name from the text for PostgreSQL;
-// the first keyword of a single statement is what the connector's users asked for.)
+// A span is named by its db.query.summary, as the semantic conventions ask (database-spans.md,
+// "Name"): the operations of the text and their tables in the order written ("SELECT orders",
+// "INSERT shipping SELECT orders", "CREATE TABLE t"; see summarizeQuery), "PREPARE " and the
+// summary of the text for a prepare. A text without one (one the summary cannot read, such as
+// an unknown command or unbalanced parentheses) is named by its operation: the first keyword of
+// the statement (SELECT, INSERT, ...) in upper case, when the text is a single statement and the
+// keyword starts one of PostgreSQL's SQL commands (else "postgresql", the database system);
+// PREPARE for a prepare. BEGIN, COMMIT, ROLLBACK and PING, the calls without a text, have no
+// summary and are named by their operation. StatementConfig.SpanName, when it returns a name,
+// wins. (The conventions recommend against taking the operation name and the collection name
+// from the text for PostgreSQL, whose texts can hold several: db.operation.name is the first
+// keyword of a single statement, what the connector's users asked for, and db.collection.name
+// is set only when the single statement's tables are all one.)
 //
 // Attributes, all given at the start of the span so that a sampler sees them: db.system.name,
 // db.namespace, server.address and server.port of the connection's host (the host as written
-// in the connection string, the one this connection went to), db.operation.name and
-// db.query.text, and user.name (StatementConfig.User). A successful call adds its row count: an
+// in the connection string, the one this connection went to), db.operation.name,
+// db.query.summary, db.collection.name (when the text's single statement works on one table:
+// "orders" of "SELECT orders", as written), db.query.text, and user.name
+// (StatementConfig.User). A successful call adds its row count: an
 // exec's Result.RowsAffected as pgconnector.rows_affected, a query's rows read before its rows
 // were closed (all of them, read to the end) as db.response.returned_rows. A failed call adds db.response.status_code (the SQLSTATE of a server error) and
 // error.type (the SQLSTATE, else one of the ErrorType classes, else "_OTHER") and sets the
@@ -149,8 +158,9 @@ type StatementConfig struct {
 // (Attributes), leaves cancellation out of the error status (CancelNotError) and comments the
 // text sent with the span's trace context (SQLComment).
 //
-// What a statement text gives (operation, recorded text, span start options) is worked out once
-// per text and server, for the first 256 texts; later ones are worked out at each call.
+// What a statement text gives (operation, summary, table, recorded text, span start options) is
+// worked out once per text and server, for the first 256 texts; later ones are worked out at
+// each call.
 type Statements struct {
 	cfg      StatementConfig
 	tp       trace.TracerProvider
@@ -235,6 +245,7 @@ type textKey struct {
 type textInfo struct {
 	op        string
 	need      int // see describeQuery
+	sum       querySummary
 	asWritten atomic.Pointer[statement]
 	sanitized atomic.Pointer[statement]
 }
@@ -244,6 +255,7 @@ type statement struct {
 	op   string // db.operation.name; "" when unknown
 	text string // as db.query.text records it (for the span name function too); "" when not needed
 	name string // the default span name
+	sum  querySummary
 	opts []trace.SpanStartOption
 	// check: a call that only checks the connection (PING, RESET_SESSION), traced only with
 	// StatementConfig.PingSpans.
@@ -265,7 +277,7 @@ func (s *Statements) server(host string, port uint16) *server {
 	}
 	srv.calls = map[string]*statement{}
 	for _, op := range []string{OperationBegin, OperationCommit, OperationRollback, OperationPing, OperationResetSession} {
-		srv.calls[op] = s.newStatement(srv, op, "")
+		srv.calls[op] = s.newStatement(srv, op, "", querySummary{})
 	}
 	srv.ic = &interceptor{s: s, srv: srv}
 	got, _ := s.servers.LoadOrStore(key, srv)
@@ -299,10 +311,11 @@ func (s *Statements) text(srv *server, text string, prepare bool) *textInfo {
 		return ti.(*textInfo)
 	}
 	op, need := describeQuery(text)
+	sumOp := ""
 	if prepare {
-		op = OperationPrepare
+		op, sumOp = OperationPrepare, OperationPrepare
 	}
-	ti := &textInfo{op: op, need: need}
+	ti := &textInfo{op: op, need: need, sum: summarize(sumOp, text)}
 	if srv.n.Load() < maxCachedStatements && srv.n.Add(1) <= maxCachedStatements {
 		got, _ := srv.texts.LoadOrStore(key, ti)
 		ti = got.(*textInfo)
@@ -327,7 +340,7 @@ func (s *Statements) statement(srv *server, ti *textInfo, text string, asWritten
 			recorded = sanitizeQuery(text)
 		}
 	}
-	st := s.newStatement(srv, ti.op, recorded)
+	st := s.newStatement(srv, ti.op, recorded, ti.sum)
 	if !p.CompareAndSwap(nil, st) {
 		st = p.Load()
 	}
@@ -340,16 +353,27 @@ func (s *Statements) needText() bool {
 	return s.cfg.QueryText || s.cfg.SpanName != nil || s.cfg.SpanFilter != nil || s.cfg.Attributes != nil
 }
 
-func (s *Statements) newStatement(srv *server, op, text string) *statement {
-	st := &statement{op: op, text: text, name: op, check: op == OperationPing || op == OperationResetSession}
+// newStatement returns the statement of a call of operation op recording text, with the summary
+// and table of sum: the span is named by the summary, else by op, else "postgresql".
+func (s *Statements) newStatement(srv *server, op, text string, sum querySummary) *statement {
+	st := &statement{op: op, text: text, name: sum.summary, sum: sum, check: op == OperationPing || op == OperationResetSession}
+	if st.name == "" {
+		st.name = op
+	}
 	if st.name == "" {
 		st.name = semconv.DBSystemNamePostgreSQL.Value.AsString()
 	}
-	kv := make([]attribute.KeyValue, len(srv.base), len(srv.base)+len(srv.user)+2)
+	kv := make([]attribute.KeyValue, len(srv.base), len(srv.base)+len(srv.user)+4)
 	copy(kv, srv.base)
 	kv = append(kv, srv.user...)
 	if op != "" {
 		kv = append(kv, semconv.DBOperationName(op))
+	}
+	if sum.summary != "" {
+		kv = append(kv, semconv.DBQuerySummary(sum.summary))
+	}
+	if sum.collection != "" {
+		kv = append(kv, semconv.DBCollectionName(sum.collection))
 	}
 	if s.cfg.QueryText && text != "" {
 		kv = append(kv, semconv.DBQueryText(text))

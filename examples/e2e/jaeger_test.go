@@ -164,7 +164,8 @@ func TestJaegerExample(t *testing.T) {
 	}
 	// The handler's two statements: CLIENT spans under the request, one per query, each after
 	// the connect that opened its connection, with the database conventions' attributes.
-	selects := named(spans, "SELECT")
+	// Each is named by its db.query.summary: the operation and the table.
+	selects := named(spans, "SELECT pgconnector_example_users")
 	if len(selects) != 2 {
 		t.Fatalf("want 2 SELECT statement spans, got %d:\n%s", len(selects), dump(spans))
 	}
@@ -176,11 +177,13 @@ func TestJaegerExample(t *testing.T) {
 			t.Errorf("statement %d: not under the server span: ancestors %v", i+1, ancestors(s, byID))
 		}
 		wantAttrs(t, s, map[string]any{
-			"db.system.name":    "postgresql",
-			"db.namespace":      pg.Database,
-			"server.address":    pg.Host,
-			"server.port":       int64(pg.Port),
-			"db.operation.name": "SELECT",
+			"db.system.name":     "postgresql",
+			"db.namespace":       pg.Database,
+			"server.address":     pg.Host,
+			"server.port":        int64(pg.Port),
+			"db.operation.name":  "SELECT",
+			"db.query.summary":   "SELECT pgconnector_example_users",
+			"db.collection.name": "pgconnector_example_users",
 		})
 		if q, _ := s.Attributes["db.query.text"].(string); !strings.HasPrefix(q, "SELECT ") {
 			t.Errorf("statement %d: db.query.text = %q", i+1, q)

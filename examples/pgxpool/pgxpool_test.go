@@ -48,7 +48,7 @@ func TestStatementSpans(t *testing.T) {
 	for _, s := range spans {
 		switch {
 		case s.Name == tracing.SpanAcquire:
-		case s.Name == "BATCH INSERT":
+		case s.Name == "BATCH INSERT pgxpool_example_users":
 			batch = s
 			client = append(client, s)
 		case s.SpanKind == trace.SpanKindInternal && s.Parent.SpanID() != parent.SpanContext().SpanID() && s.Parent.IsValid() && spancheck.Attr(s, "db.system.name") == "postgresql":
@@ -61,15 +61,15 @@ func TestStatementSpans(t *testing.T) {
 		t.Errorf("%d spans under the batch, want its 2 queries", len(inBatch))
 	}
 	for _, s := range inBatch {
-		if s.Parent.SpanID() != batch.SpanContext.SpanID() || s.Name != "INSERT" {
-			t.Errorf("batch query span %s under %v, want INSERT under the batch span", s.Name, s.Parent.SpanID())
+		if s.Parent.SpanID() != batch.SpanContext.SpanID() || s.Name != "INSERT pgxpool_example_users" {
+			t.Errorf("batch query span %s under %v, want INSERT pgxpool_example_users under the batch span", s.Name, s.Parent.SpanID())
 		}
 	}
 	stmts := spancheck.Under(t, client, parent.SpanContext(),
 		spancheck.Stmt{Op: "CREATE", Text: `CREATE TABLE IF NOT EXISTS pgxpool_example_users \(name text PRIMARY KEY\)`},
 		spancheck.Stmt{Op: "INSERT", Text: `INSERT INTO pgxpool_example_users \(name\) VALUES \(\$1\)`},
-		spancheck.Stmt{Op: "BATCH INSERT", Text: `INSERT INTO pgxpool_example_users \(name\) VALUES \(\$1\)`},
-		spancheck.Stmt{Op: "COPY"},
+		spancheck.Stmt{Op: "BATCH INSERT", Summary: "BATCH INSERT pgxpool_example_users", Text: `INSERT INTO pgxpool_example_users \(name\) VALUES \(\$1\)`},
+		spancheck.Stmt{Op: "COPY", Summary: "COPY pgxpool_example_users"},
 		spancheck.Stmt{Op: "BEGIN", Text: `begin`},
 		spancheck.Stmt{Op: "SELECT", Text: `SELECT name FROM pgxpool_example_users WHERE name <> \$1 ORDER BY name`},
 		spancheck.Stmt{Op: "COMMIT", Text: `commit`},

@@ -27,8 +27,11 @@ func New(t testing.TB) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
 
 // Stmt is a statement span expected under the caller's span.
 type Stmt struct {
-	Op   string // db.operation.name, which is also the span's name
-	Text string // a regular expression (. matches newlines too) that db.query.text must match in full; "" for none (BEGIN, COMMIT, ...)
+	Op string // db.operation.name
+	// Summary is db.query.summary (operation and tables, as "SELECT users"), which is also the
+	// span's name; "" to accept any. A span without a summary (BEGIN, COMMIT, ...) is named Op.
+	Summary string
+	Text    string // a regular expression (. matches newlines too) that db.query.text must match in full; "" for none (BEGIN, COMMIT, ...)
 	// Error is error.type of a statement that fails (a SQLSTATE); "" for one that succeeds.
 	Error string
 }
@@ -81,8 +84,8 @@ func Under(t testing.TB, spans tracetest.SpanStubs, parent trace.SpanContext, wa
 		if s.SpanKind != trace.SpanKindClient || Attr(s, "db.system.name") != "postgresql" {
 			t.Errorf("statement span %s: kind %v, db.system.name %q; want CLIENT, postgresql", s.Name, s.SpanKind, Attr(s, "db.system.name"))
 		}
-		if op := Attr(s, "db.operation.name"); op != s.Name && s.Name != "postgresql" {
-			t.Errorf("statement span %s has db.operation.name %q", s.Name, op)
+		if want := name(s); s.Name != want {
+			t.Errorf("statement span %s: want it named %q (db.query.summary, else db.operation.name)", s.Name, want)
 		}
 	}
 	i := 0
@@ -97,8 +100,20 @@ func Under(t testing.TB, spans tracetest.SpanStubs, parent trace.SpanContext, wa
 	return stmts
 }
 
+// name returns the name of a statement span: its db.query.summary, else its db.operation.name,
+// else "postgresql".
+func name(s tracetest.SpanStub) string {
+	for _, key := range []string{"db.query.summary", "db.operation.name"} {
+		if v := Attr(s, key); v != "" {
+			return v
+		}
+	}
+	return "postgresql"
+}
+
 func (w Stmt) matches(s tracetest.SpanStub) bool {
-	if Attr(s, "db.operation.name") != w.Op || s.Name != w.Op || Attr(s, "error.type") != w.Error {
+	if Attr(s, "db.operation.name") != w.Op || Attr(s, "error.type") != w.Error ||
+		w.Summary != "" && (Attr(s, "db.query.summary") != w.Summary || s.Name != w.Summary) {
 		return false
 	}
 	text := Attr(s, "db.query.text")
