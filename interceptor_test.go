@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/ngrok/sqlmw"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -152,6 +153,9 @@ var _ sqlmw.Interceptor = (*recordingInterceptor)(nil)
 // of a first, then b's with what a passed on; the later calls of each get the context that
 // interceptor returned (RowsNext and RowsClose its query's, StmtClose its prepare's, TxCommit
 // and TxRollback its BeginTx's). Once with statement spans, once without.
+//
+// The same calls through nested sqlmw drivers, sqlmw.Driver(sqlmw.Driver(pgx's driver, b), a),
+// log the same.
 func TestInterceptorsSeeEveryCall(t *testing.T) {
 	plain, _ := servers(t)
 	for _, spans := range []bool{true, false} {
@@ -163,101 +167,119 @@ func TestInterceptorsSeeEveryCall(t *testing.T) {
 				pgconnector.WithInterceptor(a), pgconnector.WithInterceptor(b))
 			db := sql.OpenDB(c)
 			defer db.Close()
-			ctx := context.Background()
-			conn, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			both := func(calls ...string) []string {
-				var out []string
-				for _, call := range calls {
-					out = append(out, strings.ReplaceAll(call, "@", "a"), strings.ReplaceAll(strings.ReplaceAll(call, "@", "b"), "from -", "from a"))
-				}
-				for i, s := range out {
-					out[i] = strings.TrimSuffix(s, " from -")
-				}
-				return out
-			}
-			check := func(what string, want []string) {
-				t.Helper()
-				if got := log.take(); !slices.Equal(got, want) {
-					t.Errorf("%s:\n got  %q\n want %q", what, got, want)
-				}
-			}
-			check("connect", both("@.ConnectorConnect from -"))
-
-			if err := conn.PingContext(ctx); err != nil {
-				t.Fatal(err)
-			}
-			check("ping", both("@.ConnPing from -"))
-
-			if _, err := conn.ExecContext(ctx, "create temporary table t (n int)"); err != nil {
-				t.Fatal(err)
-			}
-			log.take()
-			res, err := conn.ExecContext(ctx, "insert into t values (1), (2)")
-			if err != nil {
-				t.Fatal(err)
-			}
-			check("exec", both("@.ConnExecContext from -"))
-			if n, err := res.RowsAffected(); err != nil || n != 2 {
-				t.Errorf("RowsAffected: %d, %v", n, err)
-			}
-			res.LastInsertId() // pgx's error: none
-			check("result", append(both("@.ResultRowsAffected"), both("@.ResultLastInsertId")...))
-
-			rows, err := conn.QueryContext(ctx, "select n from t order by n")
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := 0
-			for rows.Next() {
-				n++
-			}
-			if err := rows.Err(); err != nil || n != 2 {
-				t.Fatalf("%d rows, %v", n, err)
-			}
-			next := []string{"a.RowsNext ctx=ConnQueryContext#1", "b.RowsNext ctx=ConnQueryContext#1"}
-			want := append(both("@.ConnQueryContext from -"), slices.Concat(next, next, next)...) // two rows and the end
-			check("query", append(want, "a.RowsClose ctx=ConnQueryContext#1", "b.RowsClose ctx=ConnQueryContext#1"))
-
-			st, err := conn.PrepareContext(ctx, "select n from t where n = $1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.ExecContext(ctx, 1); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.QueryRowContext(ctx, 2).Scan(&n); err != nil || n != 2 {
-				t.Fatalf("prepared query: %d, %v", n, err)
-			}
-			if err := st.Close(); err != nil {
-				t.Fatal(err)
-			}
-			check("prepared", slices.Concat(both("@.ConnPrepareContext from -", "@.StmtExecContext from -", "@.StmtQueryContext from -"),
-				[]string{"a.RowsNext ctx=StmtQueryContext#3", "b.RowsNext ctx=StmtQueryContext#3",
-					"a.RowsClose ctx=StmtQueryContext#3", "b.RowsClose ctx=StmtQueryContext#3",
-					"a.StmtClose ctx=ConnPrepareContext#2", "b.StmtClose ctx=ConnPrepareContext#2"}))
-
-			tx, err := conn.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			tx, err = conn.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Rollback(); err != nil {
-				t.Fatal(err)
-			}
-			check("transactions", slices.Concat(both("@.ConnBeginTx from -"), []string{"a.TxCommit ctx=ConnBeginTx#4", "b.TxCommit ctx=ConnBeginTx#4"},
-				both("@.ConnBeginTx from -"), []string{"a.TxRollback ctx=ConnBeginTx#5", "b.TxRollback ctx=ConnBeginTx#5"}))
+			runInterceptedCalls(t, db, log)
 		})
 	}
+	t.Run("sqlmw", func(t *testing.T) {
+		log := &callLog{}
+		a, b := &recordingInterceptor{name: "a", log: log}, &recordingInterceptor{name: "b", log: log}
+		name := "pgx-sqlmw-nested-" + t.Name()
+		sql.Register(name, sqlmw.Driver(sqlmw.Driver(stdlib.GetDefaultDriver(), b), a))
+		db, err := sql.Open(name, plain.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		runInterceptedCalls(t, db, log)
+	})
+}
+
+// runInterceptedCalls makes every kind of driver call on one connection of db and checks what
+// the interceptors a (outermost) and b logged.
+func runInterceptedCalls(t *testing.T, db *sql.DB, log *callLog) {
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	both := func(calls ...string) []string {
+		var out []string
+		for _, call := range calls {
+			out = append(out, strings.ReplaceAll(call, "@", "a"), strings.ReplaceAll(strings.ReplaceAll(call, "@", "b"), "from -", "from a"))
+		}
+		for i, s := range out {
+			out[i] = strings.TrimSuffix(s, " from -")
+		}
+		return out
+	}
+	check := func(what string, want []string) {
+		t.Helper()
+		if got := log.take(); !slices.Equal(got, want) {
+			t.Errorf("%s:\n got  %q\n want %q", what, got, want)
+		}
+	}
+	check("connect", both("@.ConnectorConnect from -"))
+
+	if err := conn.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("ping", both("@.ConnPing from -"))
+
+	if _, err := conn.ExecContext(ctx, "create temporary table t (n int)"); err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	res, err := conn.ExecContext(ctx, "insert into t values (1), (2)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("exec", both("@.ConnExecContext from -"))
+	if n, err := res.RowsAffected(); err != nil || n != 2 {
+		t.Errorf("RowsAffected: %d, %v", n, err)
+	}
+	res.LastInsertId() // pgx's error: none
+	check("result", append(both("@.ResultRowsAffected"), both("@.ResultLastInsertId")...))
+
+	rows, err := conn.QueryContext(ctx, "select n from t order by n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil || n != 2 {
+		t.Fatalf("%d rows, %v", n, err)
+	}
+	next := []string{"a.RowsNext ctx=ConnQueryContext#1", "b.RowsNext ctx=ConnQueryContext#1"}
+	want := append(both("@.ConnQueryContext from -"), slices.Concat(next, next, next)...) // two rows and the end
+	check("query", append(want, "a.RowsClose ctx=ConnQueryContext#1", "b.RowsClose ctx=ConnQueryContext#1"))
+
+	st, err := conn.PrepareContext(ctx, "select n from t where n = $1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.QueryRowContext(ctx, 2).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("prepared query: %d, %v", n, err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("prepared", slices.Concat(both("@.ConnPrepareContext from -", "@.StmtExecContext from -", "@.StmtQueryContext from -"),
+		[]string{"a.RowsNext ctx=StmtQueryContext#3", "b.RowsNext ctx=StmtQueryContext#3",
+			"a.RowsClose ctx=StmtQueryContext#3", "b.RowsClose ctx=StmtQueryContext#3",
+			"a.StmtClose ctx=ConnPrepareContext#2", "b.StmtClose ctx=ConnPrepareContext#2"}))
+
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	check("transactions", slices.Concat(both("@.ConnBeginTx from -"), []string{"a.TxCommit ctx=ConnBeginTx#4", "b.TxCommit ctx=ConnBeginTx#4"},
+		both("@.ConnBeginTx from -"), []string{"a.TxRollback ctx=ConnBeginTx#5", "b.TxRollback ctx=ConnBeginTx#5"}))
 }
 
 // rewriteInterceptor replaces from with to in the text of each query and prepare, and records
