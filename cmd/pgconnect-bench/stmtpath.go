@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/ngrok/sqlmw"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -42,6 +44,11 @@ const (
 	kindPgxpool  = "pgxpool"          // pgxpool, untraced
 	kindOtelpgx  = "pgxpool-otelpgx"  // pgxpool with otelpgx's tracer in ConnConfig.Tracer
 	kindPcPool   = "pgconnector-pool" // the connector's OpenPool
+	// kindPcSqlmw is the connector's OpenDB with a sqlmw interceptor (WithInterceptor),
+	// kindOtelsqlSqlmw pgx's stdlib driver wrapped by sqlmw.Driver, then by otelsql.OpenDB: each
+	// with sqlmw.NullInterceptor, what an interceptor costs before its own work.
+	kindPcSqlmw      = "pgconnector-sqlmw"
+	kindOtelsqlSqlmw = "pgx-sqlmw-otelsql"
 	workStmt     = "stmt"             // Conns iterations of stmtQuery, after WarmConns unmeasured ones
 	stmtPoolSize = " pool_max_conns=1"
 )
@@ -51,6 +58,8 @@ const (
 	peerStmtStdlib  = "pgx stdlib (database/sql), untraced"
 	peerStmtOtelsql = "pgx stdlib + otelsql " + otelsqlVersion
 	peerStmtPcSQL   = "pgconnector OpenDB"
+	peerStmtPcSqlmw = "pgconnector OpenDB + sqlmw interceptor"
+	peerStmtSqlmw   = "pgx stdlib + sqlmw + otelsql " + otelsqlVersion
 	peerStmtPgxpool = "pgxpool, untraced"
 	peerStmtOtelpgx = "pgxpool + otelpgx " + otelpgxVersion
 	peerStmtPcPool  = "pgconnector OpenPool"
@@ -67,6 +76,8 @@ func stmtPeers(dsn string) []peer {
 		{Name: peerStmtStdlib, Family: "database/sql", Kind: kindPgx, DSN: dsn},
 		{Name: peerStmtOtelsql, Family: "database/sql", Kind: kindOtelsql, DSN: dsn},
 		{Name: peerStmtPcSQL, Family: "database/sql", Kind: kindPgconnector, DSN: pc},
+		{Name: peerStmtSqlmw, Family: "database/sql", Kind: kindOtelsqlSqlmw, DSN: dsn},
+		{Name: peerStmtPcSqlmw, Family: "database/sql", Kind: kindPcSqlmw, DSN: pc},
 		{Name: peerStmtPgxpool, Family: "pgx", Kind: kindPgxpool, DSN: dsn + stmtPoolSize},
 		{Name: peerStmtOtelpgx, Family: "pgx", Kind: kindOtelpgx, DSN: dsn + stmtPoolSize},
 		{Name: peerStmtPcPool, Family: "pgx", Kind: kindPcPool, DSN: pc + stmtPoolSize},
@@ -75,7 +86,8 @@ func stmtPeers(dsn string) []peer {
 
 // stmtTraced says whether a kind of scenario 11 is given the SDK's providers.
 func stmtTraced(kind string) bool {
-	return kind == kindOtelsql || kind == kindPgconnector || kind == kindOtelpgx || kind == kindPcPool
+	return kind == kindOtelsql || kind == kindPgconnector || kind == kindOtelpgx || kind == kindPcPool ||
+		kind == kindPcSqlmw || kind == kindOtelsqlSqlmw
 }
 
 // stmtTelemetry is the OpenTelemetry SDK of one client process of scenario 11.
@@ -122,8 +134,20 @@ func openStmtPeer(ctx context.Context, kind, dsn string, tel *stmtTelemetry) (fu
 			db = otelsql.OpenDB(stdlib.GetConnector(*cfg), otelsql.WithTracerProvider(tel.tp),
 				otelsql.WithMeterProvider(tel.mp), otelsql.WithAttributes(attribute.String("db.system.name", "postgresql")))
 		}
-	case kindPgconnector:
-		c, err := pgconnector.New(dsn, pgconnector.WithTracerProvider(tel.tp), pgconnector.WithMeterProvider(tel.mp))
+	case kindOtelsqlSqlmw:
+		// sqlmw wraps a driver: its connector parses dsn with pgx's driver.
+		connector, err := sqlmw.Driver(stdlib.GetDefaultDriver(), sqlmw.NullInterceptor{}).(driver.DriverContext).OpenConnector(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		db = otelsql.OpenDB(connector, otelsql.WithTracerProvider(tel.tp),
+			otelsql.WithMeterProvider(tel.mp), otelsql.WithAttributes(attribute.String("db.system.name", "postgresql")))
+	case kindPgconnector, kindPcSqlmw:
+		opts := []pgconnector.Option{pgconnector.WithTracerProvider(tel.tp), pgconnector.WithMeterProvider(tel.mp)}
+		if kind == kindPcSqlmw {
+			opts = append(opts, pgconnector.WithInterceptor(sqlmw.NullInterceptor{}))
+		}
+		c, err := pgconnector.New(dsn, opts...)
 		if err != nil {
 			return nil, nil, err
 		}
