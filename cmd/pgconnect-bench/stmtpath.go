@@ -44,13 +44,16 @@ const (
 	kindPgxpool  = "pgxpool"          // pgxpool, untraced
 	kindOtelpgx  = "pgxpool-otelpgx"  // pgxpool with otelpgx's tracer in ConnConfig.Tracer
 	kindPcPool   = "pgconnector-pool" // the connector's OpenPool
-	// kindPcSqlmw is the connector's OpenDB with a sqlmw interceptor (WithInterceptor),
-	// kindOtelsqlSqlmw pgx's stdlib driver wrapped by sqlmw.Driver, then by otelsql.OpenDB: each
-	// with sqlmw.NullInterceptor, what an interceptor costs before its own work.
-	kindPcSqlmw      = "pgconnector-sqlmw"
-	kindOtelsqlSqlmw = "pgx-sqlmw-otelsql"
 	workStmt     = "stmt"             // Conns iterations of stmtQuery, after WarmConns unmeasured ones
 	stmtPoolSize = " pool_max_conns=1"
+)
+
+// kindPcSqlmw is the connector's OpenDB with a sqlmw interceptor (WithInterceptor),
+// kindOtelsqlSqlmw pgx's stdlib driver wrapped by sqlmw.Driver, then by otelsql.OpenDB: each
+// with sqlmw.NullInterceptor, what an interceptor costs before its own work.
+const (
+	kindPcSqlmw      = "pgconnector-sqlmw"
+	kindOtelsqlSqlmw = "pgx-sqlmw-otelsql"
 )
 
 // Peer names of scenario 11.
