@@ -224,8 +224,9 @@ func (o *options) statementConfig(cfg *pgx.ConnConfig) tracing.StatementConfig {
 // plaintext to try from what the server answered before, and falls back as libpq does.
 // The error of a failed connect says which host and step failed.
 //
-// The connection is pgx's (*stdlib.Conn) with WithStatementSpans(false); otherwise it is that
-// connection wrapped by the statement tracer, which has the methods of *stdlib.Conn and no
+// The connection is pgx's (*stdlib.Conn) with WithStatementSpans(false) and no interceptor;
+// otherwise it is that connection wrapped by the statement tracer (or the interceptors'
+// wrappers alone, with statement spans off), which has the methods of *stdlib.Conn and no
 // other, so that database/sql finds on it the optional interfaces it finds on pgx's (as of Go
 // 1.27, driver.RowsColumnScanner on its rows). Its Conn method, like *stdlib.Conn's, returns the
 // *pgx.Conn under it: [PgxConn] calls it.

@@ -385,7 +385,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // one span of kind CLIENT per exec, query (until its rows are closed), prepare, prepared
 // statement exec or query, begin, commit, rollback and (WithPingSpans) ping, and one measurement of
 // db.client.operation.duration each. With false the connector returns pgx's connections as they
-// are, with neither. It also turns on or off, for pgx's own API, the statement spans and
+// are, with neither (in the wrappers of [WithInterceptor] alone, when it has interceptors). It also turns on or off, for pgx's own API, the statement spans and
 // measurements of the Tracer of [Connector.PgxConfig] (and so of [Connector.ConnectPgx]) and
 // [Connector.PgxPoolConfig] (a tracing.PgxTracer), and the pgxpool.acquire spans of the pools of
 // PgxPoolConfig and [Connector.OpenPool] (tracing.PoolTracer); their pool metrics stay.

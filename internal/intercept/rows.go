@@ -17,6 +17,7 @@ type Rows struct {
 	ctx    context.Context
 	parent driver.Rows // the next interceptor's Rows, or the driver's
 	q      *query
+	last   bool // parent is the driver's rows
 }
 
 // query is what the Rows of one query's interceptors share.
@@ -31,24 +32,24 @@ type query struct {
 
 // wrapRows returns rows, returned by intr's query with ctx, as Rows of intr.
 func wrapRows(intr sqlmw.Interceptor, ctx context.Context, rows driver.Rows) driver.Rows {
-	q := queryOf(rows)
-	return newRows(Rows{intr: intr, ctx: ctx, parent: rows, q: q})
+	q, last := queryOf(rows)
+	return newRows(Rows{intr: intr, ctx: ctx, parent: rows, q: q, last: last})
 }
 
 // queryOf returns the query of rows: that of the Rows under them (looking through an
-// interceptor's own wrapper with sqlmw.RowsUnwrapper), else a new one with rows as the
-// driver's.
-func queryOf(rows driver.Rows) *query {
-	for r := rows; ; {
+// interceptor's own wrapper with sqlmw.RowsUnwrapper), else a new one with the rows found as
+// the driver's; last says whether rows are the driver's.
+func queryOf(rows driver.Rows) (q *query, last bool) {
+	for r, first := rows, true; ; first = false {
 		switch w := r.(type) {
 		case interface{ query() *query }:
-			return w.query()
+			return w.query(), false
 		case sqlmw.RowsUnwrapper:
 			r = w.Unwrap()
 		default:
 			q := &query{rows: r}
 			q.advance.q = q
-			return q
+			return q, first
 		}
 	}
 }
@@ -58,7 +59,7 @@ func (r *Rows) query() *query { return r.q }
 // next returns what the interceptor's RowsNext gets as its rows: the driver's rows advanced
 // with NextRow when database/sql reads with NextRow and ScanColumn.
 func (r *Rows) next() driver.Rows {
-	if r.q.columnScan && r.parent == r.q.rows {
+	if r.q.columnScan && r.last {
 		return &r.q.advance
 	}
 	return r.parent
