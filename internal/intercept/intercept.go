@@ -212,43 +212,24 @@ func (s *Stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 	return wrapRows(s.intr, ctx, rows), nil
 }
 
-// parentStmt is the next step of a statement's interceptor: ExecContext and QueryContext fall
-// back on Exec and Query without named arguments, as database/sql would.
+// parentStmt is the next step of a statement's interceptor. pgx's statements have ExecContext
+// and QueryContext; a statement without them fails the call.
 type parentStmt struct{ driver.Stmt }
+
+var errNoContext = errors.New("pgconnector: the driver's statement has no ExecContext or QueryContext")
 
 func (s parentStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	if ec, ok := s.Stmt.(driver.StmtExecContext); ok {
 		return ec.ExecContext(ctx, args)
 	}
-	vals, err := plainValues(args)
-	if err != nil {
-		return nil, err
-	}
-	return s.Stmt.Exec(vals) //nolint:staticcheck // the statement has no ExecContext
+	return nil, errNoContext
 }
 
 func (s parentStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	if qc, ok := s.Stmt.(driver.StmtQueryContext); ok {
 		return qc.QueryContext(ctx, args)
 	}
-	vals, err := plainValues(args)
-	if err != nil {
-		return nil, err
-	}
-	return s.Stmt.Query(vals) //nolint:staticcheck // the statement has no QueryContext
-}
-
-// plainValues returns the values of args; it refuses named arguments, as database/sql does for
-// a statement without the context methods.
-func plainValues(args []driver.NamedValue) ([]driver.Value, error) {
-	vals := make([]driver.Value, len(args))
-	for i, a := range args {
-		if a.Name != "" {
-			return nil, errors.New("pgconnector: the statement does not support named arguments")
-		}
-		vals[i] = a.Value
-	}
-	return vals, nil
+	return nil, errNoContext
 }
 
 // Tx is a transaction whose Commit and Rollback pass through one interceptor, with the context
