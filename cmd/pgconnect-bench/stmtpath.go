@@ -500,6 +500,11 @@ func writeStatement(b *strings.Builder, r *Report) {
 		"defaults. ns/op is wall time, CPU/op the client process's user+system time, allocs/op and B/op " +
 		"the Go heap's, all around the measured loops alone. The range of CPU/op over the rounds shows how noisy the " +
 		"machine was; the targets compare the median of the per-round ratios.")
+	if stmtRow(r.Statement, peerStmtPcSqlmw) != nil {
+		b.WriteString(" The sqlmw rows add one `sqlmw.NullInterceptor` (an interceptor's cost before its own work): " +
+			"the connector's through `WithInterceptor`, inside its statement span; otelsql's as `sqlmw.Driver` around " +
+			"pgx's driver, under otelsql.")
+	}
 	if !r.StatementMeasured.IsZero() {
 		fmt.Fprintf(b, " Measured %s UTC in a run of this scenario alone, on the same machine; the other "+
 			"scenarios come from the run this report starts with.", r.StatementMeasured.UTC().Format("2006-01-02 15:04"))
