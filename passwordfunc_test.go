@@ -2,10 +2,13 @@ package pgconnector_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,6 +103,141 @@ func TestPasswordFuncPrecedence(t *testing.T) {
 			if n := funcCalls.Load(); n > tc.funcCalls {
 				t.Fatalf("%d calls of the password function, want at most %d", n, tc.funcCalls)
 			}
+		})
+	}
+}
+
+// TestPasswordFuncLive: WithPasswordFunc on PostgreSQL 16, 17 and 18 over verify-full TLS, for a
+// cleartext password request (hba "password" on hostssl, what IAM servers ask for) and for
+// SCRAM: one call for the connects of a connector and for a cold herd of 8 (a password fetched
+// in WithBeforeConnect: 8); a password in the last fifth of its life is refreshed in the
+// background, the later connects get the new one; a failing function's error wraps it and holds
+// no password.
+func TestPasswordFuncLive(t *testing.T) {
+	majors := []int{16, 17, 18}
+	for _, major := range majors {
+		t.Run("PostgreSQL "+strconv.Itoa(major), func(t *testing.T) {
+			p := harness.StartT(t, harness.Options{Major: major, TLS: true, HBA: []string{
+				"hostssl all iam 127.0.0.1/32 password",
+				"hostssl all all 127.0.0.1/32 scram-sha-256",
+			}})
+			const iamPassword, scramPassword = "Iam-Secret-1", "Scram-Secret-2"
+			execAdmin(t, p, "CREATE ROLE iam LOGIN PASSWORD '"+iamPassword+"'")
+			execAdmin(t, p, "CREATE ROLE scrammed LOGIN PASSWORD '"+scramPassword+"'")
+			dsn := func(user string) string {
+				return "host=127.0.0.1 port=" + strconv.Itoa(p.Port) + " user=" + user + " dbname=" + p.Database +
+					" sslmode=verify-full sslrootcert=" + p.CAFile
+			}
+			var calls atomic.Int32
+			passwordFunc := func(password string) pgconnector.Option {
+				return pgconnector.WithPasswordFunc(func(ctx context.Context, r pgconnector.PasswordRequest) (string, time.Time, error) {
+					calls.Add(1)
+					time.Sleep(20 * time.Millisecond) // a network call: the herd comes in meanwhile
+					return password, time.Now().Add(15 * time.Minute), nil
+				})
+			}
+			for _, tc := range []struct{ method, user, password string }{
+				{"cleartext over TLS", "iam", iamPassword},
+				{"SCRAM", "scrammed", scramPassword},
+			} {
+				t.Run(tc.method, func(t *testing.T) {
+					calls.Store(0)
+					db := openNoIdle(t, dsn(tc.user), passwordFunc(tc.password))
+					if n := backendsOf(t, p, func() {
+						for range 3 {
+							if err := db.Ping(); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}); n != 3 || calls.Load() != 1 {
+						t.Errorf("%d backends, %d calls for 3 connects; want 3, 1", n, calls.Load())
+					}
+					calls.Store(0)
+					if errs := herd(t, 8, closedConnector(t, dsn(tc.user), passwordFunc(tc.password)).Connect); len(errs) > 0 {
+						t.Fatal(errs)
+					}
+					if calls.Load() != 1 {
+						t.Errorf("%d calls for a cold herd of 8; want 1", calls.Load())
+					}
+					var hook atomic.Int32
+					beforeConnect := pgconnector.WithBeforeConnect(func(ctx context.Context, cfg *pgx.ConnConfig) error {
+						hook.Add(1)
+						cfg.Password = tc.password
+						return nil
+					})
+					if errs := herd(t, 8, closedConnector(t, dsn(tc.user), beforeConnect).Connect); len(errs) > 0 {
+						t.Fatal(errs)
+					}
+					if hook.Load() != 8 {
+						t.Errorf("WithBeforeConnect: %d fetches for a herd of 8; want 8 (one per connection)", hook.Load())
+					}
+				})
+			}
+
+			t.Run("a failing function: wrapped, no password", func(t *testing.T) {
+				errIAM := errors.New("iam: throttled")
+				var fail atomic.Bool
+				rec, tp := newRecorder()
+				logger, logs := newLogger(slog.LevelDebug)
+				db := openNoIdle(t, dsn("scrammed"), pgconnector.WithTracerProvider(tp), pgconnector.WithLogger(logger), pgconnector.WithPasswordFunc(func(ctx context.Context, r pgconnector.PasswordRequest) (string, time.Time, error) {
+					if fail.Load() {
+						return "", time.Time{}, errIAM
+					}
+					return "Wrong-Secret-3", time.Now().Add(time.Hour), nil
+				}))
+				wrong := db.Ping() // refused twice (28P01): the cached password is dropped
+				if wrong == nil {
+					t.Fatal("a wrong password accepted")
+				}
+				fail.Store(true)
+				err := db.Ping()
+				if err == nil || !errors.Is(err, errIAM) {
+					t.Errorf("error %v; want one that wraps the function's (errors.Is)", err)
+				}
+				ok := openNoIdle(t, dsn("scrammed"), pgconnector.WithTracerProvider(tp), pgconnector.WithLogger(logger), passwordFunc(scramPassword))
+				if err := ok.Ping(); err != nil {
+					t.Fatal(err)
+				}
+				noSecretSeen(t, rec, logs, []string{wrong.Error(), err.Error()}, []string{"Wrong-Secret-3", iamPassword, scramPassword})
+			})
+
+			if major != majors[len(majors)-1] {
+				return // the refresh is the connector's, the same on every server
+			}
+			t.Run("a password near its expiry refreshed in the background", func(t *testing.T) {
+				// 15 s from now: usable until 5 s from now (tokencache.Margin is 10 s), in the last
+				// fifth of its life after 4 s.
+				var calls atomic.Int32
+				db := openNoIdle(t, dsn("scrammed"), pgconnector.WithPasswordFunc(func(ctx context.Context, r pgconnector.PasswordRequest) (string, time.Time, error) {
+					calls.Add(1)
+					return scramPassword, time.Now().Add(15 * time.Second), nil
+				}))
+				t0 := time.Now()
+				if err := db.Ping(); err != nil {
+					t.Fatal(err)
+				}
+				if err := db.Ping(); err != nil || calls.Load() != 1 {
+					t.Fatalf("before the last fifth: %d calls, %v; want 1", calls.Load(), err)
+				}
+				time.Sleep(4200 * time.Millisecond)
+				if err := db.Ping(); err != nil {
+					t.Fatal(err)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for calls.Load() < 2 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				// Past the first password's usable life: only the refreshed one serves now.
+				time.Sleep(time.Until(t0.Add(5500 * time.Millisecond)))
+				for range 3 {
+					if err := db.Ping(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if calls.Load() != 2 {
+					t.Errorf("%d calls; want 2 (the first, one refresh in the background; the connects after the first one's expiry on the new one)", calls.Load())
+				}
+			})
 		})
 	}
 }

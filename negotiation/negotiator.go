@@ -958,6 +958,11 @@ func gssFailure(st step, c class) (reason string, detail bool) {
 
 func (n *Negotiator) run(ctx context.Context, at *attempt, open func(context.Context) error) error {
 	err := open(context.WithValue(ctx, attemptKey{}, at))
+	if at.oauthLead {
+		// The attempt's discovery ended without an answer, or ended: the herd waiting for it
+		// goes on (oauthMemory.beginDiscovery).
+		at.n.oauth.endDiscovery(at.oauthLeadKey)
+	}
 	at.probe.Store(nil)
 	at.done.Store(true)
 	at.endStartup(err)
@@ -1149,7 +1154,11 @@ type attempt struct {
 	saslMechanism string // the SASL mechanism used, if any
 	// creds: what the attempts with this method on this address share of Config.Credentials
 	// (credfetch.go); nil until an exchange asks for the attempt to be made again.
-	creds         *credRetry
+	creds *credRetry
+	// oauthLead: this attempt makes the OAuth discovery of oauthLeadKey that others wait for
+	// (oauthMemory.beginDiscovery); run ends it at the latest.
+	oauthLead     bool
+	oauthLeadKey  oauthKey
 	keyCached     bool // SCRAM: the keys came from the cache
 	alpn          bool // the server selected ALPN postgresql
 	directShown   bool // the connection showed that the host takes direct TLS (afterReady)

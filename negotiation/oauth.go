@@ -239,6 +239,37 @@ type oauthMemory struct {
 	mu   sync.Mutex
 	m    map[oauthKey]*oauthEntry
 	tick uint64
+	// pending holds, per key with nothing remembered, the discovery one attempt is making: the
+	// attempts of a herd wait for its answer (beginDiscovery) instead of each costing the
+	// server a backend for the same question. Closed and removed by endDiscovery.
+	pending map[oauthKey]chan struct{}
+}
+
+// beginDiscovery returns, for k, the channel of the discovery another attempt is making (lead
+// false: wait for it, then look again), or makes this attempt the one that discovers (lead
+// true: it must call endDiscovery once its exchange is over, answered or not).
+func (o *oauthMemory) beginDiscovery(k oauthKey) (wait <-chan struct{}, lead bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c := o.pending[k]; c != nil {
+		return c, false
+	}
+	if o.pending == nil {
+		o.pending = map[oauthKey]chan struct{}{}
+	}
+	o.pending[k] = make(chan struct{})
+	return nil, true
+}
+
+// endDiscovery ends the discovery of k that beginDiscovery gave this attempt: the attempts
+// waiting for it look at the memory again. A second call does nothing.
+func (o *oauthMemory) endDiscovery(k oauthKey) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c := o.pending[k]; c != nil {
+		close(c)
+		delete(o.pending, k)
+	}
 }
 
 func (o *oauthMemory) get(k oauthKey) (uri, scope string, ok bool) {
@@ -357,7 +388,23 @@ func (x *authExchange) startOAuth() error {
 		return x.sendBearer(x.ob.cred.Secret)
 	}
 	if req.DiscoveryURI = wkURI; wkURI == "" {
-		uri, scope, ok := n.oauth.get(x.oauthKey())
+		k := x.oauthKey()
+		uri, scope, ok := n.oauth.get(k)
+		if !ok && !x.at.oauthLead {
+			// One discovery for a herd: the others wait for its answer (a round trip), bounded
+			// by the attempt's context, and discover themselves only if it brought none.
+			wait, lead := n.oauth.beginDiscovery(k)
+			if lead {
+				x.at.oauthLead, x.at.oauthLeadKey = true, k
+			} else {
+				select {
+				case <-wait:
+				case <-x.ctx.Done():
+					return x.ctx.Err()
+				}
+				uri, scope, ok = n.oauth.get(k)
+			}
+		}
 		if !ok {
 			// Discovery: an empty auth value (RFC 7628 section 4.3; libpq's discover).
 			x.ob.state = oauthSent
@@ -477,6 +524,9 @@ func (x *authExchange) continueOAuth(data []byte) error {
 		if wk == "" { // a .well-known oauth_issuer asks no server
 			info.Changed = n.oauth.put(x.oauthKey(), a.DiscoveryURI, a.Scope)
 		}
+	}
+	if x.at.oauthLead {
+		n.oauth.endDiscovery(x.at.oauthLeadKey)
 	}
 	if n.trace.OAuthDiscovery != nil {
 		n.trace.OAuthDiscovery(x.ctx, info)

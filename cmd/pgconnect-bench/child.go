@@ -197,6 +197,9 @@ func connectorFor(kind, dsn string) (driver.Connector, error) {
 	if c, ok, err := fleetConnector(kind, dsn); ok {
 		return c, err
 	}
+	if c, ok, err := oauthConnector(kind, dsn); ok {
+		return c, err
+	}
 	switch kind {
 	case kindPgconnector, kindPgconnectorCold:
 		return pgconnector.New(dsn)

@@ -42,11 +42,16 @@
 //     target_session_attrs=read-write, a failover (the primary stopped, the standby promoted,
 //     a client connecting in a loop) and a slow resolver (WithLookupFunc, 50 ms per answer);
 //     libpq and pgx beside pgconnector.
+//  13. OAuth over TLS: PostgreSQL 18 over verify-full TLS, a trust role and an oauth role (the
+//     harness's validator module and issuer): libpq 18's token hook (oauth_issuer the issuer,
+//     and its .well-known URI), pgx's OAuthTokenProvider and the connector's WithOAuthTokenFunc
+//     (a cached token), each beside its trust connect, 1 and 4 clients (-tls-clients).
 //
 // -scenarios scram runs 8 and 9 alone (about 2 minutes on 2 cores);
 // -scenarios distance runs 10 alone (a few minutes); -scenarios stmt runs 11 alone (about 2
-// minutes); -scenarios fleet runs 12 alone (about 2 minutes). A run of one scenario goes into
-// an earlier report with -render and -merge-distance, -merge-statement or -merge-fleet.
+// minutes); -scenarios fleet runs 12 alone (about 2 minutes); -scenarios oauth runs 13 alone
+// (about a minute). A run of one scenario goes into an earlier report with -render and
+// -merge-distance, -merge-statement, -merge-fleet or -merge-oauth.
 //
 // Each peer runs in a process of its own (pgbench, psql, or this program
 // re-executed as a Go client), so that the client CPU time reported is that
@@ -114,6 +119,8 @@ type config struct {
 	mergeDistance  string // with render: a benchmarks.json whose scenario 10 replaces the report's
 	mergeStatement string // with render: a benchmarks.json whose scenario 11 replaces the report's
 	mergeFleet     string // with render: a benchmarks.json whose scenario 12 replaces the report's
+	mergeOAuth     string // with render: a benchmarks.json whose scenario 13 replaces the report's
+	oauthGoBench   string // `go test -bench OAuthConnect` output of the root package, for its target
 	pin            bool   // clients and servers on separate CPUs
 }
 
@@ -123,7 +130,7 @@ func parseFlags(args []string) (config, error) {
 	var scenarios, fakeClients, scramClients, tlsClients, distanceDelays string
 	fs.StringVar(&c.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and the charts")
 	fs.BoolVar(&c.quick, "quick", false, "small counts: a smoke run whose figures are not for publishing")
-	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9,10,11,12", `comma-separated scenarios to run (1-12); "scram" stands for 8,9, "distance" for 10, "stmt" for 11, "fleet" for 12`)
+	fs.StringVar(&scenarios, "scenarios", "1,2,3,4,5,6,7,8,9,10,11,12,13", `comma-separated scenarios to run (1-13); "scram" stands for 8,9, "distance" for 10, "stmt" for 11, "fleet" for 12, "oauth" for 13`)
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients in scenarios 1-4")
 	fs.IntVar(&c.conns, "conns", 2000, "connections per peer in scenarios 1-3")
 	fs.IntVar(&c.gssConns, "gss-conns", 1000, "connections per peer in scenario 4")
@@ -148,6 +155,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.mergeDistance, "merge-distance", "", "with -render: take scenario 10 from this benchmarks.json (a run of -scenarios distance), saying when it ran")
 	fs.StringVar(&c.mergeStatement, "merge-statement", "", "with -render: take scenario 11 from this benchmarks.json (a run of -scenarios stmt), saying when it ran")
 	fs.StringVar(&c.mergeFleet, "merge-fleet", "", "with -render: take scenario 12 from this benchmarks.json (a run of -scenarios fleet), saying when it ran")
+	fs.StringVar(&c.mergeOAuth, "merge-oauth", "", "with -render: take scenario 13 from this benchmarks.json (a run of -scenarios oauth), saying when it ran")
+	fs.StringVar(&c.oauthGoBench, "oauth-gobench", "", "a file of `go test -bench OAuthConnect` output (the root package's BenchmarkOAuthConnect, runs of -count 1 concatenated), for its target")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "directory where each Go client process writes a CPU profile of its measured part")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -162,8 +171,8 @@ func parseFlags(args []string) (config, error) {
 		c.copyMiB, c.byteaMiB, c.bulkReps = 4, 2, 1
 	}
 	var err error
-	scenarios = strings.NewReplacer("scram", "8,9", "distance", "10", "stmt", "11", "fleet", "12").Replace(scenarios)
-	if c.scenarios, err = intList("-scenarios", scenarios, 1, 12); err != nil {
+	scenarios = strings.NewReplacer("scram", "8,9", "distance", "10", "stmt", "11", "fleet", "12", "oauth", "13").Replace(scenarios)
+	if c.scenarios, err = intList("-scenarios", scenarios, 1, 13); err != nil {
 		return c, err
 	}
 	if c.distanceDelays, err = intList("-distance-delays", distanceDelays, 0, 1000); err != nil {
@@ -209,6 +218,9 @@ func parseFlags(args []string) (config, error) {
 	if c.mergeFleet != "" && c.render == "" {
 		return c, errors.New("-merge-fleet: only with -render")
 	}
+	if c.mergeOAuth != "" && c.render == "" {
+		return c, errors.New("-merge-oauth: only with -render")
+	}
 	return c, nil
 }
 
@@ -248,6 +260,12 @@ func main() {
 		}
 		if err == nil && cfg.mergeFleet != "" {
 			err = mergeFleet(rep, cfg.mergeFleet)
+		}
+		if err == nil && cfg.mergeOAuth != "" {
+			err = mergeOAuth(rep, cfg.mergeOAuth)
+		}
+		if err == nil && cfg.oauthGoBench != "" {
+			err = readOAuthGoBench(rep, cfg.oauthGoBench)
 		}
 	} else {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -375,6 +393,17 @@ func run(ctx context.Context, cfg config) (*Report, error) {
 	if has(12) {
 		log.Printf("scenario 12: %s", scenarioTitles[12])
 		if err := l.fleet(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(13) {
+		log.Printf("scenario 13: %s", scenarioTitles[13])
+		if err := l.oauthTLS(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.oauthGoBench != "" {
+		if err := readOAuthGoBench(rep, cfg.oauthGoBench); err != nil {
 			return nil, err
 		}
 	}

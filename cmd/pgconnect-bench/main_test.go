@@ -228,8 +228,10 @@ func TestParseFlags(t *testing.T) {
 		want string // part of the error; "" for none
 	}{
 		{nil, ""},
-		{[]string{"-scenarios", "1,13"}, `-scenarios: "13" is not a number from 1 to 12`},
+		{[]string{"-scenarios", "1,14"}, `-scenarios: "14" is not a number from 1 to 13`},
 		{[]string{"-merge-fleet", "x.json"}, "-merge-fleet: only with -render"},
+		{[]string{"-merge-oauth", "x.json"}, "-merge-oauth: only with -render"},
+		{[]string{"-render", "x.json", "-merge-oauth", "y.json", "-oauth-gobench", "z.txt"}, ""},
 		{[]string{"-render", "x.json", "-merge-fleet", "y.json"}, ""},
 		{[]string{"-stmt-ops", "0"}, "-stmt-ops must be at least 1"},
 		{[]string{"-merge-statement", "x.json"}, "-merge-statement: only with -render"},
@@ -272,8 +274,12 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || !slices.Equal(c.scenarios, []int{12}) {
 		t.Errorf("-scenarios fleet: %v, %v; want scenario 12", c.scenarios, err)
 	}
+	c, err = parseFlags([]string{"-scenarios", "oauth"})
+	if err != nil || !slices.Equal(c.scenarios, []int{13}) {
+		t.Errorf("-scenarios oauth: %v, %v; want scenario 13", c.scenarios, err)
+	}
 	c, err = parseFlags(nil)
-	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) ||
+	if err != nil || !slices.Equal(c.scenarios, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}) || !slices.Equal(c.scramClients, []int{1, 8, 64}) ||
 		!slices.Equal(c.distanceDelays, []int{0, 5, 25}) || c.pgMajor != 18 {
 		t.Errorf("defaults: scenarios %v, SCRAM clients %v, delays %v, PostgreSQL %d, %v", c.scenarios, c.scramClients, c.distanceDelays, c.pgMajor, err)
 	}
@@ -432,18 +438,7 @@ func TestDistance(t *testing.T) {
 // no span, and each traced peer's spans and db.client.operation.duration are recorded; the
 // report has the scenario's section and its two targets.
 func TestStatementPath(t *testing.T) {
-	out := t.TempDir()
-	cfg, err := parseFlags([]string{"-quick", "-scenarios", "stmt", fmt.Sprintf("-pin=%v", runtime.NumCPU() >= 2), "-out", out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := writeOutputs(out, rep); err != nil {
-		t.Fatal(err)
-	}
+	cfg, rep, out := quickRun(t, "stmt")
 	peers := stmtPeers("")
 	if len(rep.Statement) != len(peers) {
 		t.Fatalf("%d results of scenario 11, want %d", len(rep.Statement), len(peers))
@@ -494,18 +489,7 @@ func TestStatementPath(t *testing.T) {
 // standby first and looks the name up once, libpq two backends, pgx a lookup per connect at the
 // least; after the failover pgconnector connects again and never reaches a read-only session.
 func TestFleet(t *testing.T) {
-	out := t.TempDir()
-	cfg, err := parseFlags([]string{"-quick", "-scenarios", "fleet", fmt.Sprintf("-pin=%v", runtime.NumCPU() >= 2), "-out", out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := writeOutputs(out, rep); err != nil {
-		t.Fatal(err)
-	}
+	_, rep, _ := quickRun(t, "fleet")
 	if len(rep.Fleet) != 12 {
 		t.Errorf("%d rows of scenario 12, want 12", len(rep.Fleet))
 	}
@@ -529,4 +513,62 @@ func TestFleet(t *testing.T) {
 	if r := fleetRow(rep.Fleet, fleetFailover, "pgconnector"); r == nil || !r.Recovered || r.WrongRole != 0 {
 		t.Errorf("failover, pgconnector: %+v, want a connect after the promotion and no read-only session", r)
 	}
+}
+
+// TestOAuth runs scenario 13 with the -quick counts against PostgreSQL 18 with the harness's
+// validator and issuer, and checks what does not depend on the machine's speed: every peer
+// connects without an error over verify-full TLS, the backends per connect (two for libpq with
+// oauth_issuer = the issuer, which reconnects after the discovery answer; one for every other
+// peer, the connector's cached token included), a row per peer and client count, the target
+// line, and the section in benchmarks.md.
+func TestOAuth(t *testing.T) {
+	cfg, rep, out := quickRun(t, "oauth")
+	rows := scenarioRows(rep.Connect, 13)
+	if len(rows) != 7*len(cfg.tlsClients) {
+		t.Fatalf("%d rows of scenario 13, want %d", len(rows), 7*len(cfg.tlsClients))
+	}
+	for _, c := range rows {
+		want := 1.0
+		if c.Peer == peerLibpqOAuthIssuer {
+			want = 2
+		}
+		if c.Errors != 0 || c.ConnsPerSec <= 0 || c.CPU <= 0 || c.Backends != want || (c.Family != "libpq") != (c.P50 > 0) {
+			t.Errorf("scenario 13, %s (%s), %d clients: %d of %d failed (%s), %.0f/s, p50 %v, CPU %v, %.3f backends per connection, want %v",
+				c.Peer, c.User, c.Clients, c.Errors, c.Conns, c.Error, c.ConnsPerSec, c.P50, c.CPU, c.Backends, want)
+		}
+		if (c.User == userOAuth) == slices.Contains([]string{peerLibpqOAuthTrust, peerPgxOAuthTrust, peerPcOAuthTrust}, c.Peer) {
+			t.Errorf("scenario 13, %s: role's authentication %q", c.Peer, c.User)
+		}
+	}
+	if !slices.ContainsFunc(rep.Targets, func(tg Target) bool {
+		return strings.HasPrefix(tg.Name, "scenario 13, 1 client: pgconnector cached OAuth token")
+	}) {
+		t.Errorf("no scenario 13 target in %v", rep.Targets)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "## Scenario 13: OAuth over TLS") {
+		t.Error("benchmarks.md has no scenario 13")
+	}
+}
+
+// quickRun runs the scenarios of -scenarios with the -quick counts (clients and servers on their
+// own CPUs where there are two or more) and writes the outputs into out.
+func quickRun(t *testing.T, scenarios string) (config, *Report, string) {
+	t.Helper()
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-quick", "-scenarios", scenarios, fmt.Sprintf("-pin=%v", runtime.NumCPU() >= 2), "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeOutputs(out, rep); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, rep, out
 }

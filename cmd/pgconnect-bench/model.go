@@ -16,7 +16,7 @@ type Report struct {
 	Rounds   int `json:"rounds"`
 	BulkReps int `json:"bulk_reps"`
 
-	Connect    []ConnectResult    `json:"connect"`    // scenarios 1, 2, 3, 4 (connect rate), 5, 8, 9 and 10
+	Connect    []ConnectResult    `json:"connect"`    // scenarios 1, 2, 3, 4 (connect rate), 5, 8, 9, 10 and 13
 	Throughput []ThroughputResult `json:"throughput"` // scenario 4
 	Herd       []HerdResult       `json:"herd"`       // scenario 6
 	Wrap       []WrapResult       `json:"wrap"`       // scenario 7
@@ -41,6 +41,13 @@ type Report struct {
 	FleetMeasured time.Time     `json:"fleet_measured,omitzero"`
 	// FleetRounds is the rounds scenario 12's compared Go peers took turns in.
 	FleetRounds int `json:"fleet_rounds,omitempty"`
+	// OAuthMeasured is when scenario 13 ran, set only when that was in another run than the rest
+	// of the report (-merge-oauth).
+	OAuthMeasured time.Time `json:"oauth_measured,omitzero"`
+	// OAuthMachine is the machine of that run (-merge-oauth); nil when scenario 13 ran with the rest.
+	OAuthMachine *Machine `json:"oauth_machine,omitempty"`
+	// OAuthGoBench is the root package's BenchmarkOAuthConnect (-oauth-gobench), for its target.
+	OAuthGoBench *OAuthGoBench `json:"oauth_gobench,omitempty"`
 	// WarmDecision is the warm decision path measured in process (its
 	// allocations and time), as target lines.
 	WarmDecision []Target `json:"warm_decision"`
@@ -65,13 +72,13 @@ type Machine struct {
 // connections, each opened, used for "select 1" and closed, by Clients
 // concurrent clients.
 type ConnectResult struct {
-	Scenario int    `json:"scenario"` // 1-5, 8, 9, 10
+	Scenario int    `json:"scenario"` // 1-5, 8, 9, 10, 13
 	Peer     string `json:"peer"`     // for example "libpq default (pgbench -C)"
 	Family   string `json:"family"`   // "libpq", "pgx", "lib/pq" or "pgconnector"
 	Clients  int    `json:"clients"`
 	Ticket   bool   `json:"ticket"` // a Kerberos ticket is in the client's credential cache
 	// User is how the role logs in where a scenario has several roles: "trust" or
-	// "scram-sha-256" (scenarios 8 and 10); "" elsewhere.
+	// "scram-sha-256" (scenarios 8 and 10), "trust" or "oauth" (scenario 13); "" elsewhere.
 	User string `json:"user,omitempty"`
 	// Delay is the one-way delay a harness.DelayProxy added in each direction between client
 	// and server (scenario 10; the round trip is twice it); 0 elsewhere.
@@ -257,4 +264,5 @@ var scenarioTitles = map[int]string{
 	10: "connect over distance",
 	11: "statement path: a traced query on one pooled connection",
 	12: "a fleet: a dead first host, a standby first, a failover, a slow resolver",
+	13: "OAuth over TLS",
 }

@@ -83,8 +83,11 @@ func (r *runner) envWith(extra []string) []string {
 // is called just before the measured part starts, done just after it ends.
 func (r *runner) connectRun(ctx context.Context, p peer, krbEnv []string, clients, conns int, mark func()) (outcome, error) {
 	env := append(r.envWith(krbEnv), p.Env...)
-	if p.Kind == kindPgbench {
+	switch p.Kind {
+	case kindPgbench:
 		return r.pgbenchRun(ctx, p, env, clients, conns, mark)
+	case kindLibpqOAuth:
+		return r.libpqOAuthRun(ctx, p, clients, conns, mark)
 	}
 	spec := clientSpec{Kind: p.Kind, Peer: p.Name, DSN: p.DSN, Workload: workConnect, Clients: clients, Conns: conns, Warm: p.Warm, WarmConns: p.WarmConns}
 	res, err := r.child(ctx, env, spec, mark)

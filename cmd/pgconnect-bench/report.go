@@ -45,6 +45,7 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	writeDistance(&b, r)
 	writeStatement(&b, r)
 	writeFleet(&b, r)
+	writeOAuth(&b, r)
 	if _, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n"); err != nil {
 		return fmt.Errorf("write benchmarks markdown: %w", err)
 	}
@@ -124,7 +125,13 @@ servers on loopback, and in a process of its own:
   its standby promoted while one client connects in a loop) and a resolver that takes 50 ms per
   answer. One client per peer; the peers that wait for ` + "`connect_timeout`" + ` on every connect
   make a few connects, the others more, pgconnector's compared rows taking turns in rounds as above.
-- **Telemetry**: in scenarios 1-10 pgconnector runs as an application that has set no OpenTelemetry
+- Scenario 13 measures OAuth (SASL OAUTHBEARER) over verify-full TLS to PostgreSQL 18: a connect
+  with a token against a trust connect to the same server, and the backends each costs (libpq
+  reconnects after the server's discovery answer unless ` + "`oauth_issuer`" + ` is the
+  ` + "`.well-known`" + ` URI). The root package's ` + "`BenchmarkOAuthConnect`" + ` measures the connector's
+  two connects in one process (ns/op, backends/op); its target line comes from runs of it
+  (` + "`-oauth-gobench`" + `: one ` + "`go test -bench OAuthConnect -count 1`" + ` output per run, concatenated).
+- **Telemetry**: in scenarios 1-10 and 13 pgconnector runs as an application that has set no OpenTelemetry
   provider: with the global default providers it starts no span and records no measurement, though
   its statement tracer still wraps each connection. What spans cost with an SDK is scenario 11, and
   the root package's ` + "`BenchmarkConnectTracing`" + ` and ` + "`BenchmarkStatementTracing`" + `.
@@ -193,11 +200,16 @@ func writeTargets(b *strings.Builder, targets []Target) {
 // by client count and the client-bound chart. It writes nothing when rows is
 // empty.
 func writeConnectScenario(b *strings.Builder, n int, rows []ConnectResult) {
+	writeConnectScenarioIntro(b, n, rows, scenarioIntro[n])
+}
+
+// writeConnectScenarioIntro is writeConnectScenario with intro before the table.
+func writeConnectScenarioIntro(b *strings.Builder, n int, rows []ConnectResult, intro string) {
 	if len(rows) == 0 {
 		return
 	}
 	fmt.Fprintf(b, "## Scenario %d: %s\n\n", n, scenarioTitles[n])
-	b.WriteString(scenarioIntro[n])
+	b.WriteString(intro)
 	ticket := n == 5
 	user := slices.ContainsFunc(rows, func(c ConnectResult) bool { return c.User != "" })
 	backends := slices.ContainsFunc(rows, func(c ConnectResult) bool { return c.Backends > 0 })
@@ -218,7 +230,7 @@ func writeConnectScenario(b *strings.Builder, n int, rows []ConnectResult) {
 	}
 	t.write(b)
 
-	if n == 5 || n == 8 || n == 9 {
+	if n == 5 || n == 8 || n == 9 || n == 13 {
 		writeClientPivot(b, rows)
 	}
 	if n == 5 && hasClientBoundData(rows) {
@@ -227,6 +239,42 @@ func writeConnectScenario(b *strings.Builder, n int, rows []ConnectResult) {
 	if n == 8 && len(okRows(rows)) > 0 {
 		fmt.Fprintf(b, "![SCRAM through pgbouncer](%s)\n\n", scramChartFile)
 	}
+}
+
+// writeOAuth writes the section of scenario 13, saying when it ran where that was in another
+// run than the rest of the report.
+func writeOAuth(b *strings.Builder, r *Report) {
+	rows := scenarioRows(r.Connect, 13)
+	if len(rows) == 0 {
+		return
+	}
+	intro := scenarioIntro[13]
+	if !r.OAuthMeasured.IsZero() {
+		intro = strings.TrimSuffix(intro, "\n\n") + fmt.Sprintf(" Measured %s UTC in a run of this scenario alone, on the "+
+			"same machine; the other scenarios come from the run this report starts with.\n\n", r.OAuthMeasured.UTC().Format("2006-01-02 15:04"))
+	}
+	if m := r.OAuthMachine; m != nil {
+		intro = strings.TrimSuffix(intro, "\n\n") + fmt.Sprintf(" Machine of that run: %s.\n\n", joinNonEmpty(", ",
+			m.CPU, suffixed(itoaNonZero(m.Cores), " cores"), suffixed(itoaNonZero(m.MemoryGiB), " GiB memory"), m.OS,
+			prefixed("kernel ", m.Kernel), prefixed("Go ", m.Go), prefixed("CPUs: ", m.Pinning)))
+	}
+	writeConnectScenarioIntro(b, 13, rows, intro)
+}
+
+// suffixed is s followed by suffix, or "" when s is.
+func suffixed(s, suffix string) string {
+	if s == "" {
+		return ""
+	}
+	return s + suffix
+}
+
+// itoaNonZero is n in decimal, or "" for 0.
+func itoaNonZero(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 // scenarioIntro is what a connect scenario's section says before its table, where the title
@@ -246,6 +294,23 @@ var scenarioIntro = map[int]string{
 		"exchange, and verify-full checks the certificate chain and the host name (the CA as " +
 		"`sslrootcert`). The role's secret has PostgreSQL's default 4096 iterations. Each storm runs in " +
 		"at most 4 rounds: every connection forks a backend.\n\n",
+	13: "PostgreSQL 18 with TLS (the certificate of scenario 9) and two `hostssl` lines: `trust` for one role, " +
+		"`oauth` (SASL OAUTHBEARER; the harness's validator module, which reads the tokens a local https " +
+		"issuer wrote, so the server contacts no issuer) for the other. The module is preloaded " +
+		"(`shared_preload_libraries`): PostgreSQL 18 otherwise loads it in each backend at " +
+		"authentication, a dlopen that no client avoids. Every peer connects with " +
+		"`sslmode=verify-full` (the CA as `sslrootcert`), as each role; the OAuth peers hand over one access " +
+		"token minted before the run. pgconnector runs with `oauth_issuer` = the issuer and WithOAuthTokenFunc: " +
+		"one Connector, warmed, so the discovery exchange of its first connect is remembered and every " +
+		"measured connect sends the cached token at once. pgx calls its OAuthTokenProvider for every " +
+		"connection and sends the token at once (no discovery, no issuer check). libpq 18 has no token " +
+		"cache, and pgbench cannot install its token hook: its peers are a C program that calls " +
+		"PQconnectdb and PQfinish in a loop (no query) with a `PQAUTHDATA_OAUTH_BEARER_TOKEN` hook handing " +
+		"libpq the token (`harness.LibpqOAuthConnect`); with `oauth_issuer` = the issuer, libpq asks the " +
+		"server for its discovery URI first and reconnects with the token (two backends per connect), " +
+		"with the `.well-known` URI as `oauth_issuer` it sends the token at once. The libpq rows have no " +
+		"connect latency; their CPU is the program's, its start included (getrusage of the ended children). " +
+		"Each storm runs in at most 4 rounds, as in scenario 9.\n\n",
 }
 
 // connectRow formats one row of a connect scenario's table, with the
@@ -261,8 +326,8 @@ func connectRow(c ConnectResult, ticket, user, backends, tcp bool) []string {
 	}
 	row = append(row,
 		figure(ok, "%.0f", c.ConnsPerSec),
-		ifOK(ok, latency(c.P50)),
-		ifOK(ok, latency(c.P99)))
+		ifOK(ok && c.P50 > 0, latency(c.P50)), // no latencies: libpq's OAuth program of scenario 13
+		ifOK(ok && c.P99 > 0, latency(c.P99)))
 	if backends {
 		row = append(row, figure(ok, "%.2f", c.Backends))
 	}

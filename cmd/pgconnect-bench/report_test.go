@@ -456,18 +456,7 @@ func TestMergeDistance(t *testing.T) {
 		{Scenario: 10, Peer: peerDefault, Family: "pgconnector", User: userTrust, Delay: 25 * time.Millisecond, Conns: 10, P50: 150 * time.Millisecond},
 		{Scenario: 10, Peer: peerLibpqDefault, Family: "libpq", User: userTrust, Delay: 25 * time.Millisecond, Conns: 10, P50: 200 * time.Millisecond},
 	}}
-	var paths []string
-	for i, r := range []*Report{full, alone} {
-		d := filepath.Join(dir, fmt.Sprint(i))
-		if _, err := writeOutputs(d, r); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, filepath.Join(d, "benchmarks.json"))
-	}
-	rep, err := readReport(paths[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, paths := writeTwoReports(t, dir, full, alone)
 	if err := mergeDistance(rep, paths[1]); err != nil {
 		t.Fatal(err)
 	}
@@ -548,18 +537,7 @@ func TestStatementTargetsAndMerge(t *testing.T) {
 	full := &Report{Started: time.Date(2026, 12, 1, 23, 4, 0, 0, time.UTC), Connect: []ConnectResult{
 		{Scenario: 1, Peer: peerDefault, Family: "pgconnector", Conns: 10, ConnsPerSec: 40},
 	}}
-	var paths []string
-	for i, r := range []*Report{full, alone} {
-		d := filepath.Join(dir, fmt.Sprint(i))
-		if _, err := writeOutputs(d, r); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, filepath.Join(d, "benchmarks.json"))
-	}
-	rep, err := readReport(paths[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, paths := writeTwoReports(t, dir, full, alone)
 	if err := mergeStatement(rep, paths[1]); err != nil {
 		t.Fatal(err)
 	}
@@ -701,18 +679,7 @@ func TestMergeFleet(t *testing.T) {
 		{Scenario: 1, Peer: peerDefault, Family: "pgconnector", Conns: 10, ConnsPerSec: 40},
 	}}
 	alone := &Report{Started: time.Date(2026, 12, 6, 1, 21, 0, 0, time.UTC), Fleet: fleetReport()}
-	var paths []string
-	for i, r := range []*Report{full, alone} {
-		d := filepath.Join(dir, fmt.Sprint(i))
-		if _, err := writeOutputs(d, r); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, filepath.Join(d, "benchmarks.json"))
-	}
-	rep, err := readReport(paths[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, paths := writeTwoReports(t, dir, full, alone)
 	if err := mergeFleet(rep, paths[1]); err != nil {
 		t.Fatal(err)
 	}
@@ -746,4 +713,96 @@ func TestMergeFleet(t *testing.T) {
 	if err := mergeFleet(rep, empty); err == nil {
 		t.Error("a report without scenario 12 was merged")
 	}
+}
+
+// -merge-oauth takes scenario 13 from a run of it alone (replacing the report's), says when it
+// ran, and checks its target again; -oauth-gobench reads BenchmarkOAuthConnect's runs, whose
+// target is the median of the alternating sub-benchmark's oauth/trust, at most 1.1x; output
+// without as many results of each sub-benchmark is refused.
+func TestMergeOAuthAndGoBench(t *testing.T) {
+	dir := t.TempDir()
+	row := func(peer, user string, rate float64) ConnectResult {
+		return ConnectResult{Scenario: 13, Peer: peer, User: user, Family: "pgconnector", Clients: 1, Conns: 40, ConnsPerSec: rate,
+			RoundRates: []float64{rate, rate}, P50: 20 * time.Millisecond, P99: 30 * time.Millisecond, Backends: 1, CPU: time.Millisecond}
+	}
+	full := &Report{Started: time.Date(2026, 12, 1, 23, 4, 0, 0, time.UTC), Connect: []ConnectResult{
+		{Scenario: 1, Peer: peerDefault, Family: "pgconnector", Conns: 10, ConnsPerSec: 40},
+		row(peerPcOAuth, userOAuth, 1), // an older scenario 13, replaced
+	}}
+	alone := &Report{Started: time.Date(2026, 12, 7, 16, 40, 0, 0, time.UTC), Machine: Machine{CPU: "AMD EPYC", Cores: 2, Go: "go1.26.8"}, Connect: []ConnectResult{
+		row(peerPcOAuthTrust, userTrust, 50), row(peerPcOAuth, userOAuth, 47),
+		{Scenario: 13, Peer: peerLibpqOAuthIssuer, User: userOAuth, Family: "libpq", Clients: 1, Conns: 40, ConnsPerSec: 20, Backends: 2, CPU: time.Millisecond},
+	}}
+	rep, paths := writeTwoReports(t, dir, full, alone)
+	if err := mergeOAuth(rep, paths[1]); err != nil {
+		t.Fatal(err)
+	}
+	if len(scenarioRows(rep.Connect, 13)) != 3 || len(scenarioRows(rep.Connect, 1)) != 1 {
+		t.Errorf("after the merge: %v", rep.Connect)
+	}
+	bench := `goos: linux
+BenchmarkOAuthConnect/trust-2         	     100	  20000000 ns/op	         1.000 backends/op
+BenchmarkOAuthConnect/oauth-cached-token-2         	     100	  25000000 ns/op	         1.000 backends/op
+BenchmarkOAuthConnect/alternating-2                	     100	  41000000 ns/op	  21000000 oauth-ns/conn	         1.050 oauth/trust	  20000000 trust-ns/conn
+PASS
+BenchmarkOAuthConnect/trust-2         	     100	  20000000 ns/op	         1.000 backends/op
+BenchmarkOAuthConnect/oauth-cached-token-2         	     100	  21000000 ns/op	         1.000 backends/op
+BenchmarkOAuthConnect/alternating-2                	     100	  41000000 ns/op	  21000000 oauth-ns/conn	         1.070 oauth/trust	  20000000 trust-ns/conn
+`
+	gb := filepath.Join(dir, "gobench.txt")
+	if err := os.WriteFile(gb, []byte(bench), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := readOAuthGoBench(rep, gb); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := writeMarkdown(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, s := range []string{"## Scenario 13: " + scenarioTitles[13], "Measured 2026-12-07 16:40 UTC in a run of this scenario alone",
+		"Machine of that run: AMD EPYC, 2 cores, Go go1.26.8.",
+		"| libpq token hook, oauth_issuer = the issuer | 1 | oauth | 20 | – | – | 2.00 |",
+		"| scenario 13, 1 client: pgconnector cached OAuth token / pgconnector trust, connections/s (within 1.1x of the trust connect's time) | >= 0.91x | 0.94x | yes |",
+		"alternating (median of 2 runs) | <= 1.10x | 1.06x (runs 1.05-1.07); side by side sub-benchmarks 1.15x (runs 1.05-1.25) | yes |"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("the report lacks %q", s)
+		}
+	}
+	for _, bad := range []string{"", strings.Replace(bench, "BenchmarkOAuthConnect/trust-2 ", "BenchmarkOther/trust-2 ", 1),
+		strings.Replace(bench, "1.070 oauth/trust", "x oauth/trust", 1)} {
+		if _, err := parseOAuthGoBench(bad); err == nil {
+			t.Errorf("parseOAuthGoBench accepted %q", bad)
+		}
+	}
+	if err := mergeOAuth(rep, paths[0]); err != nil {
+		t.Errorf("merging a report with scenario 13: %v", err)
+	}
+	empty := filepath.Join(dir, "empty.json")
+	if err := os.WriteFile(empty, []byte(`{"connect":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeOAuth(rep, empty); err == nil {
+		t.Error("a report without scenario 13 was merged")
+	}
+}
+
+// writeTwoReports writes full and alone (a run of one scenario) into dir as a run does, and
+// returns full read back and the paths of the two benchmarks.json.
+func writeTwoReports(t *testing.T, dir string, full, alone *Report) (*Report, []string) {
+	t.Helper()
+	var paths []string
+	for i, r := range []*Report{full, alone} {
+		d := filepath.Join(dir, fmt.Sprint(i))
+		if _, err := writeOutputs(d, r); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, filepath.Join(d, "benchmarks.json"))
+	}
+	rep, err := readReport(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, paths
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +226,8 @@ func checkTargets(r *Report) []Target {
 	}
 	ts = append(ts, stmtTargets(r)...)
 	ts = append(ts, fleetTargets(r)...)
+	oauthTargets(r, ratio)
+	ts = append(ts, oauthGoBenchTarget(r.OAuthGoBench)...)
 	return append(ts, r.WarmDecision...)
 }
 
@@ -272,12 +273,7 @@ func pairedRatio(a, b *ConnectResult) (median, lo, hi float64) {
 	if len(rs) == 0 {
 		return 0, 0, 0
 	}
-	slices.Sort(rs)
-	median = rs[len(rs)/2]
-	if len(rs)%2 == 0 {
-		median = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
-	}
-	return median, rs[0], rs[len(rs)-1]
+	return medianRange(rs)
 }
 
 // warmDecision measures the warm decision path (a cache lookup and Decide)
