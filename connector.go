@@ -35,6 +35,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgconnector/pgconnector/internal/connstring"
+	"github.com/pgconnector/pgconnector/internal/intercept"
 	"github.com/pgconnector/pgconnector/internal/keepalive"
 	"github.com/pgconnector/pgconnector/internal/pgxconfig"
 	"github.com/pgconnector/pgconnector/negotiation"
@@ -69,6 +70,8 @@ type Connector struct {
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	// tlsConfigFunc is WithTLSConfigFunc's, run by attemptTLS.
 	tlsConfigFunc TLSConfigFunc
+	// interceptors are WithInterceptor's, around every driver call (internal/intercept).
+	interceptors intercept.Chain
 	// passwordFunc: WithPasswordFunc gives the passwords; the connection string's password,
 	// PGPASSWORD and the password file are not used (configureAttempt).
 	passwordFunc bool
@@ -173,7 +176,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		return nil, err
 	}
 	c = &Connector{dsn: dsn, settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect,
-		tlsConfigFunc: o.tlsConfigFunc, passwordFunc: o.passwordFunc != nil}
+		tlsConfigFunc: o.tlsConfigFunc, passwordFunc: o.passwordFunc != nil, interceptors: o.interceptors}
 	if o.statementSpans {
 		c.tp = o.tracerProvider
 		c.statements = tracing.NewStatements(o.statementConfig(s.Config))
@@ -222,30 +225,70 @@ func (o *options) statementConfig(cfg *pgx.ConnConfig) tracing.StatementConfig {
 // plaintext to try from what the server answered before, and falls back as libpq does.
 // The error of a failed connect says which host and step failed.
 //
-// The connection is pgx's (*stdlib.Conn) with WithStatementSpans(false); otherwise it is that
-// connection wrapped by the statement tracer, which has the methods of *stdlib.Conn and no
+// The connection is pgx's (*stdlib.Conn) with WithStatementSpans(false) and no interceptor;
+// otherwise it is that connection wrapped by the statement tracer (or the interceptors'
+// wrappers alone, with statement spans off), which has the methods of *stdlib.Conn and no
 // other, so that database/sql finds on it the optional interfaces it finds on pgx's (as of Go
 // 1.27, driver.RowsColumnScanner on its rows). Its Conn method, like *stdlib.Conn's, returns the
 // *pgx.Conn under it: [PgxConn] calls it.
+//
+// With [WithInterceptor], the connect runs inside the interceptors' ConnectorConnect, and the
+// connection's calls pass through them, inside the statement tracer's.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
-	var conn driver.Conn
-	var host string // the host and port of the attempt that connected, as written in the DSN
-	var port uint16
+	if len(c.interceptors) > 0 {
+		return c.connectIntercepted(ctx)
+	}
+	conn, host, port, err := c.connect(ctx)
+	if err != nil || c.statements == nil {
+		return conn, err
+	}
+	return c.statements.WrapConn(conn, host, port), nil
+}
+
+// connect opens one connection of pgx's driver, and returns the host and port of the attempt
+// that connected, as written in the DSN.
+func (c *Connector) connect(ctx context.Context) (conn driver.Conn, host string, port uint16, err error) {
 	ctx, note := connstring.WithPassfileNote(ctx)
-	err := c.negotiator.Connect(ctx, func(ctx context.Context) error {
+	err = c.negotiator.Connect(ctx, func(ctx context.Context) error {
 		var err error
 		conn, err = c.stdlib.Connect(ctx)
 		host, port, _ = negotiation.AttemptHost(ctx)
 		return err
 	})
 	if err != nil {
-		return nil, note.Wrap(err)
+		return nil, "", 0, note.Wrap(err)
 	}
-	if c.statements == nil {
-		return conn, nil
-	}
-	return c.statements.WrapConn(conn, host, port), nil
+	return conn, host, port, nil
 }
+
+// connectIntercepted is Connect with interceptors: c.connect is the last step of their
+// ConnectorConnect.
+func (c *Connector) connectIntercepted(ctx context.Context) (driver.Conn, error) {
+	last := &lastConnector{c: c}
+	conn, err := c.interceptors.Connect(ctx, last)
+	if err != nil || c.statements == nil {
+		return conn, err
+	}
+	return c.statements.WrapConn(conn, last.host, last.port), nil
+}
+
+// lastConnector is the driver.Connector the last interceptor's ConnectorConnect gets: the
+// connector's own connect, which remembers the host and port the connection went to.
+type lastConnector struct {
+	c    *Connector
+	host string
+	port uint16
+}
+
+func (l *lastConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, host, port, err := l.c.connect(ctx)
+	if err == nil {
+		l.host, l.port = host, port
+	}
+	return conn, err
+}
+
+func (l *lastConnector) Driver() driver.Driver { return l.c.Driver() }
 
 // configureAttempt configures one connection attempt of a negotiation, for database/sql (the
 // stdlib connector's BeforeConnect) and for pgx (negotiatePgx) alike: cfg must be a copy of the

@@ -168,6 +168,7 @@ func TestDocsGoBlocksCompile(t *testing.T) {
 		"attribute": "go.opentelemetry.io/otel/attribute", "context": "context", "time": "time", "net": "net",
 		"tls": "crypto/tls", "slog": "log/slog", "os": "os",
 		"oauth2": "golang.org/x/oauth2", "clientcredentials": "golang.org/x/oauth2/clientcredentials",
+		"sqlmw": "github.com/ngrok/sqlmw",
 	}
 	files := map[string]string{"names.go": `package docs
 
@@ -179,11 +180,13 @@ import (
 	"net"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ngrok/sqlmw"
 
 	"github.com/pgconnector/pgconnector"
 )
 
 var (
+	logging, rewriting sqlmw.Interceptor
 	dsn           = "host=db.example user=app dbname=app"
 	ctx           = context.Background()
 	c             *pgconnector.Connector

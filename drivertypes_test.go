@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/ngrok/sqlmw"
 
 	"github.com/pgconnector/pgconnector"
 )
@@ -105,25 +106,52 @@ func implemented(typ reflect.Type) []string {
 // both (as of Go 1.27, driver.RowsColumnScanner on the rows, which scans arrays into slices).
 // A Go release or a pgx release that adds an optional interface makes this fail until the
 // statement tracer (tracing/sqlconn.go) has it too.
+//
+// The same with sqlmw interceptors (WithInterceptor), with and without statement spans: their
+// wrappers must hide nothing either.
 func TestDriverTypesMatchPgx(t *testing.T) {
 	plain, _ := servers(t)
-	rec, tp := newRecorder()
-	c := newConnector(t, plain.DSN(), pgconnector.WithTracerProvider(tp))
-	ours := sql.OpenDB(c)
-	defer ours.Close()
 	cfg, err := pgx.ParseConfig(plain.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
 	theirs := stdlib.OpenDB(*cfg)
 	defer theirs.Close()
+	want := typesOf(t, theirs)
+	for _, tc := range []struct {
+		name  string
+		spans bool
+		opts  []pgconnector.Option
+	}{
+		{"statement spans", true, nil},
+		{"interceptors", true, []pgconnector.Option{pgconnector.WithInterceptor(sqlmw.NullInterceptor{}), pgconnector.WithInterceptor(sqlmw.NullInterceptor{})}},
+		{"interceptors without spans", false, []pgconnector.Option{pgconnector.WithInterceptor(sqlmw.NullInterceptor{}), pgconnector.WithStatementSpans(false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, tp := newRecorder()
+			c := newConnector(t, plain.DSN(), append([]pgconnector.Option{pgconnector.WithTracerProvider(tp)}, tc.opts...)...)
+			ours := sql.OpenDB(c)
+			defer ours.Close()
+			compareDriverTypes(t, typesOf(t, ours), want)
+			n := 0
+			for _, s := range rec.Ended() {
+				if spanAttrs(s)["db.operation.name"] != "" {
+					n++
+				}
+			}
+			if tc.spans != (n > 0) {
+				t.Errorf("statement spans %v, %d statement spans ended", tc.spans, n)
+			}
+		})
+	}
+}
 
-	got, want := typesOf(t, ours), typesOf(t, theirs)
+// compareDriverTypes fails t when a type of got has not the methods and driver interfaces of
+// pgx's in want.
+func compareDriverTypes(t *testing.T, got, want driverTypes) {
+	t.Helper()
 	if got["conn"] == want["conn"] || got["rows"] == want["rows"] {
 		t.Fatalf("the connector's connection is %v with rows %v, pgx's own: statement spans should wrap them", got["conn"], got["rows"])
-	}
-	if len(rec.Ended()) == 0 {
-		t.Fatal("the connector's calls made no span")
 	}
 	for _, what := range []string{"conn", "stmt", "rows", "stmt rows", "tx"} {
 		g, w := got[what], want[what]

@@ -8,12 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/ngrok/sqlmw"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/oauth2"
 
 	"github.com/pgconnector/pgconnector/internal/connstring"
+	"github.com/pgconnector/pgconnector/internal/intercept"
 	"github.com/pgconnector/pgconnector/tracing"
 )
 
@@ -36,6 +38,7 @@ type options struct {
 	spanAttributes  func(ctx context.Context, operation, query string) []attribute.KeyValue
 	cancelNotError  bool
 	sqlComment      tracing.SQLCommentMode
+	interceptors    intercept.Chain
 
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	afterConnect  func(context.Context, *pgx.Conn) error
@@ -382,7 +385,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // one span of kind CLIENT per exec, query (until its rows are closed), prepare, prepared
 // statement exec or query, begin, commit, rollback and (WithPingSpans) ping, and one measurement of
 // db.client.operation.duration each. With false the connector returns pgx's connections as they
-// are, with neither. It also turns on or off, for pgx's own API, the statement spans and
+// are, with neither (in the wrappers of [WithInterceptor] alone, when it has interceptors). It also turns on or off, for pgx's own API, the statement spans and
 // measurements of the Tracer of [Connector.PgxConfig] (and so of [Connector.ConnectPgx]) and
 // [Connector.PgxPoolConfig] (a tracing.PgxTracer), and the pgxpool.acquire spans of the pools of
 // PgxPoolConfig and [Connector.OpenPool] (tracing.PoolTracer); their pool metrics stay.
@@ -509,6 +512,42 @@ func WithCancelAsError(on bool) Option {
 // tracing.SQLCommentOff.
 func WithSQLCommenter(mode tracing.SQLCommentMode) Option {
 	return func(o *options) { o.sqlComment = mode }
+}
+
+// WithInterceptor adds i, a github.com/ngrok/sqlmw interceptor, to the driver calls database/sql
+// makes through the connector: several calls compose in the order given, the first outermost,
+// as nested sqlmw drivers would (sqlmw.Driver of sqlmw.Driver, the first given the outermost).
+// Each hook of sqlmw.Interceptor runs as sqlmw runs it: ConnectorConnect around
+// [Connector.Connect]; ConnBeginTx, ConnPrepareContext, ConnPing, ConnExecContext and
+// ConnQueryContext on a connection; StmtExecContext, StmtQueryContext and StmtClose on a prepared
+// statement (with the text it was prepared from); RowsNext and RowsClose on a query's rows;
+// TxCommit and TxRollback; ResultLastInsertId and ResultRowsAffected on an exec's result. A
+// context a hook returns is the one used after it, and the one that interceptor's later calls
+// get: TxCommit and TxRollback that of its ConnBeginTx, StmtClose that of its
+// ConnPrepareContext, RowsNext and RowsClose that of its query. Each hook must call the next
+// step it is given (or answer for it), as with sqlmw.
+//
+// The interceptors run inside the statement's span and measurement (the span's time includes
+// theirs; the context they get holds the span), after the connector has read the text: the span
+// records the text as the application wrote it, and the text an interceptor passes on is the
+// one sent. With [WithSQLCommenter] they get the text with its comment. The connector's own reads
+// (the row count of an exec's span) do not pass through them. Close, ResetSession,
+// CheckNamedValue and the column-type methods are the driver's, as in sqlmw. The connection,
+// statements, rows and transactions keep the methods of pgx's driver types, and no other
+// (sqlmw's own wrappers hide some): [PgxConn] still reaches the *pgx.Conn, and on Go 1.27 the
+// rows are a driver.RowsColumnScanner, so that arrays scan into slices and ranges into pgtype
+// values. database/sql then reads a row with NextRow and ScanColumn instead of Next: RowsNext
+// still runs once per row, with a dest of one nil per column, and the row is not decoded to
+// driver values for it (what an interceptor writes to dest is not used; sqlmw has no ScanColumn
+// hook). With [WithStatementSpans](false) the interceptors run without spans. pgx's own API
+// ([Connector.PgxConfig], [Connector.OpenPool]) does not go through database/sql: the
+// interceptors do not see it. Default: none, and no cost.
+func WithInterceptor(i sqlmw.Interceptor) Option {
+	return func(o *options) {
+		if i != nil {
+			o.interceptors = append(o.interceptors, i)
+		}
+	}
 }
 
 // WithCacheTTL sets how long a server's answer to SSLRequest (and, with Kerberos, to

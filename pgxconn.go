@@ -23,7 +23,8 @@ import (
 //	})
 //
 // sql.Conn.Raw gives the driver connection: pgx's *stdlib.Conn with statement spans off, else the
-// statement tracer's, whose type is not exported. Both have pgx's method
+// statement tracer's, whose type is not exported (with WithInterceptor and statement spans off,
+// the interceptors' wrapper). Each has pgx's method
 // `Conn() *pgx.Conn`, which PgxConn calls.
 func PgxConn(c *sql.Conn, f func(*pgx.Conn) error) error {
 	return c.Raw(func(dc any) error {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ngrok/sqlmw"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -26,7 +27,10 @@ import (
 //   - with the interceptor and the SDK: every span recorded, batched to an exporter that
 //     discards them (metrics no-op);
 //
-//   - the same with the SDK's meter provider too (db.client.operation.duration recorded).
+//   - the same with the SDK's meter provider too (db.client.operation.duration recorded);
+//
+//   - the same with a sqlmw.NullInterceptor (WithInterceptor): what an interceptor costs before
+//     its own work.
 //
 //     go test -run '^$' -bench StatementTracing -benchmem -count 5 .
 func BenchmarkStatementTracing(b *testing.B) {
@@ -55,6 +59,12 @@ func BenchmarkStatementTracing(b *testing.B) {
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 			b.Cleanup(func() { mp.Shutdown(context.Background()) })
 			return []pgconnector.Option{pgconnector.WithTracerProvider(sdkTP(b)), pgconnector.WithMeterProvider(mp)}
+		}},
+		{"interceptor-sdk-metrics-sqlmw", func(b *testing.B) []pgconnector.Option {
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			b.Cleanup(func() { mp.Shutdown(context.Background()) })
+			return []pgconnector.Option{pgconnector.WithTracerProvider(sdkTP(b)), pgconnector.WithMeterProvider(mp),
+				pgconnector.WithInterceptor(sqlmw.NullInterceptor{})}
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -6,6 +6,7 @@ require (
 	entgo.io/ent v0.14.5
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/jmoiron/sqlx v1.4.0
+	github.com/ngrok/sqlmw v0.0.0-20220520173518-97c9c04efc79
 	github.com/pgconnector/pgconnector v0.0.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/uptrace/bun v1.3.0

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/pgconnector/pgconnector/internal/intercept"
 )
 
 // The traced database/sql types. Each has the methods of its pgx counterpart in
@@ -215,7 +217,9 @@ func rowsAffected(c *call, res driver.Result, err error) {
 	if err != nil || res == nil || !c.span.IsRecording() {
 		return
 	}
-	if n, err := res.RowsAffected(); err == nil {
+	// The driver's result: the count is the connector's read, not the application's
+	// interceptors' (internal/intercept).
+	if n, err := intercept.DriverResult(res).RowsAffected(); err == nil {
 		key := RowsAffectedKey
 		if c.op == "SELECT" {
 			key = semconv.DBResponseReturnedRowsKey

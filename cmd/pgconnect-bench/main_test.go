@@ -449,8 +449,8 @@ func TestStatementPath(t *testing.T) {
 			t.Errorf("scenario 11, %s: %+v", peers[i].Name, s)
 		}
 	}
-	if len(rep.StatementSpans) != 4 {
-		t.Fatalf("%d traced peers' spans, want 4", len(rep.StatementSpans))
+	if len(rep.StatementSpans) != 6 {
+		t.Fatalf("%d traced peers' spans, want 6", len(rep.StatementSpans))
 	}
 	for _, s := range rep.StatementSpans {
 		if s.Error != "" || len(s.Spans) == 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/ngrok/sqlmw"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -46,11 +48,21 @@ const (
 	stmtPoolSize = " pool_max_conns=1"
 )
 
+// kindPcSqlmw is the connector's OpenDB with a sqlmw interceptor (WithInterceptor),
+// kindOtelsqlSqlmw pgx's stdlib driver wrapped by sqlmw.Driver, then by otelsql.OpenDB: each
+// with sqlmw.NullInterceptor, what an interceptor costs before its own work.
+const (
+	kindPcSqlmw      = "pgconnector-sqlmw"
+	kindOtelsqlSqlmw = "pgx-sqlmw-otelsql"
+)
+
 // Peer names of scenario 11.
 const (
 	peerStmtStdlib  = "pgx stdlib (database/sql), untraced"
 	peerStmtOtelsql = "pgx stdlib + otelsql " + otelsqlVersion
 	peerStmtPcSQL   = "pgconnector OpenDB"
+	peerStmtPcSqlmw = "pgconnector OpenDB + sqlmw interceptor"
+	peerStmtSqlmw   = "pgx stdlib + sqlmw + otelsql " + otelsqlVersion
 	peerStmtPgxpool = "pgxpool, untraced"
 	peerStmtOtelpgx = "pgxpool + otelpgx " + otelpgxVersion
 	peerStmtPcPool  = "pgconnector OpenPool"
@@ -67,6 +79,8 @@ func stmtPeers(dsn string) []peer {
 		{Name: peerStmtStdlib, Family: "database/sql", Kind: kindPgx, DSN: dsn},
 		{Name: peerStmtOtelsql, Family: "database/sql", Kind: kindOtelsql, DSN: dsn},
 		{Name: peerStmtPcSQL, Family: "database/sql", Kind: kindPgconnector, DSN: pc},
+		{Name: peerStmtSqlmw, Family: "database/sql", Kind: kindOtelsqlSqlmw, DSN: dsn},
+		{Name: peerStmtPcSqlmw, Family: "database/sql", Kind: kindPcSqlmw, DSN: pc},
 		{Name: peerStmtPgxpool, Family: "pgx", Kind: kindPgxpool, DSN: dsn + stmtPoolSize},
 		{Name: peerStmtOtelpgx, Family: "pgx", Kind: kindOtelpgx, DSN: dsn + stmtPoolSize},
 		{Name: peerStmtPcPool, Family: "pgx", Kind: kindPcPool, DSN: pc + stmtPoolSize},
@@ -75,7 +89,8 @@ func stmtPeers(dsn string) []peer {
 
 // stmtTraced says whether a kind of scenario 11 is given the SDK's providers.
 func stmtTraced(kind string) bool {
-	return kind == kindOtelsql || kind == kindPgconnector || kind == kindOtelpgx || kind == kindPcPool
+	return kind == kindOtelsql || kind == kindPgconnector || kind == kindOtelpgx || kind == kindPcPool ||
+		kind == kindPcSqlmw || kind == kindOtelsqlSqlmw
 }
 
 // stmtTelemetry is the OpenTelemetry SDK of one client process of scenario 11.
@@ -122,8 +137,20 @@ func openStmtPeer(ctx context.Context, kind, dsn string, tel *stmtTelemetry) (fu
 			db = otelsql.OpenDB(stdlib.GetConnector(*cfg), otelsql.WithTracerProvider(tel.tp),
 				otelsql.WithMeterProvider(tel.mp), otelsql.WithAttributes(attribute.String("db.system.name", "postgresql")))
 		}
-	case kindPgconnector:
-		c, err := pgconnector.New(dsn, pgconnector.WithTracerProvider(tel.tp), pgconnector.WithMeterProvider(tel.mp))
+	case kindOtelsqlSqlmw:
+		// sqlmw wraps a driver: its connector parses dsn with pgx's driver.
+		connector, err := sqlmw.Driver(stdlib.GetDefaultDriver(), sqlmw.NullInterceptor{}).(driver.DriverContext).OpenConnector(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		db = otelsql.OpenDB(connector, otelsql.WithTracerProvider(tel.tp),
+			otelsql.WithMeterProvider(tel.mp), otelsql.WithAttributes(attribute.String("db.system.name", "postgresql")))
+	case kindPgconnector, kindPcSqlmw:
+		opts := []pgconnector.Option{pgconnector.WithTracerProvider(tel.tp), pgconnector.WithMeterProvider(tel.mp)}
+		if kind == kindPcSqlmw {
+			opts = append(opts, pgconnector.WithInterceptor(sqlmw.NullInterceptor{}))
+		}
+		c, err := pgconnector.New(dsn, opts...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -473,6 +500,11 @@ func writeStatement(b *strings.Builder, r *Report) {
 		"defaults. ns/op is wall time, CPU/op the client process's user+system time, allocs/op and B/op " +
 		"the Go heap's, all around the measured loops alone. The range of CPU/op over the rounds shows how noisy the " +
 		"machine was; the targets compare the median of the per-round ratios.")
+	if stmtRow(r.Statement, peerStmtPcSqlmw) != nil {
+		b.WriteString(" The sqlmw rows add one `sqlmw.NullInterceptor` (an interceptor's cost before its own work): " +
+			"the connector's through `WithInterceptor`, inside its statement span; otelsql's as `sqlmw.Driver` around " +
+			"pgx's driver, under otelsql.")
+	}
 	if !r.StatementMeasured.IsZero() {
 		fmt.Fprintf(b, " Measured %s UTC in a run of this scenario alone, on the same machine; the other "+
 			"scenarios come from the run this report starts with.", r.StatementMeasured.UTC().Format("2006-01-02 15:04"))

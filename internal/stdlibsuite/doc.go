@@ -3,9 +3,10 @@
 // stdlib/sql_go1.27_test.go) check, written again here and run on two pools side by side, one
 // of pgx's driver (sql.Open("pgx", dsn)) and one of the connector (pgconnector.New(dsn) with a
 // tracer provider whose spans record, then OpenDB, so that database/sql gets the statement
-// tracer's connections, statements, rows and transactions, not pgx's). Each case asserts what
-// upstream expects and that both drivers give the same result; a difference fails the case,
-// naming what differs.
+// tracer's connections, statements, rows and transactions, not pgx's), and a third, the
+// connector with two sqlmw.NullInterceptor (pgconnector.WithInterceptor), whose wrappers are
+// in the way too. Each case asserts what upstream expects and that the drivers give the same
+// result; a difference fails the case, naming what differs.
 //
 // Every case runs against PostgreSQL 15 and 18 (internal/harness, Options.Major), most of them
 // in each of pgx's query exec modes as the connection string's default_query_exec_mode, as

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/ngrok/sqlmw"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/pgconnector/pgconnector"
@@ -76,8 +77,8 @@ func servers(t *testing.T) []server {
 // cases go through all of its wrappers.
 var tracerProvider = sdktrace.NewTracerProvider()
 
-// A driverUnderTest is one of the two ways a database/sql pool is opened here: pgx's own
-// driver, the reference, and the connector, the driver under test.
+// A driverUnderTest is one of the ways a database/sql pool is opened here: pgx's own driver,
+// the reference, and the connector, the driver under test, also with sqlmw interceptors.
 type driverUnderTest struct {
 	name string
 	open func(t *testing.T, dsn string) *sql.DB
@@ -85,7 +86,11 @@ type driverUnderTest struct {
 
 var drivers = []driverUnderTest{
 	{"pgx", openPgx},
-	{"pgconnector", openConnector},
+	{"pgconnector", func(t *testing.T, dsn string) *sql.DB { return openConnector(t, dsn) }},
+	// Two sqlmw interceptors that pass every call on: their wrappers hide nothing either.
+	{"pgconnector+sqlmw", func(t *testing.T, dsn string) *sql.DB {
+		return openConnector(t, dsn, pgconnector.WithInterceptor(sqlmw.NullInterceptor{}), pgconnector.WithInterceptor(sqlmw.NullInterceptor{}))
+	}},
 }
 
 // openPgx opens dsn with pgx's driver, registered as "pgx" by its stdlib package.
@@ -101,9 +106,9 @@ func openPgx(t *testing.T, dsn string) *sql.DB {
 
 // openConnector opens dsn with a Connector whose statement spans record, and checks that the
 // connections database/sql gets are the statement tracer's, not pgx's.
-func openConnector(t *testing.T, dsn string) *sql.DB {
+func openConnector(t *testing.T, dsn string, opts ...pgconnector.Option) *sql.DB {
 	t.Helper()
-	c, err := pgconnector.New(dsn, pgconnector.WithTracerProvider(tracerProvider))
+	c, err := pgconnector.New(dsn, append([]pgconnector.Option{pgconnector.WithTracerProvider(tracerProvider)}, opts...)...)
 	if err != nil {
 		t.Fatalf("pgconnector.New: %v", err)
 	}
