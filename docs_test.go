@@ -165,7 +165,7 @@ func TestDocsGoBlocksCompile(t *testing.T) {
 		"pgconnector": "github.com/pgconnector/pgconnector", "tracing": "github.com/pgconnector/pgconnector/tracing",
 		"pgx": "github.com/jackc/pgx/v5", "pgtype": "github.com/jackc/pgx/v5/pgtype",
 		"pgxpool": "github.com/jackc/pgx/v5/pgxpool", "multitracer": "github.com/jackc/pgx/v5/multitracer",
-		"attribute": "go.opentelemetry.io/otel/attribute", "context": "context", "time": "time", "net": "net",
+		"attribute": "go.opentelemetry.io/otel/attribute", "context": "context", "time": "time", "net": "net", "log": "log",
 		"tls": "crypto/tls", "slog": "log/slog", "os": "os",
 		"oauth2": "golang.org/x/oauth2", "clientcredentials": "golang.org/x/oauth2/clientcredentials",
 		"sqlmw": "github.com/ngrok/sqlmw",
