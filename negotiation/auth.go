@@ -858,28 +858,12 @@ func (x *authExchange) passwordRefused(msg []byte) {
 	if x.pwCred == nil {
 		return
 	}
-	if code := errorField(msg[5:], 'C'); code != "28P01" && code != "28000" {
+	var er pgproto3.ErrorResponse
+	if er.Decode(msg[5:]) != nil || er.Code != "28P01" && er.Code != "28000" {
 		return
 	}
 	x.at.n.cfg.Credentials.Refused(&x.pwReq, *x.pwCred)
 	x.at.retryState().want(retryPasswordRefused, x.pwReq, x.pwCred)
-}
-
-// errorField returns the field of type code of an ErrorResponse body (protocol-error-fields.html:
-// a type byte and a string each, a zero byte after the last), or "".
-func errorField(body []byte, code byte) string {
-	for len(body) > 1 && body[0] != 0 {
-		typ := body[0]
-		i := slices.Index(body[1:], 0)
-		if i < 0 {
-			return ""
-		}
-		if typ == code {
-			return string(body[1 : 1+i])
-		}
-		body = body[2+i:]
-	}
-	return ""
 }
 
 // SetPasswordFunc gives the attempt ctx carries a password looked up only when the server asks

@@ -43,9 +43,6 @@ const (
 // TestPgxpoolSuite runs pgx's pgxpool tests with every pool built through a Connector (see
 // the package doc) and asserts that each of the 71 passes.
 func TestPgxpoolSuite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs pgx's pgxpool tests in a module of their own")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pgxDir := goList(t, "-m", "-f", "{{.Dir}}", "github.com/jackc/pgx/v5")
