@@ -102,6 +102,7 @@ type summarizer struct {
 	after        sqlScanner
 	peekK        tokKind
 	peekA, peekB int
+	afterDot     bool // the token last read was "."
 
 	// scanned counts the bytes the lexer went over, a text read again counting again: the
 	// measure of the work (see TestSummarizeQueryLinear).
@@ -112,6 +113,7 @@ type summarizer struct {
 func (sm *summarizer) next() (tokKind, string) {
 	k, w := sm.peek()
 	sm.sc, sm.peeked = sm.after, false
+	sm.afterDot = k == tokOther && w == "."
 	return k, w
 }
 
@@ -122,6 +124,9 @@ func (sm *summarizer) peek() (tokKind, string) {
 		sm.peekK, sm.peekA, sm.peekB = sm.after.next()
 		sm.scanned += sm.after.i - sm.sc.i
 		sm.peeked = true
+		if sm.peekK == tokWord && !sm.afterDot && isBoolLiteral(sm.sc.s[sm.peekA:sm.peekB]) {
+			sm.peekK = tokOther // TRUE or FALSE: a literal, read as its sanitized "?" is (sanitizeQuery)
+		}
 	}
 	return sm.peekK, sm.sc.s[sm.peekA:sm.peekB]
 }
@@ -368,7 +373,7 @@ func (sm *summarizer) objectKind() (string, bool) {
 			if kind.table < 0 {
 				return "", false
 			}
-			sm.sc, sm.peeked = sc, false
+			sm.sc, sm.peeked, sm.afterDot = sc, false, false
 			return kind.name, kind.table == 1
 		}
 	}
@@ -604,7 +609,7 @@ func (sm *summarizer) parse(inParen bool) bool {
 		case wasTarget && (kw == "ONLY" || kw == "LATERAL"):
 			target, inFrom = true, wasFrom
 		case wasTarget && (k == tokQuotedIdent || k == tokWord && kw == ""):
-			if name, call := sm.name(w); !(call && wasFrom) && !sm.isCTE(name) && !isBoolLiteral(name) {
+			if name, call := sm.name(w); !(call && wasFrom) && !sm.isCTE(name) {
 				sm.addTarget(name, true)
 			}
 		case kw == "SELECT":

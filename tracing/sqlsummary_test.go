@@ -21,6 +21,8 @@ func TestSummarizeQuery(t *testing.T) {
 		{"quoted names", `SELECT * FROM "song list", artists`, `SELECT "song list" artists`, ""},
 
 		{"no table", "select 1", "SELECT", ""},
+		{"TRUE is a literal, not a name", "drop table true", "DROP TABLE", ""},
+		{"TRUE after a dot is a name's part", "merge into tr. true using s on true when matched then delete", "MERGE tr.true s", ""},
 		{"operation in upper case, names as written", "select a from Public.T", "SELECT Public.T", "Public.T"},
 		{"qualified name with spaces and comments", `select * from "My Schema" . /* c */ "T"`, `SELECT "My Schema"."T"`, `"My Schema"."T"`},
 		{"joins", "select * from a left outer join b on a.id = b.id cross join c natural join d join e using (id)", "SELECT a b c d e", ""},
@@ -198,7 +200,7 @@ func FuzzSummarizeQuery(f *testing.F) {
 		"select * from t", "with x as (select 1) select * from x, y", "insert into t select * from u",
 		"copy (select 1) to stdout", "create table t as select 1", "drop table a, b", "select 1; select 2",
 		"select * from t where a = 'x'", "select $$x$$ from t", `select * from "a""b".c`, "explain (analyze) select 1",
-		"prepare p(int) as select $1", "merge into t using s on true when matched then delete", "(((",
+		"prepare p(int) as select $1", "merge into t using s on true when matched then delete", "(((", "drop table true", "merge into tr. true",
 	} {
 		f.Add(s)
 	}

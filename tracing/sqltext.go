@@ -84,8 +84,8 @@ func placeholderNumber(digits string) int {
 	return n
 }
 
-// sanitizeQuery returns q with every literal (strings of every form, numbers, TRUE and FALSE)
-// replaced by "?", as the semantic conventions ask of a text that is not parameterized: such a
+// sanitizeQuery returns q with every literal (strings of every form, numbers, TRUE and FALSE
+// but not as a name's part after ".", as in t.true) replaced by "?", as the semantic conventions ask of a text that is not parameterized: such a
 // text may hold a secret (ALTER ROLE ... PASSWORD '...'). Comments, identifiers, keywords,
 // operators and placeholders are kept as written. A string continued over a newline is one
 // literal; a dollar-quoted body (DO $$ ... $$, a function's) is one literal, replaced whole.
@@ -99,12 +99,15 @@ func sanitizeQuery(q string) string {
 	sc := sqlScanner{s: q}
 	var b strings.Builder
 	last := 0
+	afterDot := false // the previous token was ".": a word there is a name's part (t.true), not a literal
 	for {
 		k, start, end := sc.next()
 		if k == tokEOF {
 			break
 		}
-		if k == tokString || k == tokNumber || (k == tokWord && isBoolLiteral(q[start:end])) {
+		dot := afterDot
+		afterDot = k == tokOther && q[start:end] == "."
+		if k == tokString || k == tokNumber || (k == tokWord && !dot && isBoolLiteral(q[start:end])) {
 			if b.Len() == 0 {
 				b.Grow(len(q))
 			}

@@ -65,6 +65,7 @@ func TestSanitizeQuery(t *testing.T) {
 		{"select $$secret$$, $q$ it's $$ $q$", "select ?, ?"},
 		{"select 'it''s' || 'x'", "select ? || ?"},
 		{"select true, FALSE, null", "select ?, ?, null"},
+		{"select t.true, t. false, true from s.true", "select t.true, t. false, ? from s.true"}, // a name's part
 		{"select 0x1F, 0o17, 0b101, 1_000_000", "select ?, ?, ?, ?"},
 		{`select "col 1", t1.c2 from t1 -- 'comment' kept`, `select "col 1", t1.c2 from t1 -- 'comment' kept`},
 		{"select interval '1 day', date '2020-01-01'", "select interval ?, date ?"},
