@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -46,6 +47,12 @@ func TestNothingLeftBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The child waits for a line on its standard input before it ends, so that its
+			// servers are looked at before its end stops them.
+			goOn, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			cmd.Stderr = cmd.Stdout
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -74,6 +81,9 @@ func TestNothingLeftBehind(t *testing.T) {
 				t.Errorf("the postmaster maps a segment in %s:\n%s", shmDir, maps)
 			} else if !strings.Contains(string(maps), base) {
 				t.Errorf("the postmaster maps nothing in %s:\n%s", base, maps)
+			}
+			if _, err := io.WriteString(goOn, "end\n"); err != nil {
+				t.Errorf("telling the child to end: %v", err)
 			}
 			switch tt.end {
 			case "sigint":
@@ -141,6 +151,9 @@ func TestHarnessChild(t *testing.T) {
 	}
 	fmt.Printf("harness child: base=%s postmaster=%d kdc=%d pgbouncer=%d collection=%s uid=%d\n",
 		pg.env.base, postmasterPID(filepath.Join(pg.DataDir, "postmaster.pid")), readPidFile(k.pidFile), readPidFile(b.pidFile), coll, uid)
+	// Until TestNothingLeftBehind has looked at the servers (a stop begun at once would race
+	// with its reading of the postmaster's mappings).
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	switch end {
 	case "pass":
 	case "fail":
