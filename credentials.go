@@ -118,7 +118,7 @@ func (c *credentials) Get(ctx context.Context, r *negotiation.CredentialRequest)
 	if cached {
 		src = negotiation.CredentialCached
 	}
-	return negotiation.Credential{Secret: s.Value, Source: src, Expiry: s.Expiry, Ref: key}, nil
+	return negotiation.Credential{Secret: s.Value, Source: src, Expiry: s.Expiry}, nil
 }
 
 func (c *credentials) Refused(r *negotiation.CredentialRequest, cred negotiation.Credential) {
@@ -154,6 +154,13 @@ func (c *credentials) fetch(r *negotiation.CredentialRequest) tokencache.Fetch {
 	}
 	dr := oauthdevice.Request{Issuer: r.Issuer, DiscoveryURI: r.DiscoveryURI, Scope: r.Scope}
 	return func(ctx context.Context) (tokencache.Secret, error) {
+		if tokencache.Refreshing(ctx) { // ahead of expiry: the refresh token, never a human
+			tok, err := c.device.Refresh(ctx, dr)
+			if err != nil {
+				return tokencache.Secret{}, fmt.Errorf("OAuth device flow: %w", err)
+			}
+			return tokenSecret("OAuth device flow", tok, negotiation.CredentialFetched)
+		}
 		tok, prompted, err := c.device.Token(ctx, dr)
 		if err != nil {
 			return tokencache.Secret{}, fmt.Errorf("OAuth device flow: %w", err)

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/pgconnector/pgconnector/internal/oauthdevice"
 	"github.com/pgconnector/pgconnector/internal/tokencache"
 	"github.com/pgconnector/pgconnector/negotiation"
 )
@@ -210,6 +211,62 @@ func TestCredentialsDeviceFlow(t *testing.T) {
 	cr, err = c.Get(context.Background(), req)
 	if err != nil || cr.Source != negotiation.CredentialFetched || cr.Secret != "at2" || prompts.Load() != 1 {
 		t.Fatalf("after a refusal: %v, %v, %d prompts", cr.Source, err, prompts.Load())
+	}
+}
+
+// TestCredentialsDeviceRefreshNeverPrompts: a refresh ahead of expiry in the background uses
+// the kept refresh token alone; with none (the issuer gave none) it fails without asking a
+// human, and the cached token stays until it expires.
+func TestCredentialsDeviceRefreshNeverPrompts(t *testing.T) {
+	var srv *httptest.Server
+	var issued atomic.Int32
+	mux := http.NewServeMux()
+	reply := func(w http.ResponseWriter, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"issuer": srv.URL, "token_endpoint": srv.URL + "/token", "device_authorization_endpoint": srv.URL + "/device"})
+	})
+	mux.HandleFunc("/device", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]any{"device_code": "dc", "user_code": "UC", "verification_uri": srv.URL + "/go", "expires_in": 60, "interval": 1})
+	})
+	mux.HandleFunc("/token", func(w http.ResponseWriter, r *http.Request) {
+		issued.Add(1)
+		reply(w, map[string]any{"access_token": "at1", "token_type": "Bearer", "expires_in": 3600}) // no refresh token
+	})
+	srv = httptest.NewTLSServer(mux)
+	defer srv.Close()
+	var prompts atomic.Int32
+	o := &options{oauthHTTPClient: srv.Client(), oauthDevicePrompt: func(context.Context, *oauth2.DeviceAuthResponse) error {
+		prompts.Add(1)
+		return nil
+	}}
+	c := newCredentials(o, "client", "")
+	var mu sync.Mutex
+	now := time.Now()
+	c.cache = tokencache.New(tokencache.Config{Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	done := make(chan error, 1)
+	req := &negotiation.CredentialRequest{Kind: negotiation.CredentialOAuthToken, Host: "h", Port: 5432,
+		Issuer: srv.URL, DiscoveryURI: srv.URL + "/.well-known/openid-configuration", Scope: "openid",
+		Background: func(do func(ctx context.Context) error) bool {
+			go func() { done <- do(context.Background()) }()
+			return true
+		}}
+	if cr, err := c.Get(context.Background(), req); err != nil || cr.Source != negotiation.CredentialDevicePrompt {
+		t.Fatalf("first Get = %v, %v", cr.Source, err)
+	}
+	mu.Lock()
+	now = now.Add(55 * time.Minute) // the last fifth of the token's hour
+	mu.Unlock()
+	if cr, err := c.Get(context.Background(), req); err != nil || cr.Source != negotiation.CredentialCached || cr.Secret != "at1" {
+		t.Fatalf("Get in the last fifth = %v, %v", cr.Source, err)
+	}
+	if err := <-done; !errors.Is(err, oauthdevice.ErrNoRefreshToken) {
+		t.Fatalf("the background refresh: %v, want ErrNoRefreshToken", err)
+	}
+	if prompts.Load() != 1 || issued.Load() != 1 {
+		t.Fatalf("%d prompts, %d tokens issued; want 1 and 1 (no flow in the background)", prompts.Load(), issued.Load())
 	}
 }
 

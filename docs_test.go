@@ -159,7 +159,7 @@ func TestDocsAnchors(t *testing.T) {
 // variable the block declares and does not use gets a "_ = v" after it. The integrations page's
 // blocks need the libraries of examples/, where each runs in a test of its own.
 func TestDocsGoBlocksCompile(t *testing.T) {
-	goBlock := regexp.MustCompile("(?ms)^```go\n(.*?)^```")
+	goBlock := regexp.MustCompile("(?ms)^```go\n(.*?)^```$")
 	declared := regexp.MustCompile(`(?m)^([A-Za-z_][A-Za-z0-9_]*(?:, *[A-Za-z_][A-Za-z0-9_]*)*) :=`)
 	imports := map[string]string{
 		"pgconnector": "github.com/pgconnector/pgconnector", "tracing": "github.com/pgconnector/pgconnector/tracing",

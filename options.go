@@ -283,8 +283,9 @@ func WithOAuthTokenFunc(f func(ctx context.Context, r OAuthRequest) (*oauth2.Tok
 // the last of them); it should return at once, the flow then polls the issuer. An error stops
 // the flow and fails the connects, wrapped ("OAuth device flow: device prompt failed: ...").
 // The access and refresh tokens are kept for the connector's life: the next tokens come from a
-// refresh, and a human is prompted again only when a refresh fails, so that a pool asks once
-// (libpq asks for every connection). Default: libpq's message on standard error, "Visit
+// refresh, and a human is prompted again only when the issuer refuses the refresh token (or gave
+// none), by a connect that waits for a token, never by a refresh ahead of expiry in the
+// background; so a pool asks once (libpq asks for every connection). Default: libpq's message on standard error, "Visit
 // <verification_uri> and enter the code: <user_code>".
 func WithOAuthDevicePrompt(f func(ctx context.Context, d *oauth2.DeviceAuthResponse) error) Option {
 	return func(o *options) { o.oauthDevicePrompt = f }

@@ -95,8 +95,6 @@ type Credential struct {
 	Source CredentialSource
 	// Expiry is when the credential stops being valid, as its source said; zero: not known.
 	Expiry time.Time
-	// Ref is the implementation's handle of the cached entry, given back in Refused.
-	Ref any
 }
 
 // Credentials gives attempts the credentials of the application's functions.

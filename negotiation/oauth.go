@@ -262,7 +262,8 @@ func (o *oauthMemory) beginDiscovery(k oauthKey) (wait <-chan struct{}, lead boo
 }
 
 // endDiscovery ends the discovery of k that beginDiscovery gave this attempt: the attempts
-// waiting for it look at the memory again. A second call does nothing.
+// waiting for it look at the memory again. The leader calls it once (and clears its
+// attempt's oauthLead): a second call could end a later leader's discovery of the same k.
 func (o *oauthMemory) endDiscovery(k oauthKey) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -435,6 +436,10 @@ func (x *authExchange) sendBearer(token string) error {
 		return &AuthError{Problem: "OAuth flow did not provide a token"}
 	}
 	if !isB64Token(token) {
+		if x.ob.cred != nil { // not kept: a later connect asks the function again
+			n := x.at.n
+			n.cfg.Credentials.Refused(&x.ob.req, *x.ob.cred)
+		}
 		return &AuthError{Problem: "OAuth flow provided a token that is not a bearer token (RFC 6750 section 2.1: letters, digits, -._~+/ then =)"}
 	}
 	x.finished = true
@@ -506,7 +511,7 @@ func (x *authExchange) continueOAuth(data []byte) error {
 		case ob.req.DiscoveryURI != "" && a.DiscoveryURI != ob.req.DiscoveryURI && strings.Contains(n.cfg.OAuth.Issuer, wkPrefix):
 			// oauth_issuer's own discovery URI is the one (libpq: handle_oauth_sasl_error); a
 			// remembered one is replaced by the server's new answer.
-			problem = fmt.Sprintf("server's discovery document has moved to %s (previous location was %s)", printable(a.DiscoveryURI), ob.req.DiscoveryURI)
+			problem = fmt.Sprintf("server's discovery document has moved to %s (previous location was %s)", printable(a.DiscoveryURI), printable(ob.req.DiscoveryURI))
 		}
 	}
 	if problem == "" {
@@ -527,6 +532,7 @@ func (x *authExchange) continueOAuth(data []byte) error {
 	}
 	if x.at.oauthLead {
 		n.oauth.endDiscovery(x.at.oauthLeadKey)
+		x.at.oauthLead = false // ended: the attempt's end must not end a later leader's
 	}
 	if n.trace.OAuthDiscovery != nil {
 		n.trace.OAuthDiscovery(x.ctx, info)

@@ -342,6 +342,21 @@ const testIssuer = "https://issuer.example"
 // The OAUTHBEARER exchange with the application's tokens, against a fake PostgreSQL 18 server:
 // sockets per connect, tokens sent, the hooks, libpq's refusals (fe-auth-oauth.c).
 func TestOAuthExchange(t *testing.T) {
+	t.Run("a token that is not a b64token: refused before it is sent, and not kept", func(t *testing.T) {
+		s := startCredServer(t, true)
+		creds := &fakeCreds{kind: CredentialOAuthToken, prefix: "tok\n"}
+		_, _, connect := credNegotiator(t, s, creds, OAuthConfig{Issuer: testIssuer}, "")
+		for i := range 2 {
+			if err := connect(); err == nil || !strings.Contains(err.Error(), "not a bearer token") {
+				t.Fatalf("connect %d: %v, want the token refused", i, err)
+			}
+		}
+		_, sent, _ := s.stats()
+		gets, fetches, refused := creds.counts()
+		if len(sent) != 1 || sent[0] != "" || fetches != 2 || refused != 2 || gets != 2 {
+			t.Errorf("sent %q, Get %d, fetches %d, Refused %d; want [\"\"] (the discovery alone), 2, 2, 2", sent, gets, fetches, refused)
+		}
+	})
 	t.Run("discovery then token: two sockets on the first connect, one on the next", func(t *testing.T) {
 		s := startCredServer(t, true)
 		creds := &fakeCreds{kind: CredentialOAuthToken, prefix: "tok"}

@@ -86,7 +86,9 @@ func (v *values) checkKeys() *ParseError {
 	return nil
 }
 
-func isSecretKey(key string) bool { return key == "password" || key == "sslpassword" }
+func isSecretKey(key string) bool {
+	return key == "password" || key == "sslpassword" || key == "oauth_client_secret"
+}
 
 // unknownKeyError is the error for a key the string may not hold.
 func unknownKeyError(key, what string, hidden bool) *ParseError {

@@ -132,6 +132,7 @@ func TestUnknownKeysRefused(t *testing.T) {
 		{"server parameter a client cannot set", "host=h shared_buffers=1GB", "shared_buffers", []string{`"shared_buffers"`}},
 		{"a libpq keyword with a dot", "host=h ssl.mode=verify-full", "ssl.mode", []string{"did you mean sslmode?"}},
 		{"after an unquoted password", "host=h password=correct horse=" + secret, "", []string{"after the password"}},
+		{"after an unquoted client secret", "host=h oauth_client_secret=correct horse=" + secret, "", []string{"after the password"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse(tt.dsn)

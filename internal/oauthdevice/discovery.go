@@ -36,11 +36,11 @@ type provider struct {
 func discover(ctx context.Context, client *http.Client, r Request) (*provider, error) {
 	const errctx = "failed to parse OpenID discovery document"
 	if !isHTTPS(r.DiscoveryURI) {
-		return nil, fmt.Errorf("discovery URI %q must use HTTPS", r.DiscoveryURI)
+		return nil, fmt.Errorf("discovery URI %q must use HTTPS", clip(r.DiscoveryURI))
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.DiscoveryURI, nil)
 	if err != nil {
-		return nil, fmt.Errorf("discovery URI %q: %w", r.DiscoveryURI, err)
+		return nil, fmt.Errorf("discovery URI %q: %w", clip(r.DiscoveryURI), err)
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := client.Do(req)
@@ -69,16 +69,16 @@ func discover(ctx context.Context, client *http.Client, r Request) (*provider, e
 		return nil, fmt.Errorf("%s: %w", errctx, err)
 	}
 	if p.Issuer != r.Issuer {
-		return nil, fmt.Errorf("the issuer identifier (%s) does not match oauth_issuer (%s)", p.Issuer, r.Issuer)
+		return nil, fmt.Errorf("the issuer identifier (%s) does not match oauth_issuer (%s)", clip(p.Issuer), r.Issuer)
 	}
 	if p.DeviceAuthorizationEndpoint == "" {
-		return nil, fmt.Errorf("issuer %q does not provide a device authorization endpoint", p.Issuer)
+		return nil, fmt.Errorf("issuer %q does not provide a device authorization endpoint", clip(p.Issuer))
 	}
 	if !isHTTPS(p.DeviceAuthorizationEndpoint) {
-		return nil, fmt.Errorf("device authorization endpoint %q must use HTTPS", p.DeviceAuthorizationEndpoint)
+		return nil, fmt.Errorf("device authorization endpoint %q must use HTTPS", clip(p.DeviceAuthorizationEndpoint))
 	}
 	if !isHTTPS(p.TokenEndpoint) {
-		return nil, fmt.Errorf("token endpoint %q must use HTTPS", p.TokenEndpoint)
+		return nil, fmt.Errorf("token endpoint %q must use HTTPS", clip(p.TokenEndpoint))
 	}
 	return p, nil
 }
@@ -95,7 +95,7 @@ func checkContentType(ct string) error {
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return fmt.Errorf("unexpected content type: %q", ct)
+		return fmt.Errorf("unexpected content type: %q", clip(ct))
 	}
 	return nil
 }

@@ -86,29 +86,62 @@ func New(cfg Config) *Flow {
 	return &Flow{cfg: cfg, client: &nc, grants: map[grantKey]grant{}}
 }
 
-// Token returns a token for r: from a refresh of the kept refresh token when there is one
-// (prompted false), else through the whole flow, the human prompted (prompted true). ctx bounds
-// every request and the wait for the human (and the device code's expires_in).
-func (f *Flow) Token(ctx context.Context, r Request) (tok *oauth2.Token, prompted bool, err error) {
-	ctx = context.WithValue(ctx, oauth2.HTTPClient, f.client)
+// ErrNoRefreshToken is Refresh's error when no refresh token is kept for the request's issuer
+// and scope (none was given, or the issuer refused it).
+var ErrNoRefreshToken = errors.New("no refresh token kept")
+
+// Refresh returns a token for r from the kept refresh token, without a human: ErrNoRefreshToken
+// when none is kept, or the error of the request (the refresh token dropped when the issuer
+// answered it with an error, an *oauth2.RetrieveError; kept when it was not reached).
+func (f *Flow) Refresh(ctx context.Context, r Request) (*oauth2.Token, error) {
+	tok, err := f.refresh(context.WithValue(ctx, oauth2.HTTPClient, f.client), r)
+	if err != nil && !errors.Is(err, ErrNoRefreshToken) {
+		return nil, f.tokenError("failed to refresh the access token", err)
+	}
+	return tok, err
+}
+
+// refresh is Refresh with the request's own error (an *oauth2.RetrieveError when the issuer
+// answered), ctx holding the flow's HTTP client.
+func (f *Flow) refresh(ctx context.Context, r Request) (*oauth2.Token, error) {
 	key := grantKey{r.Issuer, r.Scope}
 	f.mu.Lock()
 	g, ok := f.grants[key]
 	f.mu.Unlock()
-	if ok {
-		tok, err := f.config(g.endpoint, r.Scope).TokenSource(ctx, &oauth2.Token{RefreshToken: g.refreshToken}).Token()
-		if err == nil {
-			f.keep(key, g.endpoint, tok)
-			return tok, false, nil
-		}
+	if !ok {
+		return nil, ErrNoRefreshToken
+	}
+	tok, err := f.config(g.endpoint, r.Scope).TokenSource(ctx, &oauth2.Token{RefreshToken: g.refreshToken}).Token()
+	if err == nil {
+		f.keep(key, g.endpoint, tok)
+		return tok, nil
+	}
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) { // the issuer refused it; not when it was not reached
 		f.mu.Lock()
 		if f.grants[key] == g {
 			delete(f.grants, key)
 		}
 		f.mu.Unlock()
-		if ctx.Err() != nil {
-			return nil, false, ctx.Err()
-		}
+	}
+	return nil, err
+}
+
+// Token returns a token for r: from a refresh of the kept refresh token when there is one
+// (prompted false), else through the whole flow, the human prompted (prompted true). ctx bounds
+// every request and the wait for the human (and the device code's expires_in).
+func (f *Flow) Token(ctx context.Context, r Request) (tok *oauth2.Token, prompted bool, err error) {
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, f.client)
+	tok, err = f.refresh(ctx, r)
+	var re *oauth2.RetrieveError
+	switch {
+	case err == nil:
+		return tok, false, nil
+	case ctx.Err() != nil:
+		return nil, false, ctx.Err()
+	case !errors.Is(err, ErrNoRefreshToken) && !errors.As(err, &re):
+		// The issuer not reached (the refresh token kept): no human for a network error.
+		return nil, false, f.tokenError("failed to refresh the access token", err)
 	}
 	p, err := discover(ctx, f.client, r)
 	if err != nil {
@@ -129,9 +162,6 @@ func (f *Flow) Token(ctx context.Context, r Request) (tok *oauth2.Token, prompte
 			return nil, false, fmt.Errorf("failed to parse device authorization: field %q is missing", field.name)
 		}
 	}
-	if da.Interval < 1 {
-		da.Interval = 5 // RFC 8628 section 3.2's default; libpq's lower bound is 1
-	}
 	if err := f.prompt(ctx, da); err != nil {
 		return nil, true, fmt.Errorf("device prompt failed: %w", err)
 	}
@@ -139,7 +169,7 @@ func (f *Flow) Token(ctx context.Context, r Request) (tok *oauth2.Token, prompte
 	if err != nil {
 		return nil, true, f.tokenError("failed to obtain access token", err)
 	}
-	f.keep(key, ep, tok)
+	f.keep(grantKey{r.Issuer, r.Scope}, ep, tok)
 	return tok, true, nil
 }
 
@@ -153,13 +183,15 @@ func (f *Flow) basicAuth(ctx context.Context, ep oauth2.Endpoint) context.Contex
 		return ctx
 	}
 	c := *f.client
-	c.Transport = basicAuthTransport{next: f.client.Transport, device: ep.DeviceAuthURL, token: ep.TokenURL, id: f.cfg.ClientID, secret: f.cfg.ClientSecret}
+	c.Transport = basicAuthTransport{next: f.client.Transport, id: f.cfg.ClientID, secret: f.cfg.ClientSecret}
 	return context.WithValue(ctx, oauth2.HTTPClient, &c)
 }
 
+// basicAuthTransport authenticates every POST it carries: the client it is in (basicAuth's)
+// carries the flow's device authorization and token requests alone.
 type basicAuthTransport struct {
-	next                      http.RoundTripper
-	device, token, id, secret string
+	next       http.RoundTripper
+	id, secret string
 }
 
 func (t basicAuthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -167,7 +199,7 @@ func (t basicAuthTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	if u := req.URL.String(); req.Method != http.MethodPost || (u != t.device && u != t.token) || req.Body == nil {
+	if req.Method != http.MethodPost || req.Body == nil {
 		return next.RoundTrip(req)
 	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
@@ -252,14 +284,21 @@ func (f *Flow) tokenError(what string, err error) error {
 // maxErrorText bounds what of an issuer's error texts goes into an error.
 const maxErrorText = 256
 
-// clip cuts s, the issuer's text, to maxErrorText bytes (on a rune boundary), marked "...".
+// clip cuts s, the issuer's text, to maxErrorText bytes (on a rune boundary), marked "...",
+// with control characters (a terminal's escapes, newlines) and invalid UTF-8 shown as "?".
 func clip(s string) string {
-	if len(s) <= maxErrorText {
-		return s
+	more := ""
+	if len(s) > maxErrorText {
+		cut := maxErrorText
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s, more = s[:cut], "..."
 	}
-	cut := maxErrorText
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, s) + more
 }

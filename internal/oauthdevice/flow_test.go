@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -156,6 +157,57 @@ func TestDeviceFlowPromptsOnceThenRefreshes(t *testing.T) {
 	if err != nil || !prompted || tok.AccessToken != "access-4" || len(prompts) != 2 {
 		t.Fatalf("after a refused refresh: %v, prompted %v, %v, %d prompts", tok, prompted, err, len(prompts))
 	}
+}
+
+// Refresh never asks a human: without a kept refresh token it fails with ErrNoRefreshToken; an
+// issuer not reached keeps the refresh token (and Token then asks no human either), one that
+// refuses it drops it.
+func TestRefreshWithoutHuman(t *testing.T) {
+	is := newIssuer(t)
+	prompts := 0
+	f := New(Config{ClientID: clientID, HTTPClient: is.srv.Client(),
+		Prompt: func(context.Context, *oauth2.DeviceAuthResponse) error { prompts++; return nil }})
+	ctx := context.Background()
+	if _, err := f.Refresh(ctx, is.request()); !errors.Is(err, ErrNoRefreshToken) || prompts != 0 {
+		t.Fatalf("Refresh before any grant: %v, %d prompts; want ErrNoRefreshToken, none", err, prompts)
+	}
+	if _, _, err := f.Token(ctx, is.request()); err != nil || prompts != 1 {
+		t.Fatalf("Token: %v, %d prompts", err, prompts)
+	}
+	if tok, err := f.Refresh(ctx, is.request()); err != nil || tok.AccessToken != "access-2" {
+		t.Fatalf("Refresh = %v, %v; want access-2", tok, err)
+	}
+
+	// The issuer not reached: an error, no human, the refresh token kept.
+	down := New(Config{ClientID: clientID, HTTPClient: &http.Client{Transport: failingTransport{}}})
+	down.grants = f.grants
+	if _, err := down.Refresh(ctx, is.request()); err == nil || errors.Is(err, ErrNoRefreshToken) {
+		t.Fatalf("Refresh with the issuer down: %v", err)
+	}
+	if _, _, err := down.Token(ctx, is.request()); err == nil || !strings.Contains(err.Error(), "failed to refresh the access token") {
+		t.Fatalf("Token with the issuer down: %v; want the refresh's error, no flow", err)
+	}
+	if tok, err := f.Refresh(ctx, is.request()); err != nil || tok.AccessToken != "access-3" || prompts != 1 {
+		t.Fatalf("Refresh after the issuer was down = %v, %v, %d prompts; want access-3 from the kept refresh token", tok, err, prompts)
+	}
+
+	// The issuer refuses it: dropped.
+	is.mu.Lock()
+	is.denyRefresh = true
+	is.mu.Unlock()
+	if _, err := f.Refresh(ctx, is.request()); err == nil || errors.Is(err, ErrNoRefreshToken) || !strings.Contains(err.Error(), "invalid_grant") {
+		t.Fatalf("a refused refresh: %v", err)
+	}
+	if _, err := f.Refresh(ctx, is.request()); !errors.Is(err, ErrNoRefreshToken) || prompts != 1 {
+		t.Fatalf("after a refused refresh: %v, %d prompts; want ErrNoRefreshToken", err, prompts)
+	}
+}
+
+// failingTransport reaches no issuer.
+type failingTransport struct{}
+
+func (failingTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, errors.New("connection refused")
 }
 
 func TestDefaultPrompt(t *testing.T) {

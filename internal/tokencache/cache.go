@@ -45,6 +45,14 @@ type Fetch func(ctx context.Context) (Secret, error)
 // Background runs do in the background, not tied to a Get's context; false: it did not run it.
 type Background func(do func(ctx context.Context) error) bool
 
+// refreshKey marks the context of a refresh ahead of expiry.
+type refreshKey struct{}
+
+// Refreshing reports whether ctx is that of a fetch refreshing a kept secret ahead of its
+// expiry (in the background, nobody waiting for it): a fetch that would need a human (the
+// device flow's prompt) should fail there instead, and leave it to a connect.
+func Refreshing(ctx context.Context) bool { return ctx.Value(refreshKey{}) != nil }
+
 // Config configures a Cache.
 type Config struct {
 	// MaxKeys bounds the secrets kept: when full, a new key first drops the expired secrets,
@@ -192,7 +200,7 @@ func (c *Cache) wait(ctx context.Context, key string, fl *flight) (Secret, bool,
 // refresh fetches key's secret in the background for e, the kept entry it found in the last
 // part of its life.
 func (c *Cache) refresh(ctx context.Context, key string, e *entry, fetch Fetch) error {
-	s, err := fetch(ctx)
+	s, err := fetch(context.WithValue(ctx, refreshKey{}, true))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e.refreshing = false

@@ -174,6 +174,9 @@ func TestRefreshAhead(t *testing.T) {
 	release := make(chan struct{})
 	fetch := func(ctx context.Context) (Secret, error) {
 		n := calls.Add(1)
+		if Refreshing(ctx) != (n > 1) { // the first fetch is a Get's, the second a refresh
+			t.Errorf("fetch %d: Refreshing %v", n, Refreshing(ctx))
+		}
 		if n > 1 {
 			<-release
 		}
