@@ -143,7 +143,10 @@ func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.C
 // replaced, the connect fails with an error saying so. ConnConfig.DialFunc: yours dials the
 // sockets of this pool's connects (each attempt's, with the connection string's keepalive keys
 // applied as to [WithDialFunc]'s) in place of the connector's dialer (the connector's background
-// rechecks of a down host use its own). ConnString() is the string given to [New]. The pool
+// rechecks of a down host use its own). With BeforeConnect replaced, pgx first dials the
+// string's first host through yours itself, before AfterNetConnect: that socket is closed
+// unused, and when that host is down the connect fails there, the other hosts untried; wrap
+// BeforeConnect instead (call the one PgxPoolConfig set after yours), which dials once. ConnString() is the string given to [New]. The pool
 // settings, AfterConnect, BeforeAcquire, PrepareConn, AfterRelease, BeforeClose, ShouldPing and
 // the ConnConfig fields PgxConfig describes are used as pgx uses them.
 //
@@ -152,7 +155,8 @@ func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.C
 // naming the field and the option.
 //
 // A failed negotiation is the error of pool.Acquire (and of the pool's other calls that
-// connect) as it is: a *negotiation.ConnectError naming the host and step, not wrapped by pgx.
+// connect) as it is: a *negotiation.ConnectError naming the host and step, not wrapped by pgx
+// (with BeforeConnect replaced, wrapped by pgx's connect error: errors.As finds it).
 // The pool needs the connector to open connections: close the pool before the connector.
 //
 // Its ConnConfig.Tracer is a new tracing.PoolTracer, composed (github.com/jackc/pgx/v5/multitracer)
@@ -182,12 +186,14 @@ func (c *Connector) pgxPoolConfig() (*pgxpool.Config, *tracing.PoolTracer, error
 	pt := c.newPoolTracer()
 	cc.Tracer = pt
 	if c.pgxTracer != nil {
-		cc.Tracer = multitracer.New(pt, c.pgxTracer)
+		// Without its connect hooks: the connector's connect span covers a pool's connect, also
+		// when the negotiation runs in AfterNetConnect, after pgx began its own connect.
+		cc.Tracer = multitracer.New(pt, tracing.WithoutConnectTrace(c.pgxTracer))
 	}
 	// A pool connect without the connector's BeforeConnect (an application's replaced it)
 	// is negotiated in AfterNetConnect, on the configuration pgxpool made for it: pgx's own
 	// TLS, fallbacks and host lookup must not run before (poolAfterNetConnect).
-	cc.DialFunc = c.poolDial
+	cc.DialFunc = poolDial
 	cc.AfterNetConnect = c.poolAfterNetConnect
 	cc.TLSConfig, cc.Fallbacks = nil, nil
 	cc.LookupFunc = sameHost
@@ -261,7 +267,7 @@ func (c *Connector) poolBeforeConnect(ctx context.Context, cc *pgx.ConnConfig) e
 // poolDial is the DialFunc of PgxPoolConfig's configuration. The connector's BeforeConnect
 // replaces it (negotiatePgx); when an application's BeforeConnect replaced that one, pgx calls it
 // and poolAfterNetConnect negotiates in its place, on the pendingConn it returns.
-func (c *Connector) poolDial(context.Context, string, string) (net.Conn, error) {
+func poolDial(context.Context, string, string) (net.Conn, error) {
 	return pendingConn{}, nil
 }
 
@@ -349,7 +355,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*repl
 	// A DialFunc of the application's (set on PgxConfig's or PgxPoolConfig's configuration)
 	// dials this connect's sockets, with the connection string's keepalive keys applied as to
 	// WithDialFunc's (connectDialer).
-	if f := cc.DialFunc; !pgxconfig.SameFunc(f, notThroughConnector) && !pgxconfig.SameFunc(f, c.poolDial) {
+	if f := cc.DialFunc; !pgxconfig.SameFunc(f, notThroughConnector) && !pgxconfig.SameFunc(f, poolDial) {
 		ctx = context.WithValue(ctx, dialKey{}, pgconn.DialFunc(keepalive.Wrap(f, c.settings.Keepalives)))
 	}
 	base := cc.Copy()
@@ -410,7 +416,7 @@ func (c *Connector) negotiatePgx(ctx context.Context, cc *pgx.ConnConfig) (*repl
 	// The session's: pgx's Config().Host and Port say where it went.
 	cc.Host, cc.Port = hc.Config.Host, hc.Config.Port
 	cc.DialFunc = d.DialFunc
-	cc.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+	cc.LookupFunc = sameHost
 	// What the attempt that established the session did or checked is not done again: TLS,
 	// the other hosts, the client certificate, channel binding and require_auth checks, the
 	// caller's AfterNetConnect.
@@ -434,10 +440,6 @@ type dialKey struct{}
 // connectDialer is the negotiator's dial function: the connect's own (dialKey) when it has one,
 // else dial, the connector's (WithDialFunc's, or the one of the connection string's keys).
 func connectDialer(dial pgconn.DialFunc) pgconn.DialFunc {
-	if dial == nil {
-		d := &net.Dialer{KeepAlive: 5 * time.Minute} // pgx's default
-		dial = d.DialContext
-	}
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		if f, ok := ctx.Value(dialKey{}).(pgconn.DialFunc); ok {
 			return f(ctx, network, address)

@@ -13,6 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/pgconnector/pgconnector"
+	"github.com/pgconnector/pgconnector/tracing"
 )
 
 // PgxPoolConfig's configuration keeps pgx's meaning for what a pgx user changes (pgx's own
@@ -24,7 +29,8 @@ import (
 func TestPgxPoolConfigAsPgx(t *testing.T) {
 	_, tlsSrv := servers(t)
 	dsn := tlsSrv.DSN("password=wrong", "sslmode=require")
-	c := newConnector(t, dsn)
+	rec := tracetest.NewSpanRecorder()
+	c := newConnector(t, dsn, pgconnector.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))))
 
 	var dials atomic.Int32
 	p := openPool(t, c, func(cfg *pgxpool.Config) {
@@ -46,6 +52,15 @@ func TestPgxPoolConfigAsPgx(t *testing.T) {
 	}
 	if dials.Load() == 0 {
 		t.Errorf("the ConnConfig.DialFunc was not called")
+	}
+	connects := 0
+	for _, s := range rec.Ended() {
+		if s.Name() == tracing.SpanConnect {
+			connects++
+		}
+	}
+	if connects != 1 { // the negotiation's, not a second one of pgx's connect through the pool's tracer
+		t.Errorf("%d %s spans for one pool connect, want 1", connects, tracing.SpanConnect)
 	}
 
 	for _, tt := range []struct {
