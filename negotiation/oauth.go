@@ -2,16 +2,16 @@ package negotiation
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgconnector/pgconnector/internal/jsonfields"
 )
 
 // SASL OAUTHBEARER (RFC 7628) as PostgreSQL 18 speaks it (src/backend/libpq/auth-oauth.c) and
@@ -67,107 +67,12 @@ func parseOAuthAnswer(data []byte) (oauthAnswer, error) {
 	if !utf8.Valid(data) {
 		return a, errors.New("server's error response is not valid UTF-8")
 	}
-	fail := func(msg string) (oauthAnswer, error) {
-		return oauthAnswer{}, errors.New("failed to parse server's error response: " + msg)
+	fields := []jsonfields.Field{{Name: "status", To: &a.Status}, {Name: "scope", To: &a.Scope}, {Name: "openid-configuration", To: &a.DiscoveryURI}}
+	if err := jsonfields.Read(data, oauthMaxNesting, fields); err != nil {
+		return oauthAnswer{}, errors.New("failed to parse server's error response: " + err.Error())
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	depth := 0
-	top := false
-	seen := map[string]bool{}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fail("invalid JSON")
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				if depth == 0 && t == '[' {
-					return fail("top-level element must be an object")
-				}
-				depth++
-				top = true
-				if depth > oauthMaxNesting {
-					return fail("JSON is too deeply nested")
-				}
-			default:
-				depth--
-				if depth == 0 && dec.More() {
-					return fail("invalid JSON")
-				}
-			}
-			continue
-		}
-		if depth == 0 {
-			return fail("top-level element must be an object")
-		}
-		name, isKey := tok.(string)
-		if depth != 1 || !isKey {
-			continue // a value of a field not ours, or a nested key
-		}
-		var target *string
-		switch name {
-		case "status":
-			target = &a.Status
-		case "scope":
-			target = &a.Scope
-		case "openid-configuration":
-			target = &a.DiscoveryURI
-		default:
-			// Skip the value, whatever it is.
-			if err := skipValue(dec, depth); err != nil {
-				return fail(err.Error())
-			}
-			continue
-		}
-		v, err := dec.Token()
-		if err != nil {
-			return fail("invalid JSON")
-		}
-		s, ok := v.(string)
-		if !ok {
-			return fail(fmt.Sprintf("field %q must be a string", name))
-		}
-		if seen[name] {
-			return fail(fmt.Sprintf("field %q is duplicated", name))
-		}
-		seen[name] = true
-		*target = s
-	}
-	if depth != 0 || !top {
-		return fail("invalid JSON")
-	}
-	a.hasStatus = seen["status"]
+	a.hasStatus = fields[0].Seen
 	return a, nil
-}
-
-// skipValue reads one value of dec (a scalar, or an object or array with what it holds),
-// holding the nesting limit: depth is the nesting the value is at.
-func skipValue(dec *json.Decoder, depth int) error {
-	level := 0
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return errors.New("invalid JSON")
-		}
-		if d, ok := tok.(json.Delim); ok {
-			if d == '{' || d == '[' {
-				level++
-				if depth+level > oauthMaxNesting {
-					return errors.New("JSON is too deeply nested")
-				}
-			} else {
-				level--
-			}
-		}
-		if level == 0 {
-			return nil
-		}
-	}
 }
 
 // issuerFromWellKnown derives the issuer identifier of a .well-known URI by RFC 8414 section 3

@@ -1,9 +1,7 @@
 package oauthdevice
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pgconnector/pgconnector/internal/jsonfields"
 )
 
 // maxDocument is the largest discovery document read (libpq-oauth's MAX_OAUTH_RESPONSE_SIZE).
@@ -100,59 +100,19 @@ func checkContentType(ct string) error {
 	return nil
 }
 
-// parseProvider reads the document's top-level fields: each string field once, of type string;
-// the nesting bounded before decoding.
+// parseProvider reads the document's top-level fields with libpq-oauth's rules (internal/jsonfields):
+// one object, nested at most maxNesting levels, each field at most once and a string.
 func parseProvider(body []byte) (*provider, error) {
-	if err := checkNesting(body); err != nil {
+	p := &provider{}
+	fields := []jsonfields.Field{{Name: "issuer", To: &p.Issuer}, {Name: "token_endpoint", To: &p.TokenEndpoint},
+		{Name: "device_authorization_endpoint", To: &p.DeviceAuthorizationEndpoint}}
+	if err := jsonfields.Read(body, maxNesting, fields); err != nil {
 		return nil, err
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
-		return nil, fmt.Errorf("invalid JSON: %v", err)
-	}
-	p := &provider{}
-	for _, f := range [...]struct {
-		name     string
-		to       *string
-		required bool
-	}{
-		{"issuer", &p.Issuer, true},
-		{"token_endpoint", &p.TokenEndpoint, true},
-		{"device_authorization_endpoint", &p.DeviceAuthorizationEndpoint, false},
-	} {
-		raw, ok := top[f.name]
-		if !ok {
-			if f.required {
-				return nil, fmt.Errorf("field %q is missing", f.name)
-			}
-			continue
-		}
-		if err := json.Unmarshal(raw, f.to); err != nil || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-			return nil, fmt.Errorf("field %q must be a string", f.name)
+	for _, f := range fields[:2] { // required
+		if !f.Seen {
+			return nil, fmt.Errorf("field %q is missing", f.Name)
 		}
 	}
 	return p, nil
-}
-
-// checkNesting refuses JSON nested deeper than maxNesting (libpq: "JSON is too deeply nested").
-func checkNesting(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	depth := 0
-	for {
-		t, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("invalid JSON: %v", err)
-		}
-		switch t {
-		case json.Delim('{'), json.Delim('['):
-			if depth++; depth > maxNesting {
-				return errors.New("JSON is too deeply nested")
-			}
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-	}
 }
