@@ -138,6 +138,11 @@ type Negotiator struct {
 	requireAuth atomic.Pointer[requireAuth]
 	// oauth remembers the servers' OAUTHBEARER answers (oauth.go).
 	oauth oauthMemory
+	// issuerID and issuerWK are Config.OAuth.Issuer as an issuer identifier and, when it is a
+	// .well-known URI, that URI (oauthIssuer); issuerErr why it is neither, for the connects
+	// that need it.
+	issuerID, issuerWK string
+	issuerErr          error
 }
 
 // NewNegotiator returns a Negotiator for cfg. cfg.Hosts must not be empty.
@@ -160,6 +165,9 @@ func NewNegotiator(cfg Config) (*Negotiator, error) {
 		cfg.Hosts[i].TLSConfig = withALPN(cfg.Hosts[i].TLSConfig)
 	}
 	n := &Negotiator{cfg: cfg, literal: literalAddrs(cfg.Hosts)}
+	if cfg.OAuth.Issuer != "" {
+		n.issuerID, n.issuerWK, n.issuerErr = oauthIssuer(cfg.OAuth.Issuer)
+	}
 	if cfg.DNSTTL > 0 {
 		n.dns = newDNSCache(cfg.DNSTTL)
 	}

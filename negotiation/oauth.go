@@ -279,10 +279,10 @@ func (x *authExchange) startOAuth() error {
 	if cfg.Issuer == "" {
 		return &AuthError{Problem: "server requires OAuth authentication, but oauth_issuer is not set"}
 	}
-	id, wkURI, err := oauthIssuer(cfg.Issuer)
-	if err != nil {
-		return &AuthError{Problem: err.Error()}
+	if n.issuerErr != nil {
+		return &AuthError{Problem: n.issuerErr.Error()}
 	}
+	id, wkURI := n.issuerID, n.issuerWK
 	x.ob = &oauthExchange{req: x.credentialRequest(CredentialOAuthToken)}
 	req := &x.ob.req
 	req.Issuer, req.Scope = id, cfg.Scope
@@ -296,7 +296,7 @@ func (x *authExchange) startOAuth() error {
 	if req.DiscoveryURI = wkURI; wkURI == "" {
 		k := x.oauthKey()
 		uri, scope, ok := n.oauth.get(k)
-		if !ok && !x.at.oauthLead {
+		if !ok {
 			// One discovery for a herd: the others wait for its answer (a round trip), bounded
 			// by the attempt's context, and discover themselves only if it brought none.
 			wait, lead := n.oauth.beginDiscovery(k)
@@ -413,7 +413,7 @@ func (x *authExchange) continueOAuth(data []byte) error {
 			problem = err.Error()
 		case id != ob.req.Issuer:
 			problem = fmt.Sprintf("server's discovery document at %s (issuer %q) is incompatible with oauth_issuer (%s)", printable(a.DiscoveryURI), printable(id), n.cfg.OAuth.Issuer)
-		case ob.req.DiscoveryURI != "" && a.DiscoveryURI != ob.req.DiscoveryURI && strings.Contains(n.cfg.OAuth.Issuer, wkPrefix):
+		case ob.req.DiscoveryURI != "" && a.DiscoveryURI != ob.req.DiscoveryURI && n.issuerWK != "":
 			// oauth_issuer's own discovery URI is the one (libpq: handle_oauth_sasl_error); a
 			// remembered one is replaced by the server's new answer.
 			problem = fmt.Sprintf("server's discovery document has moved to %s (previous location was %s)", printable(a.DiscoveryURI), printable(ob.req.DiscoveryURI))
@@ -430,8 +430,7 @@ func (x *authExchange) continueOAuth(data []byte) error {
 		}
 	}
 	if problem == "" && a.DiscoveryURI != "" {
-		_, wk, _ := oauthIssuer(n.cfg.OAuth.Issuer)
-		if wk == "" { // a .well-known oauth_issuer asks no server
+		if n.issuerWK == "" { // a .well-known oauth_issuer asks no server
 			info.Changed = n.oauth.put(x.oauthKey(), a.DiscoveryURI, a.Scope)
 		}
 	}
