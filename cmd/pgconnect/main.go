@@ -42,6 +42,7 @@ import (
 
 	"github.com/pgconnector/pgconnector"
 	"github.com/pgconnector/pgconnector/negotiation"
+	"github.com/pgconnector/pgconnector/tracing"
 )
 
 func main() {
@@ -440,8 +441,8 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 	}
 	kids := descendants(root, spans)
 	for _, e := range root.Events() {
-		if e.Name == eventCredentialRetry {
-			cn.Retries = append(cn.Retries, attrs(e.Attributes)["pgconnector.credential.retry.reason"].AsString())
+		if e.Name == tracing.EventCredentialRetry { // the other events shown are those of step spans
+			cn.Retries = append(cn.Retries, attrs(e.Attributes)[string(tracing.CredentialRetryReasonKey)].AsString())
 		}
 	}
 	for _, it := range kids {
@@ -479,7 +480,7 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 			}
 		case "credential":
 			if st.Error == "" {
-				cn.Credential = strings.TrimSpace(sa["pgconnector.credential.kind"].AsString() + " " + sa["pgconnector.credential.source"].AsString())
+				cn.Credential = strings.TrimSpace(sa[string(tracing.CredentialKindKey)].AsString() + " " + sa[string(tracing.CredentialSourceKey)].AsString())
 			}
 		case "startup":
 			if sa["pgconnector.auth.sasl_mechanism"].AsString() == "OAUTHBEARER" {
@@ -503,11 +504,6 @@ func fromSpans(spans []sdktrace.ReadOnlySpan) Connect {
 	}
 	return cn
 }
-
-// eventCredentialRetry is the connect span's event of an attempt made again with a fresh
-// credential (tracing.EventCredentialRetry); its other events shown as steps are those of its
-// step spans (tracing.EventOAuthDiscovery).
-const eventCredentialRetry = "credential_retry"
 
 // item is a step span or an event of the connect, in the order of the waterfall.
 type item struct {
