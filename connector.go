@@ -59,7 +59,6 @@ const DefaultDownHostTTL = 10 * time.Second
 type Connector struct {
 	settings   *Settings
 	negotiator *negotiation.Negotiator
-	dsn        string // as given to New: what the pgx configurations' ConnString() returns
 	stdlib     driver.Connector
 	closeGSS   func() error        // releases the Kerberos client (gss_on.go, gss_off.go)
 	statements *tracing.Statements // nil: WithStatementSpans(false)
@@ -136,6 +135,10 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 	if o.lookupFunc != nil {
 		lookup = o.lookupFunc
 	}
+	// pgx's ConnString() of the configurations made from s.Config (PgxConfig, the connections):
+	// the string given to New, not the one built for pgx's parse. SetConnString fails only with
+	// a pgx that renamed its field (pgxconfig's test).
+	_ = pgxconfig.SetConnString(s.Config, dsn)
 	metrics := tracing.NewMetrics(o.meterProvider, tracing.Pool{Host: s.Hosts[0].Host, Port: s.Hosts[0].Port, Database: s.Config.Database})
 	var creds negotiation.Credentials // nil unless an option asks for credentials
 	clientID, clientSecret := oauthClientOf(s)
@@ -175,7 +178,7 @@ func New(dsn string, opts ...Option) (*Connector, error) {
 		closeGSS()
 		return nil, err
 	}
-	c = &Connector{dsn: dsn, settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect,
+	c = &Connector{settings: s, negotiator: neg, closeGSS: closeGSS, metrics: metrics, beforeConnect: o.beforeConnect,
 		tlsConfigFunc: o.tlsConfigFunc, passwordFunc: o.passwordFunc != nil, interceptors: o.interceptors}
 	if o.statementSpans {
 		c.tp = o.tracerProvider

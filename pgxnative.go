@@ -86,10 +86,7 @@ import (
 func (c *Connector) PgxConfig() *pgx.ConnConfig {
 	cc := c.settings.Config.Copy()
 	cc.ValidateConnect = nil
-	cc.DialFunc = notThroughConnector
-	// pgx's ConnString(): the string given to New, not the one the connector built for pgx's
-	// parse; SetConnString fails only with a pgx that renamed its field (pgxconfig's test).
-	_ = pgxconfig.SetConnString(cc, c.dsn)
+	cc.DialFunc = notThroughConnector // ConnString() is New's string (set there, Copy keeps it)
 	if c.pgxTracer != nil {
 		cc.Tracer = c.pgxTracer
 	}
@@ -146,9 +143,10 @@ func (c *Connector) ConnectPgx(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.C
 // rechecks of a down host use its own). With BeforeConnect replaced, pgx first dials the
 // string's first host through yours itself, before AfterNetConnect: that socket is closed
 // unused, and when that host is down the connect fails there, the other hosts untried; wrap
-// BeforeConnect instead (call the one PgxPoolConfig set after yours), which dials once. ConnString() is the string given to [New]. The pool
-// settings, AfterConnect, BeforeAcquire, PrepareConn, AfterRelease, BeforeClose, ShouldPing and
-// the ConnConfig fields PgxConfig describes are used as pgx uses them.
+// BeforeConnect instead (call the one PgxPoolConfig set after yours), which dials once.
+// ConnString() is the string given to [New]. The pool settings, AfterConnect, BeforeAcquire,
+// PrepareConn, AfterRelease, BeforeClose, ShouldPing and the ConnConfig fields PgxConfig
+// describes are used as pgx uses them.
 //
 // ConnConfig.TLSConfig, Fallbacks and LookupFunc are the connector's (nil, and one returning the host): its TLS
 // and lookup are used (WithTLSConfigFunc, WithLookupFunc); set, the connect fails with an error
