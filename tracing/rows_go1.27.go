@@ -26,7 +26,7 @@ func (r *sqlColumnScanRows) ScanColumn(scanCtx driver.ScanContext, index int, de
 
 // newSQLRows returns r as rows of the optional interfaces its rows implement.
 func newSQLRows(r sqlRows) driver.Rows {
-	if s, ok := r.rows.(driver.RowsColumnScanner); ok {
+	if s, ok := r.Under.(driver.RowsColumnScanner); ok {
 		return &sqlColumnScanRows{sqlRows: r, scanner: s}
 	}
 	return &r

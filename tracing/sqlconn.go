@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
-	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -283,23 +282,23 @@ func (ic *interceptor) rows(ctx context.Context, c *call, rows driver.Rows, err 
 		c.span.End()
 		return rows, nil
 	}
-	return newSQLRows(sqlRows{rows: rows, ic: ic, ctx: ctx, call: *c}), nil
+	return newSQLRows(sqlRows{ColumnTypes: intercept.ColumnTypes{Under: rows}, ic: ic, ctx: ctx, call: *c}), nil
 }
 
 // sqlRows are the rows of a traced query: their Close ends the query's span and measurement,
 // with the first error reading them, if any, as the query's outcome.
 type sqlRows struct {
-	rows driver.Rows
-	ic   *interceptor
-	ctx  context.Context
-	call call
-	n    int64 // rows read
+	intercept.ColumnTypes // Under: the rows wrapped
+	ic                    *interceptor
+	ctx                   context.Context
+	call                  call
+	n                     int64 // rows read
 }
 
-func (r *sqlRows) Columns() []string { return r.rows.Columns() }
+func (r *sqlRows) Columns() []string { return r.Under.Columns() }
 
 func (r *sqlRows) Next(dest []driver.Value) error {
-	err := r.rows.Next(dest)
+	err := r.Under.Next(dest)
 	r.read(err)
 	return err
 }
@@ -316,7 +315,7 @@ func (r *sqlRows) read(err error) {
 }
 
 func (r *sqlRows) Close() error {
-	err := r.rows.Close()
+	err := r.Under.Close()
 	outcome := err
 	if r.call.rowsErr != nil {
 		outcome = r.call.rowsErr
@@ -326,36 +325,6 @@ func (r *sqlRows) Close() error {
 	}
 	r.ic.end(r.ctx, &r.call, outcome)
 	return err
-}
-
-// The column-type methods are the rows' own; without them, what database/sql assumes then.
-
-func (r *sqlRows) ColumnTypeDatabaseTypeName(index int) string {
-	if ct, ok := r.rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
-		return ct.ColumnTypeDatabaseTypeName(index)
-	}
-	return ""
-}
-
-func (r *sqlRows) ColumnTypeLength(index int) (length int64, ok bool) {
-	if ct, is := r.rows.(driver.RowsColumnTypeLength); is {
-		return ct.ColumnTypeLength(index)
-	}
-	return 0, false
-}
-
-func (r *sqlRows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
-	if ct, is := r.rows.(driver.RowsColumnTypePrecisionScale); is {
-		return ct.ColumnTypePrecisionScale(index)
-	}
-	return 0, 0, false
-}
-
-func (r *sqlRows) ColumnTypeScanType(index int) reflect.Type {
-	if ct, ok := r.rows.(driver.RowsColumnTypeScanType); ok {
-		return ct.ColumnTypeScanType(index)
-	}
-	return reflect.TypeFor[any]()
 }
 
 var (

@@ -13,11 +13,12 @@ import (
 // driver's rows' (see [Rows.Columns]); on Go 1.27 they are a driver.RowsColumnScanner when the
 // driver's rows are (rows_go1.27.go).
 type Rows struct {
-	intr   sqlmw.Interceptor
-	ctx    context.Context
-	parent driver.Rows // the next interceptor's Rows, or the driver's
-	q      *query
-	last   bool // parent is the driver's rows
+	ColumnTypes // of the driver's rows, under every wrapper
+	intr        sqlmw.Interceptor
+	ctx         context.Context
+	parent      driver.Rows // the next interceptor's Rows, or the driver's
+	q           *query
+	last        bool // parent is the driver's rows
 }
 
 // query is what the Rows of one query's interceptors share.
@@ -33,7 +34,7 @@ type query struct {
 // wrapRows returns rows, returned by intr's query with ctx, as Rows of intr.
 func wrapRows(intr sqlmw.Interceptor, ctx context.Context, rows driver.Rows) driver.Rows {
 	q, last := queryOf(rows)
-	return newRows(Rows{intr: intr, ctx: ctx, parent: rows, q: q, last: last})
+	return newRows(Rows{ColumnTypes: ColumnTypes{q.rows}, intr: intr, ctx: ctx, parent: rows, q: q, last: last})
 }
 
 // queryOf returns the query of rows: that of the Rows under them (looking through an
@@ -72,31 +73,34 @@ func (r *Rows) Next(dest []driver.Value) error { return r.intr.RowsNext(r.ctx, r
 
 func (r *Rows) Close() error { return r.intr.RowsClose(r.ctx, r.parent) }
 
-// The column-type methods are the driver's rows'; without them, what database/sql assumes then.
+// ColumnTypes gives a wrapper of a driver's rows (embedding it) the column-type methods of
+// Under, those rows; a method Under lacks answers what database/sql assumes without it. The
+// statement tracer's wrapper embeds it too.
+type ColumnTypes struct{ Under driver.Rows }
 
-func (r *Rows) ColumnTypeDatabaseTypeName(index int) string {
-	if ct, ok := r.q.rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
+func (c ColumnTypes) ColumnTypeDatabaseTypeName(index int) string {
+	if ct, ok := c.Under.(driver.RowsColumnTypeDatabaseTypeName); ok {
 		return ct.ColumnTypeDatabaseTypeName(index)
 	}
 	return ""
 }
 
-func (r *Rows) ColumnTypeLength(index int) (length int64, ok bool) {
-	if ct, is := r.q.rows.(driver.RowsColumnTypeLength); is {
+func (c ColumnTypes) ColumnTypeLength(index int) (length int64, ok bool) {
+	if ct, is := c.Under.(driver.RowsColumnTypeLength); is {
 		return ct.ColumnTypeLength(index)
 	}
 	return 0, false
 }
 
-func (r *Rows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
-	if ct, is := r.q.rows.(driver.RowsColumnTypePrecisionScale); is {
+func (c ColumnTypes) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
+	if ct, is := c.Under.(driver.RowsColumnTypePrecisionScale); is {
 		return ct.ColumnTypePrecisionScale(index)
 	}
 	return 0, 0, false
 }
 
-func (r *Rows) ColumnTypeScanType(index int) reflect.Type {
-	if ct, ok := r.q.rows.(driver.RowsColumnTypeScanType); ok {
+func (c ColumnTypes) ColumnTypeScanType(index int) reflect.Type {
+	if ct, ok := c.Under.(driver.RowsColumnTypeScanType); ok {
 		return ct.ColumnTypeScanType(index)
 	}
 	return reflect.TypeFor[any]()
