@@ -106,11 +106,7 @@ func (c *credentials) Get(ctx context.Context, r *negotiation.CredentialRequest)
 	if !c.Has(r.Kind) {
 		return negotiation.Credential{}, fmt.Errorf("no %s function configured", r.Kind)
 	}
-	key := c.key(r)
-	if r.Refused != nil {
-		c.cache.Drop(key, r.Refused.Secret)
-	}
-	s, cached, err := c.cache.Get(ctx, key, c.fetch(r), tokencache.Background(r.Background))
+	s, cached, err := c.cache.Get(ctx, c.key(r), c.fetch(r), tokencache.Background(r.Background))
 	if err != nil {
 		return negotiation.Credential{}, err
 	}

@@ -83,9 +83,8 @@ func TestCredentialsPasswordFunc(t *testing.T) {
 	if cr2, _ := c.Get(context.Background(), req("app")); cr2.Secret != "iam-token-1" || cr2.Source != negotiation.CredentialCached {
 		t.Fatal("Refused of another database's password dropped this one")
 	}
-	r := req("app")
-	r.Refused = &negotiation.Credential{Secret: "iam-token-1"}
-	if cr, _ := c.Get(context.Background(), r); cr.Secret != "iam-token-3" || cr.Source != negotiation.CredentialFetched {
+	c.Refused(req("app"), negotiation.Credential{Secret: "iam-token-1"})
+	if cr, _ := c.Get(context.Background(), req("app")); cr.Secret != "iam-token-3" || cr.Source != negotiation.CredentialFetched {
 		t.Fatalf("after a refusal: %v", cr.Source)
 	}
 }

@@ -863,7 +863,7 @@ func (x *authExchange) passwordRefused(msg []byte) {
 		return
 	}
 	x.at.n.cfg.Credentials.Refused(&x.pwReq, *x.pwCred)
-	x.at.retryState().want(retryPasswordRefused, x.pwReq, x.pwCred)
+	x.at.retryState().want(retryPasswordRefused, x.pwReq)
 }
 
 // SetPasswordFunc gives the attempt ctx carries a password looked up only when the server asks

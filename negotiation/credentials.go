@@ -77,10 +77,6 @@ type CredentialRequest struct {
 	DiscoveryURI string
 	Scope        string
 
-	// Refused, when set, is the credential the server refused within this connect: the one to
-	// drop, and a fresh one wanted (never it again).
-	Refused *Credential
-
 	// Background runs do on a goroutine of the negotiator's, not tied to the connect that asks
 	// (a refresh ahead of expiry): bounded by connect_timeout (else 10 s) and Negotiator.Close,
 	// reported through Trace.BackgroundStart/Done (BackgroundCredentialRefresh) and linked to

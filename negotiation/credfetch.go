@@ -47,16 +47,14 @@ func (at *attempt) retryState() *credRetry {
 	return at.creds
 }
 
-// want asks for the attempt to be made again for reason, with a credential of req (refused:
-// the credential the server refused, given to Get as Refused); a reason used already asks
-// nothing.
-func (c *credRetry) want(reason string, req CredentialRequest, refused *Credential) {
+// want asks for the attempt to be made again for reason, with a credential of req (a refused
+// one was dropped already: Credentials.Refused); a reason used already asks nothing.
+func (c *credRetry) want(reason string, req CredentialRequest) {
 	if c.used[reasonIndex(reason)] {
 		return
 	}
 	c.reason = reason
 	c.req = req
-	c.req.Refused = refused
 }
 
 // credentialRequest is a request of kind for the attempt's host and user.

@@ -289,7 +289,6 @@ func (x *authExchange) startOAuth() error {
 	if st := x.at.creds; st != nil && st.next != nil && st.req.Kind == CredentialOAuthToken {
 		// Fetched for this attempt, after the one before it.
 		*req = st.req
-		req.Refused = nil
 		x.ob.cred, st.next = st.next, nil
 		return x.sendBearer(x.ob.cred.Secret)
 	}
@@ -456,9 +455,9 @@ func (x *authExchange) continueOAuth(data []byte) error {
 	}
 	switch {
 	case !tokenSent:
-		x.at.retryState().want(retryDiscovery, next, nil)
+		x.at.retryState().want(retryDiscovery, next)
 	case ob.cred.Source == CredentialCached || info.Changed:
-		x.at.retryState().want(retryTokenRefused, next, ob.cred)
+		x.at.retryState().want(retryTokenRefused, next)
 	}
 	ob.state, ob.status = oauthErrorSent, a.Status
 	return x.send(&pgproto3.SASLResponse{Data: []byte{1}})
