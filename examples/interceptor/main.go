@@ -19,6 +19,8 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/ngrok/sqlmw"
@@ -98,26 +100,44 @@ func run(ctx context.Context, db *sql.DB) (string, error) {
 
 func main() {
 	log.SetFlags(0)
-	ctx := context.Background()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var pg *harness.Postgres
 	dsn := os.Getenv("DATABASE_URL")
+	var err error
 	if dsn == "" {
 		fmt.Println("starting a throwaway PostgreSQL cluster...")
-		pg, err := harness.Start(ctx, harness.Options{})
-		if err != nil {
-			log.Fatal(err)
+		if pg, err = harness.Start(ctx, harness.Options{}); err == nil {
+			dsn = pg.DSN()
 		}
-		defer harness.Cleanup()
-		defer pg.Stop()
-		dsn = pg.DSN()
 	}
+	if err == nil {
+		err = openAndRun(ctx, dsn)
+	}
+	if pg != nil {
+		pg.Stop()
+	}
+	harness.Cleanup() // removes the initdb template too
+	if ctx.Err() != nil {
+		log.Print("interceptor: interrupted; the throwaway cluster is stopped and removed")
+		os.Exit(130)
+	}
+	if err != nil {
+		log.Fatalf("interceptor: %v", err)
+	}
+}
+
+// openAndRun opens the pool on dsn, runs the request's statement and prints what the server ran.
+func openAndRun(ctx context.Context, dsn string) error {
 	db, err := open(dsn, slog.New(slog.NewTextHandler(os.Stdout, nil)))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer db.Close()
 	seen, err := run(ctx, db)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	fmt.Printf("the server ran: %s\n", seen)
+	return nil
 }
