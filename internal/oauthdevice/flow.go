@@ -250,7 +250,7 @@ func (f *Flow) prompt(ctx context.Context, da *oauth2.DeviceAuthResponse) error 
 	if w == nil {
 		w = os.Stderr
 	}
-	_, err := fmt.Fprintf(w, "Visit %s and enter the code: %s\n", da.VerificationURI, da.UserCode)
+	_, err := fmt.Fprintf(w, "Visit %s and enter the code: %s\n", clip(da.VerificationURI), clip(da.UserCode)) // the issuer's text, no terminal escapes
 	return err
 }
 
