@@ -4,7 +4,8 @@
 // device authorization request, a prompt for the human, then the token endpoint polled until
 // the human has approved. Unlike libpq, a Flow keeps the refresh token the issuer gave, per
 // issuer and scope, for its life: the next token comes from a refresh (RFC 6749 section 6), and
-// the human is prompted again only when the refresh fails, so that a pool asks once.
+// the human is prompted again only when the issuer refuses the refresh token (refused), so
+// that a pool asks once.
 //
 // Everything the issuer sends is untrusted: https only, no redirect followed, a discovery
 // document of at most 256 KiB (libpq's MAX_OAUTH_RESPONSE_SIZE) nested at most 16 deep; the
@@ -92,13 +93,27 @@ var ErrNoRefreshToken = errors.New("no refresh token kept")
 
 // Refresh returns a token for r from the kept refresh token, without a human: ErrNoRefreshToken
 // when none is kept, or the error of the request (the refresh token dropped when the issuer
-// answered it with an error, an *oauth2.RetrieveError; kept when it was not reached).
+// refused it, kept when the issuer was not reached or answered 5xx).
 func (f *Flow) Refresh(ctx context.Context, r Request) (*oauth2.Token, error) {
 	tok, err := f.refresh(context.WithValue(ctx, oauth2.HTTPClient, f.client), r)
 	if err != nil && !errors.Is(err, ErrNoRefreshToken) {
 		return nil, f.tokenError("failed to refresh the access token", err)
 	}
 	return tok, err
+}
+
+// refused reports whether err is the issuer's refusal of a refresh token: an error answer
+// (RFC 6749 section 5.2, invalid_grant say) or another 4xx, not a 5xx (golang.org/x/oauth2 makes
+// a RetrieveError of every status not 2xx) nor a network error.
+func refused(err error) bool {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) {
+		return false
+	}
+	if re.Response != nil && re.Response.StatusCode >= 500 {
+		return false
+	}
+	return true
 }
 
 // refresh is Refresh with the request's own error (an *oauth2.RetrieveError when the issuer
@@ -116,8 +131,7 @@ func (f *Flow) refresh(ctx context.Context, r Request) (*oauth2.Token, error) {
 		f.keep(key, g.endpoint, tok)
 		return tok, nil
 	}
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) { // the issuer refused it; not when it was not reached
+	if refused(err) { // not when the issuer was not reached or failed
 		f.mu.Lock()
 		if f.grants[key] == g {
 			delete(f.grants, key)
@@ -133,14 +147,13 @@ func (f *Flow) refresh(ctx context.Context, r Request) (*oauth2.Token, error) {
 func (f *Flow) Token(ctx context.Context, r Request) (tok *oauth2.Token, prompted bool, err error) {
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, f.client)
 	tok, err = f.refresh(ctx, r)
-	var re *oauth2.RetrieveError
 	switch {
 	case err == nil:
 		return tok, false, nil
 	case ctx.Err() != nil:
 		return nil, false, ctx.Err()
-	case !errors.Is(err, ErrNoRefreshToken) && !errors.As(err, &re):
-		// The issuer not reached (the refresh token kept): no human for a network error.
+	case !errors.Is(err, ErrNoRefreshToken) && !refused(err):
+		// The issuer not reached, or failing (the refresh token kept): no human for that.
 		return nil, false, f.tokenError("failed to refresh the access token", err)
 	}
 	p, err := discover(ctx, f.client, r)

@@ -32,6 +32,7 @@ type issuer struct {
 	deviceAuths  int
 	refreshes    int
 	denyRefresh  bool
+	failRefresh  bool // 503
 	denyDevice   bool
 	unauthorized bool
 	// what the last device token request carried
@@ -77,6 +78,10 @@ func newIssuer(t *testing.T) *issuer {
 		switch r.Form.Get("grant_type") {
 		case "refresh_token":
 			is.refreshes++
+			if is.failRefresh {
+				writeJSON(w, 503, map[string]any{"error": "temporarily_unavailable"})
+				return
+			}
 			if is.denyRefresh || !strings.HasPrefix(r.Form.Get("refresh_token"), "refresh-") {
 				writeJSON(w, 400, map[string]any{"error": "invalid_grant"})
 				return
@@ -189,6 +194,20 @@ func TestRefreshWithoutHuman(t *testing.T) {
 	}
 	if tok, err := f.Refresh(ctx, is.request()); err != nil || tok.AccessToken != "access-3" || prompts != 1 {
 		t.Fatalf("Refresh after the issuer was down = %v, %v, %d prompts; want access-3 from the kept refresh token", tok, err, prompts)
+	}
+
+	// The issuer failing (5xx): an error, no human, the refresh token kept.
+	is.mu.Lock()
+	is.failRefresh = true
+	is.mu.Unlock()
+	if _, _, err := f.Token(ctx, is.request()); err == nil || prompts != 1 {
+		t.Fatalf("Token with the issuer answering 503: %v, %d prompts; want an error and no prompt", err, prompts)
+	}
+	is.mu.Lock()
+	is.failRefresh = false
+	is.mu.Unlock()
+	if tok, err := f.Refresh(ctx, is.request()); err != nil || tok.AccessToken != "access-4" {
+		t.Fatalf("Refresh after a 503 = %v, %v; want access-4 from the kept refresh token", tok, err)
 	}
 
 	// The issuer refuses it: dropped.
