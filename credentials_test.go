@@ -166,11 +166,12 @@ func TestCredentialsOAuthTokenFunc(t *testing.T) {
 	}
 }
 
-// TestCredentialsDeviceFlow: the human is prompted once; after the server refuses the token,
-// the next comes from a refresh without a prompt.
-func TestCredentialsDeviceFlow(t *testing.T) {
+// deviceIssuer is a local HTTPS issuer that approves device codes at once, issuing access
+// tokens at1, at2, ... valid for an hour, with a refresh token when refreshTokens is set; issued
+// counts its tokens.
+func deviceIssuer(t *testing.T, refreshTokens bool) (*httptest.Server, *atomic.Int32) {
 	var srv *httptest.Server
-	var issued atomic.Int32
+	issued := new(atomic.Int32)
 	mux := http.NewServeMux()
 	reply := func(w http.ResponseWriter, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -184,10 +185,21 @@ func TestCredentialsDeviceFlow(t *testing.T) {
 	})
 	mux.HandleFunc("/token", func(w http.ResponseWriter, r *http.Request) {
 		n := issued.Add(1)
-		reply(w, map[string]any{"access_token": "at" + string(rune('0'+n)), "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt"})
+		tok := map[string]any{"access_token": "at" + string(rune('0'+n)), "token_type": "Bearer", "expires_in": 3600}
+		if refreshTokens {
+			tok["refresh_token"] = "rt"
+		}
+		reply(w, tok)
 	})
 	srv = httptest.NewTLSServer(mux)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv, issued
+}
+
+// TestCredentialsDeviceFlow: the human is prompted once; after the server refuses the token,
+// the next comes from a refresh without a prompt.
+func TestCredentialsDeviceFlow(t *testing.T) {
+	srv, _ := deviceIssuer(t, true)
 	var prompts atomic.Int32
 	o := &options{oauthHTTPClient: srv.Client(), oauthDevicePrompt: func(context.Context, *oauth2.DeviceAuthResponse) error {
 		prompts.Add(1)
@@ -217,25 +229,7 @@ func TestCredentialsDeviceFlow(t *testing.T) {
 // the kept refresh token alone; with none (the issuer gave none) it fails without asking a
 // human, and the cached token stays until it expires.
 func TestCredentialsDeviceRefreshNeverPrompts(t *testing.T) {
-	var srv *httptest.Server
-	var issued atomic.Int32
-	mux := http.NewServeMux()
-	reply := func(w http.ResponseWriter, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(v)
-	}
-	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, map[string]string{"issuer": srv.URL, "token_endpoint": srv.URL + "/token", "device_authorization_endpoint": srv.URL + "/device"})
-	})
-	mux.HandleFunc("/device", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, map[string]any{"device_code": "dc", "user_code": "UC", "verification_uri": srv.URL + "/go", "expires_in": 60, "interval": 1})
-	})
-	mux.HandleFunc("/token", func(w http.ResponseWriter, r *http.Request) {
-		issued.Add(1)
-		reply(w, map[string]any{"access_token": "at1", "token_type": "Bearer", "expires_in": 3600}) // no refresh token
-	})
-	srv = httptest.NewTLSServer(mux)
-	defer srv.Close()
+	srv, issued := deviceIssuer(t, false)
 	var prompts atomic.Int32
 	o := &options{oauthHTTPClient: srv.Client(), oauthDevicePrompt: func(context.Context, *oauth2.DeviceAuthResponse) error {
 		prompts.Add(1)
