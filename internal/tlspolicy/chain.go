@@ -42,7 +42,11 @@ import (
 // the anchor). With a root file, a chain that does not end at a self-signed certificate of the
 // file is refused there, as is one whose certificates above the server's are not all CAs or
 // whose server certificate is not for a server; crypto/x509 then checks that chain (its
-// intermediates are the chain's certificates, no other), each signature once. OpenSSL's check
+// intermediates are the chain's certificates, no other), each signature once. crypto/x509 may
+// accept another path over them and not OpenSSL's (it never takes a subject and key twice, as
+// N1 by N2, N2 by N1, N1 by N0 does): OpenSSL's chain is then checked here (its CAs' purposes
+// and path lengths, its signatures and validity periods) and is the chain verified, the one
+// whose CRLs are checked. Name constraints along it are left to crypto/x509's paths. OpenSSL's check
 // of the signatures and validity periods from the anchor down, stopping at the first failure,
 // runs only to name the reason of crypto/x509's refusal, when crypto/x509 accepted another
 // path, or first when a name repeats along the chain (crypto/x509 would try each certificate
@@ -58,9 +62,9 @@ import (
 // certificate chain" (the chain ends at a self-signed certificate not in the file), "unable to
 // get issuer certificate" (it ends at a certificate of the file that is not self-signed),
 // "unable to get local issuer certificate" (it ends at a certificate the server sent), then for
-// a complete chain "invalid CA certificate", "unsupported certificate purpose", "certificate
-// signature failure", "certificate has expired", "certificate is not yet valid"; crypto/x509's
-// reason when none of these is found. The certificate is named by its depth in the chain (0:
+// a complete chain "invalid CA certificate", "unsuitable certificate purpose", "path length
+// constraint exceeded", "certificate signature failure", "certificate has expired",
+// "certificate is not yet valid"; crypto/x509's reason when none of these is found. The certificate is named by its depth in the chain (0:
 // the server's) and its subject, as the CRL check names it.
 
 // maxChainDepth is OpenSSL's default verification depth (X509_VERIFY_PARAM's depth, which libpq
@@ -196,8 +200,8 @@ type chainTrust struct {
 }
 
 // verifyChain verifies the server's certificates peer (its own first) against t at now, and
-// returns the verified chains (each from the server's certificate to a self-signed anchor) or
-// an error "certificate verify failed: REASON (certificate at depth N, SUBJECT)".
+// returns the verified chains (each from the server's certificate to a self-signed anchor;
+// with a root file, OpenSSL's one chain) or an error "certificate verify failed: REASON (certificate at depth N, SUBJECT)".
 func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x509.Certificate, error) {
 	if len(peer) == 0 {
 		return nil, errors.New("certificate verify failed: the server sent no certificate")
@@ -208,9 +212,13 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 			return nil, err
 		}
 		// With a name repeated along the chain crypto/x509 would try each certificate of that
-		// name (up to 100 signatures): the one chain's signatures are checked first, stopping at
-		// the first that fails. Otherwise crypto/x509 checks them, once.
+		// name (up to 100 signatures): the one chain's CAs and signatures are checked first
+		// (OpenSSL's order), stopping at the first that fails. Otherwise crypto/x509 checks
+		// them, once.
 		if b.repeated {
+			if err := b.checkCAs(); err != nil {
+				return nil, err
+			}
 			if err := b.checkSignatures(now); err != nil {
 				return nil, err
 			}
@@ -241,7 +249,7 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 	}
 	if err == nil && len(chains) > 0 {
 		if leaf := peer[0]; !serverKeyUsage(leaf) {
-			return nil, verifyFailed("unsupported certificate purpose", 0, leaf)
+			return nil, verifyFailed("unsuitable certificate purpose", 0, leaf)
 		}
 		// OpenSSL's one chain, when crypto/x509 found it too, is the one whose CRLs are
 		// checked, as OpenSSL checks them on it alone.
@@ -253,11 +261,17 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 				return [][]*x509.Certificate{ch}, nil
 			}
 		}
-		// crypto/x509 found another path: OpenSSL's one chain must pass too.
+		// crypto/x509 found other paths over the chain's certificates (it never takes a subject
+		// and key twice, as OpenSSL's chain may: N1 by N2, N2 by N1, N1 by N0). OpenSSL's one
+		// chain must pass too, and it is the one returned: the one whose CRLs OpenSSL checks.
+		// crypto/x509 did not check its CAs' purposes and path lengths: checked here.
+		if err := b.checkCAs(); err != nil {
+			return nil, err
+		}
 		if err := b.checkSignatures(now); err != nil {
 			return nil, err
 		}
-		return chains, nil
+		return [][]*x509.Certificate{b.certs}, nil
 	}
 	if partial != nil {
 		return nil, verifyFailed("unable to get issuer certificate", len(partial)-1, partial[len(partial)-1])
@@ -370,11 +384,66 @@ func (b *builtChain) checkShape() error {
 			return verifyFailed("invalid CA certificate", i+1, c)
 		}
 	}
-	if leaf := chain[0]; len(leaf.ExtKeyUsage) > 0 && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) ||
-		!serverKeyUsage(leaf) {
-		return verifyFailed("unsupported certificate purpose", 0, leaf)
+	if leaf := chain[0]; !serverExtKeyUsage(leaf) || !serverKeyUsage(leaf) {
+		return verifyFailed("unsuitable certificate purpose", 0, leaf)
 	}
 	return nil
+}
+
+// checkCAs returns OpenSSL's refusal of a CA of a chain that passed checkShape for its purpose
+// or its path length (check_chain_extensions, from the server's certificate up: an
+// extendedKeyUsage that does not allow a server, "unsuitable certificate purpose"; a
+// pathLenConstraint exceeded by the CAs below it that are not self-issued, "path length
+// constraint exceeded"), nil when none is refused. crypto/x509 checks both on the chains it
+// builds; this is for OpenSSL's chain when crypto/x509 built another.
+func (b *builtChain) checkCAs() error {
+	plen := 0
+	for i, c := range b.certs {
+		if i == 0 {
+			continue
+		}
+		if !serverExtKeyUsage(c) {
+			return verifyFailed("unsuitable certificate purpose", i, c)
+		}
+		if i > 1 && c.BasicConstraintsValid && c.MaxPathLen >= 0 && plen > c.MaxPathLen {
+			return verifyFailed("path length constraint exceeded", i, c)
+		}
+		if !selfIssued(c) {
+			plen++
+		}
+	}
+	return nil
+}
+
+// selfIssued is OpenSSL's EXFLAG_SI (v3_purp.c): the subject and issuer names are equal
+// (canonical forms) and the certificate's own authorityKeyIdentifier, if any, matches itself.
+func selfIssued(c *x509.Certificate) bool {
+	var names *nameCache
+	subject, ok := names.canon(c.RawSubject)
+	if !ok {
+		return false
+	}
+	if issuer, ok := names.canon(c.RawIssuer); !ok || subject != issuer {
+		return false
+	}
+	a, ok := certAKID(c)
+	return ok && a.matches(c)
+}
+
+// serverExtKeyUsage is OpenSSL's purpose check of a certificate's extendedKeyUsage for a
+// server (xku_reject with XKU_SSL_SERVER | XKU_SGC, v3_purp.c): none, or one that lists
+// serverAuth or a server-gated-crypto purpose (Netscape's, Microsoft's).
+func serverExtKeyUsage(c *x509.Certificate) bool {
+	if len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 {
+		return true
+	}
+	for _, u := range c.ExtKeyUsage {
+		switch u {
+		case x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageNetscapeServerGatedCrypto, x509.ExtKeyUsageMicrosoftServerGatedCrypto:
+			return true
+		}
+	}
+	return false
 }
 
 // checkSignatures returns OpenSSL's refusal of a chain that passed checkShape for a signature or

@@ -44,6 +44,24 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, nil, testpki.NewKey(t))
 	junk := testpki.JunkChain(t, 120)
 	junkPeer := append([]*x509.Certificate{junk.Leaf.Cert}, junk.List...)
+	// A loop: A by B, B by A, A by the root. OpenSSL's chain takes A twice (server, A by B, B by
+	// A, A by root, root); crypto/x509 never takes a subject and key twice and accepts the
+	// shorter path (server, A by root, root), which skips B: B's purpose and path length are
+	// checked on OpenSSL's chain.
+	loop := func(b *x509.Certificate) []*x509.Certificate {
+		ka, kb := testpki.NewKey(t), testpki.NewKey(t)
+		nameA := pkix.Name{CommonName: "Loop A", Organization: []string{"pgconnector"}}
+		aByRoot := testpki.Issue(t, &x509.Certificate{Subject: nameA, KeyUsage: x509.KeyUsageCertSign,
+			BasicConstraintsValid: true, IsCA: true}, &p.Root, ka)
+		b.Subject, b.KeyUsage, b.BasicConstraintsValid, b.IsCA = pkix.Name{CommonName: "Loop B", Organization: []string{"pgconnector"}},
+			x509.KeyUsageCertSign, true, true
+		bByA := testpki.Issue(t, b, &aByRoot, kb)
+		aByB := testpki.Issue(t, &x509.Certificate{Subject: nameA, KeyUsage: x509.KeyUsageCertSign,
+			BasicConstraintsValid: true, IsCA: true}, &bByA, ka)
+		leaf := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, &aByRoot, testpki.NewKey(t))
+		return []*x509.Certificate{leaf.Cert, aByB.Cert, bByA.Cert, aByRoot.Cert}
+	}
 	dir := t.TempDir()
 	for _, tt := range []struct {
 		name   string
@@ -64,6 +82,18 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 		{"leaf itself in file", []*x509.Certificate{p.Leaf.Cert}, []*x509.Certificate{p.Leaf.Cert, p.Inter.Cert}, "unable to get local issuer certificate"},
 		{"120 junk certificates chaining to each other", []*x509.Certificate{p.Root.Cert}, junkPeer, "certificate chain too long"},
 		{"junk certificates, an anchor of their name", []*x509.Certificate{junk.Anchor}, junkPeer, "certificate signature failure"},
+		{"server certificate only for clients", []*x509.Certificate{p.Root.Cert}, []*x509.Certificate{testpki.Issue(t, &x509.Certificate{
+			Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"}, KeyUsage: x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, &p.Inter, testpki.NewKey(t)).Cert, p.Inter.Cert}, "unsuitable certificate purpose"},
+		{"a loop through A twice", []*x509.Certificate{p.Root.Cert}, loop(&x509.Certificate{}), ""},
+		{"a loop, B only for clients", []*x509.Certificate{p.Root.Cert},
+			loop(&x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}), "unsuitable certificate purpose"},
+		{"a loop, B for servers", []*x509.Certificate{p.Root.Cert},
+			loop(&x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}), ""},
+		{"a loop, B with a path length of 0", []*x509.Certificate{p.Root.Cert},
+			loop(&x509.Certificate{MaxPathLen: 0, MaxPathLenZero: true}), "path length constraint exceeded"},
+		{"a loop, B with a path length of 1", []*x509.Certificate{p.Root.Cert},
+			loop(&x509.Certificate{MaxPathLen: 1}), ""},
 	} {
 		rootFile := filepath.Join(dir, "root.pem")
 		writeRoots(t, rootFile, 0, tt.file...)
@@ -78,7 +108,7 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tt.name, err, tt.reason)
 		}
 		// OpenSSL beside: the leaf, the server's other certificates untrusted.
-		args := []string{"verify", "-CAfile", rootFile}
+		args := []string{"verify", "-purpose", "sslserver", "-CAfile", rootFile}
 		if len(tt.peer) > 1 {
 			untrusted := filepath.Join(dir, "untrusted.pem")
 			writeRoots(t, untrusted, 0, tt.peer[1:]...)
