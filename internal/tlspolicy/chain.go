@@ -28,8 +28,11 @@ import (
 //     certificate of the pool that is not self-signed is refused;
 //   - a server certificate whose key usage (when it has one) allows neither digital signature,
 //     key encipherment nor key agreement is refused (OpenSSL's check_purpose_ssl_server, KU_TLS);
-//     crypto/x509 checks the rest (names chaining, signatures, validity, basic constraints, path
-//     length, extended key usage, name constraints).
+//     with a root file, the chain's extensions are checked as check_chain_extensions checks
+//     them (checkExtensions); crypto/x509 checks the rest (names chaining, signatures,
+//     validity, name constraints) and the same extensions by its own rules, stricter in two
+//     corners: it counts a self-issued CA (a key rollover) in a path length, and refuses an
+//     extendedKeyUsage that lists a server-gated-crypto purpose and not serverAuth.
 //
 // The chain is the one OpenSSL's build_chain builds, without checking a signature: from the
 // server's certificate up, at each step the issuer looked for in the root file first, then (as
@@ -40,21 +43,21 @@ import (
 // (find_issuer, X509_STORE_CTX_get1_issuer). It stops at a self-signed certificate, when no
 // issuer is found, or past OpenSSL's default depth (100 certificates between the server's and
 // the anchor). With a root file, a chain that does not end at a self-signed certificate of the
-// file is refused there, as is one whose certificates above the server's are not all CAs or
-// whose server certificate is not for a server; crypto/x509 then checks that chain (its
-// intermediates are the chain's certificates, no other), each signature once. crypto/x509 may
-// accept another path over them and not OpenSSL's (it never takes a subject and key twice, as
-// N1 by N2, N2 by N1, N1 by N0 does): OpenSSL's chain is then checked here (its CAs' purposes
-// and path lengths, its signatures and validity periods) and is the chain verified, the one
-// whose CRLs are checked. Name constraints along it are left to crypto/x509's paths. OpenSSL's check
+// file is refused there, as is one whose extensions check_chain_extensions refuses; crypto/x509
+// then checks that chain (its intermediates are the chain's certificates, no other), each
+// signature once. crypto/x509 may accept another path over them and not OpenSSL's (it never
+// takes a subject and key twice, as N1 by N2, N2 by N1, N1 by N0 does): OpenSSL's chain, whose
+// extensions are checked already, is then checked here for its signatures and validity periods
+// and is the chain verified, the one whose CRLs are checked; name constraints along it are left
+// to crypto/x509's paths. OpenSSL's check
 // of the signatures and validity periods from the anchor down, stopping at the first failure,
 // runs only to name the reason of crypto/x509's refusal, when crypto/x509 accepted another
 // path, or first when a name repeats along the chain (crypto/x509 would try each certificate
 // of that name). A refusal thus checks at most one signature that fails, however many
-// certificates the server sent, and an accepted chain its signatures once; with sslrootcert=system or
-// an application's pool, which cannot be listed, the chain is built from the server's
-// certificates alone and crypto/x509 finds the anchor (at most 100 signature checks, its own
-// bound).
+// certificates the server sent, and an accepted chain its signatures once; with
+// sslrootcert=system or an application's pool, which cannot be listed, the chain is built from
+// the server's certificates alone and crypto/x509 finds the anchor (at most 100 signature
+// checks, its own bound).
 //
 // A refusal says "certificate verify failed: " and OpenSSL's reason (X509_verify_cert_error_string):
 // "certificate chain too long" (no anchor within the depth), "self-signed certificate" (the
@@ -62,10 +65,12 @@ import (
 // certificate chain" (the chain ends at a self-signed certificate not in the file), "unable to
 // get issuer certificate" (it ends at a certificate of the file that is not self-signed),
 // "unable to get local issuer certificate" (it ends at a certificate the server sent), then for
-// a complete chain "invalid CA certificate", "unsuitable certificate purpose", "path length
-// constraint exceeded", "certificate signature failure", "certificate has expired",
-// "certificate is not yet valid"; crypto/x509's reason when none of these is found. The certificate is named by its depth in the chain (0:
-// the server's) and its subject, as the CRL check names it.
+// a complete chain, from the server's certificate up, "unhandled critical extension" (one
+// crypto/x509 does not handle), "invalid CA certificate", "unsuitable certificate purpose",
+// "path length constraint exceeded", then from the anchor down "certificate signature
+// failure", "certificate has expired", "certificate is not yet valid"; crypto/x509's reason
+// when none of these is found. The certificate is named by its depth in the chain (0: the
+// server's) and its subject, as the CRL check names it.
 
 // maxChainDepth is OpenSSL's default verification depth (X509_VERIFY_PARAM's depth, which libpq
 // leaves): at most that many certificates between the server's and the anchor. build_chain
@@ -201,7 +206,8 @@ type chainTrust struct {
 
 // verifyChain verifies the server's certificates peer (its own first) against t at now, and
 // returns the verified chains (each from the server's certificate to a self-signed anchor;
-// with a root file, OpenSSL's one chain) or an error "certificate verify failed: REASON (certificate at depth N, SUBJECT)".
+// with a root file, OpenSSL's one chain) or an error "certificate verify failed: REASON
+// (certificate at depth N, SUBJECT)".
 func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x509.Certificate, error) {
 	if len(peer) == 0 {
 		return nil, errors.New("certificate verify failed: the server sent no certificate")
@@ -212,13 +218,9 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 			return nil, err
 		}
 		// With a name repeated along the chain crypto/x509 would try each certificate of that
-		// name (up to 100 signatures): the one chain's CAs and signatures are checked first
-		// (OpenSSL's order), stopping at the first that fails. Otherwise crypto/x509 checks
-		// them, once.
+		// name (up to 100 signatures): the one chain's signatures are checked first, stopping
+		// at the first that fails. Otherwise crypto/x509 checks them, once.
 		if b.repeated {
-			if err := b.checkCAs(); err != nil {
-				return nil, err
-			}
 			if err := b.checkSignatures(now); err != nil {
 				return nil, err
 			}
@@ -263,11 +265,8 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 		}
 		// crypto/x509 found other paths over the chain's certificates (it never takes a subject
 		// and key twice, as OpenSSL's chain may: N1 by N2, N2 by N1, N1 by N0). OpenSSL's one
-		// chain must pass too, and it is the one returned: the one whose CRLs OpenSSL checks.
-		// crypto/x509 did not check its CAs' purposes and path lengths: checked here.
-		if err := b.checkCAs(); err != nil {
-			return nil, err
-		}
+		// chain must pass too (checkShape checked its extensions), and it is the one returned:
+		// the one whose CRLs OpenSSL checks.
 		if err := b.checkSignatures(now); err != nil {
 			return nil, err
 		}
@@ -312,13 +311,15 @@ type builtChain struct {
 	repeated bool
 	// signed: checkSignatures passed.
 	signed bool
+	// names: the canonical names met building the chain.
+	names *nameCache
 }
 
 // buildChain builds the chain of peer (the server's certificates, its own first) with the root
 // file store (nil: the server's certificates alone), checking no signature.
 func buildChain(peer []*x509.Certificate, store *rootSet, now time.Time) *builtChain {
-	b := &builtChain{certs: []*x509.Certificate{peer[0]}, store: store}
 	names := &nameCache{}
+	b := &builtChain{certs: []*x509.Certificate{peer[0]}, store: store, names: names}
 	var fromStore issuerIndex
 	if store != nil {
 		fromStore, names.base = store.index, &store.names
@@ -377,62 +378,49 @@ func (b *builtChain) checkShape() error {
 	case !ss:
 		return verifyFailed("unable to get local issuer certificate", depth, top)
 	}
-	// A chain to an anchor of the file: the checks OpenSSL makes next, in its order
-	// (check_chain_extensions, then internal_verify from the anchor down).
-	for i, c := range chain[1:] {
-		if !c.BasicConstraintsValid || !c.IsCA {
-			return verifyFailed("invalid CA certificate", i+1, c)
-		}
-	}
-	if leaf := chain[0]; !serverExtKeyUsage(leaf) || !serverKeyUsage(leaf) {
-		return verifyFailed("unsuitable certificate purpose", 0, leaf)
-	}
-	return nil
+	// A chain to an anchor of the file: the checks OpenSSL makes next (check_chain_extensions,
+	// then internal_verify from the anchor down: checkSignatures).
+	return b.checkExtensions()
 }
 
-// checkCAs returns OpenSSL's refusal of a CA of a chain that passed checkShape for its purpose
-// or its path length (check_chain_extensions, from the server's certificate up: an
-// extendedKeyUsage that does not allow a server, "unsuitable certificate purpose"; a
-// pathLenConstraint exceeded by the CAs below it that are not self-issued, "path length
-// constraint exceeded"), nil when none is refused. crypto/x509 checks both on the chains it
-// builds; this is for OpenSSL's chain when crypto/x509 built another.
-func (b *builtChain) checkCAs() error {
+// checkExtensions is OpenSSL's check_chain_extensions (x509_vfy.c) on a chain to an anchor of
+// the file, with the purpose libpq's handshake sets (ssl_server): from the server's certificate
+// up, for each certificate in this order, a critical extension crypto/x509 does not handle
+// ("unhandled critical extension"), a certificate above the server's that is not a CA ("invalid
+// CA certificate"), an extendedKeyUsage that does not allow a server, or a server certificate
+// whose key usage does not ("unsuitable certificate purpose", check_purpose_ssl_server), a
+// pathLenConstraint exceeded by the CAs below it that are not self-issued ("path length
+// constraint exceeded"). nil when none is refused.
+func (b *builtChain) checkExtensions() error {
 	plen := 0
 	for i, c := range b.certs {
-		if i == 0 {
-			continue
+		if len(c.UnhandledCriticalExtensions) > 0 {
+			return verifyFailed("unhandled critical extension", i, c)
 		}
-		if !serverExtKeyUsage(c) {
+		if i > 0 && (!c.BasicConstraintsValid || !c.IsCA) {
+			return verifyFailed("invalid CA certificate", i, c)
+		}
+		if !serverExtKeyUsage(c) || i == 0 && !serverKeyUsage(c) {
 			return verifyFailed("unsuitable certificate purpose", i, c)
 		}
 		if i > 1 && c.BasicConstraintsValid && c.MaxPathLen >= 0 && plen > c.MaxPathLen {
 			return verifyFailed("path length constraint exceeded", i, c)
 		}
-		if !selfIssued(c) {
+		// Self-issued (EXFLAG_SI, v3_purp.c): the subject and issuer names equal (canonical
+		// forms), whatever the key; such a CA (a key rollover) does not count.
+		subject, ok := b.names.canon(c.RawSubject)
+		issuer, ok2 := b.names.canon(c.RawIssuer)
+		if i > 0 && !(ok && ok2 && subject == issuer) {
 			plen++
 		}
 	}
 	return nil
 }
 
-// selfIssued is OpenSSL's EXFLAG_SI (v3_purp.c): the subject and issuer names are equal
-// (canonical forms) and the certificate's own authorityKeyIdentifier, if any, matches itself.
-func selfIssued(c *x509.Certificate) bool {
-	var names *nameCache
-	subject, ok := names.canon(c.RawSubject)
-	if !ok {
-		return false
-	}
-	if issuer, ok := names.canon(c.RawIssuer); !ok || subject != issuer {
-		return false
-	}
-	a, ok := certAKID(c)
-	return ok && a.matches(c)
-}
-
 // serverExtKeyUsage is OpenSSL's purpose check of a certificate's extendedKeyUsage for a
 // server (xku_reject with XKU_SSL_SERVER | XKU_SGC, v3_purp.c): none, or one that lists
-// serverAuth or a server-gated-crypto purpose (Netscape's, Microsoft's).
+// serverAuth or a server-gated-crypto purpose (Netscape's, Microsoft's; crypto/x509 then
+// refuses one that lists only those). anyExtendedKeyUsage alone does not allow a server.
 func serverExtKeyUsage(c *x509.Certificate) bool {
 	if len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 {
 		return true

@@ -46,22 +46,42 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 	junkPeer := append([]*x509.Certificate{junk.Leaf.Cert}, junk.List...)
 	// A loop: A by B, B by A, A by the root. OpenSSL's chain takes A twice (server, A by B, B by
 	// A, A by root, root); crypto/x509 never takes a subject and key twice and accepts the
-	// shorter path (server, A by root, root), which skips B: B's purpose and path length are
-	// checked on OpenSSL's chain.
-	loop := func(b *x509.Certificate) []*x509.Certificate {
+	// shorter path (server, A by root, root), which skips B: B's extensions are checked on
+	// OpenSSL's chain. B named A: a key rollover, A by A's other key and back.
+	loopFrom := func(root *testpki.CA, nameB string, b *x509.Certificate) []*x509.Certificate {
 		ka, kb := testpki.NewKey(t), testpki.NewKey(t)
 		nameA := pkix.Name{CommonName: "Loop A", Organization: []string{"pgconnector"}}
 		aByRoot := testpki.Issue(t, &x509.Certificate{Subject: nameA, KeyUsage: x509.KeyUsageCertSign,
-			BasicConstraintsValid: true, IsCA: true}, &p.Root, ka)
-		b.Subject, b.KeyUsage, b.BasicConstraintsValid, b.IsCA = pkix.Name{CommonName: "Loop B", Organization: []string{"pgconnector"}},
+			BasicConstraintsValid: true, IsCA: true}, root, ka)
+		b.Subject, b.KeyUsage, b.BasicConstraintsValid, b.IsCA = pkix.Name{CommonName: nameB, Organization: []string{"pgconnector"}},
 			x509.KeyUsageCertSign, true, true
+		// An authorityKeyIdentifier of the issuer's key, which crypto/x509 leaves out when the
+		// names are equal (it would make a rollover's certificates self-signed).
+		b.AuthorityKeyId = aByRoot.Cert.SubjectKeyId
 		bByA := testpki.Issue(t, b, &aByRoot, kb)
 		aByB := testpki.Issue(t, &x509.Certificate{Subject: nameA, KeyUsage: x509.KeyUsageCertSign,
-			BasicConstraintsValid: true, IsCA: true}, &bByA, ka)
+			BasicConstraintsValid: true, IsCA: true, AuthorityKeyId: bByA.Cert.SubjectKeyId}, &bByA, ka)
 		leaf := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, &aByRoot, testpki.NewKey(t))
 		return []*x509.Certificate{leaf.Cert, aByB.Cert, bByA.Cert, aByRoot.Cert}
 	}
+	loop := func(b *x509.Certificate) []*x509.Certificate { return loopFrom(&p.Root, "Loop B", b) }
+	// A root whose path length allows one CA below it.
+	rootLen1 := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "Root of path length 1"},
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true, MaxPathLen: 1}, nil, testpki.NewKey(t))
+	// The root's name and key again, self-signed, for clients only.
+	clientRoot := testpki.Issue(t, &x509.Certificate{Subject: p.Root.Cert.Subject, KeyUsage: x509.KeyUsageCertSign,
+		BasicConstraintsValid: true, IsCA: true, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, nil, p.Root.Key)
+	// A server certificate for clients only, by an intermediate that is not a CA.
+	notCA := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "Not a CA"}, KeyUsage: x509.KeyUsageCertSign,
+		BasicConstraintsValid: true}, &p.Root, testpki.NewKey(t))
+	clientByNotCA := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, &notCA, testpki.NewKey(t))
+	// An intermediate for any purpose (anyExtendedKeyUsage alone), and its server certificate.
+	anyInter := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "Any purpose"}, KeyUsage: x509.KeyUsageCertSign,
+		BasicConstraintsValid: true, IsCA: true, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}, &p.Root, testpki.NewKey(t))
+	anyLeaf := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, &anyInter, testpki.NewKey(t))
 	dir := t.TempDir()
 	for _, tt := range []struct {
 		name   string
@@ -94,6 +114,17 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 			loop(&x509.Certificate{MaxPathLen: 0, MaxPathLenZero: true}), "path length constraint exceeded"},
 		{"a loop, B with a path length of 1", []*x509.Certificate{p.Root.Cert},
 			loop(&x509.Certificate{MaxPathLen: 1}), ""},
+		{"a loop, B with an unknown critical extension", []*x509.Certificate{p.Root.Cert},
+			loop(&x509.Certificate{ExtraExtensions: []pkix.Extension{{Id: []int{1, 3, 6, 1, 4, 1, 55555, 1}, Critical: true, Value: []byte{5, 0}}}}),
+			"unhandled critical extension"},
+		{"a key rollover loop, a root of path length 1", []*x509.Certificate{rootLen1.Cert},
+			loopFrom(&rootLen1, "Loop A", &x509.Certificate{}), ""},
+		{"the root twice, the first for clients only", []*x509.Certificate{clientRoot.Cert, p.Root.Cert},
+			[]*x509.Certificate{p.Leaf.Cert, p.Inter.Cert}, "unsuitable certificate purpose"},
+		{"server certificate for clients by a CA that is not one", []*x509.Certificate{p.Root.Cert},
+			[]*x509.Certificate{clientByNotCA.Cert, notCA.Cert}, "unsuitable certificate purpose"},
+		{"an intermediate for any purpose", []*x509.Certificate{p.Root.Cert},
+			[]*x509.Certificate{anyLeaf.Cert, anyInter.Cert}, "unsuitable certificate purpose"},
 	} {
 		rootFile := filepath.Join(dir, "root.pem")
 		writeRoots(t, rootFile, 0, tt.file...)
