@@ -2,6 +2,8 @@ package tlspolicy
 
 import (
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,9 +32,11 @@ import (
 //     key encipherment nor key agreement is refused (OpenSSL's check_purpose_ssl_server, KU_TLS);
 //     with a root file, the chain's extensions are checked as check_chain_extensions checks
 //     them (checkExtensions); crypto/x509 checks the rest (names chaining, signatures,
-//     validity, name constraints) and the same extensions by its own rules, stricter in two
-//     corners: it counts a self-issued CA (a key rollover) in a path length, and refuses an
-//     extendedKeyUsage that lists a server-gated-crypto purpose and not serverAuth.
+//     validity, name constraints) and the same extensions by its own rules, stricter in three
+//     corners: it counts a self-issued CA (a key rollover) in a path length, refuses an
+//     extendedKeyUsage that lists a server-gated-crypto purpose and not serverAuth, and refuses
+//     a critical extension that OpenSSL supports and it does not handle (a Netscape
+//     certificate type, name constraints on directory names).
 //
 // The chain is the one OpenSSL's build_chain builds, without checking a signature: from the
 // server's certificate up, at each step the issuer looked for in the root file first, then (as
@@ -66,7 +70,7 @@ import (
 // get issuer certificate" (it ends at a certificate of the file that is not self-signed),
 // "unable to get local issuer certificate" (it ends at a certificate the server sent), then for
 // a complete chain, from the server's certificate up, "unhandled critical extension" (one
-// crypto/x509 does not handle), "invalid CA certificate", "unsuitable certificate purpose",
+// OpenSSL does not support), "invalid CA certificate", "unsuitable certificate purpose",
 // "path length constraint exceeded", then from the anchor down "certificate signature
 // failure", "certificate has expired", "certificate is not yet valid"; crypto/x509's reason
 // when none of these is found. The certificate is named by its depth in the chain (0: the
@@ -250,7 +254,8 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 		chains = kept
 	}
 	if err == nil && len(chains) > 0 {
-		if leaf := peer[0]; !serverKeyUsage(leaf) {
+		// (With a root file checkShape checked it.)
+		if leaf := peer[0]; t.store == nil && !serverKeyUsage(leaf) {
 			return nil, verifyFailed("unsuitable certificate purpose", 0, leaf)
 		}
 		// OpenSSL's one chain, when crypto/x509 found it too, is the one whose CRLs are
@@ -359,9 +364,8 @@ func (b *builtChain) inStore(c *x509.Certificate) bool {
 }
 
 // checkShape returns OpenSSL's refusal of the chain's shape (see above): no self-signed
-// certificate of the root file at its end, a certificate above the server's that is not a CA,
-// the server's certificate not for a server. nil: OpenSSL checks the signatures and validity
-// periods next (checkSignatures), crypto/x509 the rest.
+// certificate of the root file at its end, then its extensions (checkExtensions). nil: OpenSSL
+// checks the signatures and validity periods next (checkSignatures), crypto/x509 the rest.
 func (b *builtChain) checkShape() error {
 	chain := b.certs
 	top, depth := chain[len(chain)-1], len(chain)-1
@@ -385,19 +389,23 @@ func (b *builtChain) checkShape() error {
 
 // checkExtensions is OpenSSL's check_chain_extensions (x509_vfy.c) on a chain to an anchor of
 // the file, with the purpose libpq's handshake sets (ssl_server): from the server's certificate
-// up, for each certificate in this order, a critical extension crypto/x509 does not handle
-// ("unhandled critical extension"), a certificate above the server's that is not a CA ("invalid
-// CA certificate"), an extendedKeyUsage that does not allow a server, or a server certificate
-// whose key usage does not ("unsuitable certificate purpose", check_purpose_ssl_server), a
-// pathLenConstraint exceeded by the CAs below it that are not self-issued ("path length
-// constraint exceeded"). nil when none is refused.
+// up, for each certificate in this order, a critical extension OpenSSL does not support
+// ("unhandled critical extension", X509_supported_extension), a certificate above the server's
+// that is not a CA ("invalid CA certificate", check_ca: basicConstraints with cA, or for the
+// anchor alone, without basicConstraints, version 1 or a key usage; a key usage must allow
+// certificate signing), an extendedKeyUsage that does not allow a server, or a server
+// certificate whose key usage does not ("unsuitable certificate purpose",
+// check_purpose_ssl_server), a pathLenConstraint exceeded by the CAs below it that are not
+// self-issued ("path length constraint exceeded"). nil when none is refused.
 func (b *builtChain) checkExtensions() error {
 	plen := 0
 	for i, c := range b.certs {
-		if len(c.UnhandledCriticalExtensions) > 0 {
-			return verifyFailed("unhandled critical extension", i, c)
+		for _, e := range c.Extensions {
+			if e.Critical && !opensslSupported(e.Id) {
+				return verifyFailed("unhandled critical extension", i, c)
+			}
 		}
-		if i > 0 && (!c.BasicConstraintsValid || !c.IsCA) {
+		if i > 0 && !opensslCA(c, i == len(b.certs)-1) {
 			return verifyFailed("invalid CA certificate", i, c)
 		}
 		if !serverExtKeyUsage(c) || i == 0 && !serverKeyUsage(c) {
@@ -417,13 +425,51 @@ func (b *builtChain) checkExtensions() error {
 	return nil
 }
 
+// opensslSupportedExtensions are the extensions OpenSSL 3 supports (v3_purp.c,
+// X509_supported_extension): a critical one of another type fails a chain.
+var opensslSupportedExtensions = []asn1.ObjectIdentifier{
+	{2, 16, 840, 1, 113730, 1, 1},   // Netscape certificate type
+	{2, 5, 29, 15},                  // keyUsage
+	{2, 5, 29, 17},                  // subjectAltName
+	{2, 5, 29, 19},                  // basicConstraints
+	{2, 5, 29, 30},                  // nameConstraints
+	{2, 5, 29, 31},                  // cRLDistributionPoints
+	{2, 5, 29, 32},                  // certificatePolicies
+	{2, 5, 29, 33},                  // policyMappings
+	{2, 5, 29, 36},                  // policyConstraints
+	{2, 5, 29, 37},                  // extKeyUsage
+	{2, 5, 29, 54},                  // inhibitAnyPolicy
+	{1, 3, 6, 1, 5, 5, 7, 1, 7},     // sbgp-ipAddrBlock (RFC 3779)
+	{1, 3, 6, 1, 5, 5, 7, 1, 8},     // sbgp-autonomousSysNum (RFC 3779)
+	{1, 3, 6, 1, 5, 5, 7, 1, 14},    // proxyCertInfo
+	{1, 3, 6, 1, 5, 5, 7, 48, 1, 5}, // OCSP no check
+}
+
+func opensslSupported(id asn1.ObjectIdentifier) bool {
+	return slices.ContainsFunc(opensslSupportedExtensions, id.Equal)
+}
+
+// opensslCA is OpenSSL's check_ca as check_chain_extensions takes it for a certificate above the
+// server's (x509_vfy.c, v3_purp.c): a key usage, when given, allows certificate signing, and
+// basicConstraints says cA; the anchor (top) without basicConstraints passes too when it is of
+// version 1 (a self-signed one, as the anchor is) or has a key usage.
+func opensslCA(c *x509.Certificate, top bool) bool {
+	if c.KeyUsage != 0 && c.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return false
+	}
+	if c.BasicConstraintsValid {
+		return c.IsCA
+	}
+	return top && (c.Version == 1 || c.KeyUsage != 0)
+}
+
 // serverExtKeyUsage is OpenSSL's purpose check of a certificate's extendedKeyUsage for a
 // server (xku_reject with XKU_SSL_SERVER | XKU_SGC, v3_purp.c): none, or one that lists
 // serverAuth or a server-gated-crypto purpose (Netscape's, Microsoft's; crypto/x509 then
 // refuses one that lists only those). anyExtendedKeyUsage alone does not allow a server.
 func serverExtKeyUsage(c *x509.Certificate) bool {
-	if len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 {
-		return true
+	if !slices.ContainsFunc(c.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(oidEKU) }) {
+		return true // none (an empty one allows nothing)
 	}
 	for _, u := range c.ExtKeyUsage {
 		switch u {

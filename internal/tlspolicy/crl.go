@@ -294,6 +294,7 @@ var (
 	oidDeltaCRL   = asn1.ObjectIdentifier{2, 5, 29, 27}
 	oidCertIssuer = asn1.ObjectIdentifier{2, 5, 29, 29}
 	oidCRLDP      = asn1.ObjectIdentifier{2, 5, 29, 31}
+	oidEKU        = asn1.ObjectIdentifier{2, 5, 29, 37}
 )
 
 // allReasons is OpenSSL's CRLDP_ALL_REASONS: the ReasonFlags bits keyCompromise to

@@ -5,10 +5,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/pem"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,32 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 	// An intermediate for any purpose (anyExtendedKeyUsage alone), and its server certificate.
 	anyInter := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "Any purpose"}, KeyUsage: x509.KeyUsageCertSign,
 		BasicConstraintsValid: true, IsCA: true, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}, &p.Root, testpki.NewKey(t))
+	// An intermediate with a critical Netscape certificate type (SSL CA): OpenSSL supports it,
+	// crypto/x509 does not. Under the root, and under an issuer that is not a CA.
+	nsType := []pkix.Extension{{Id: []int{2, 16, 840, 1, 113730, 1, 1}, Critical: true, Value: []byte{3, 2, 2, 4}}}
+	nsInter := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "Netscape type"}, KeyUsage: x509.KeyUsageCertSign,
+		BasicConstraintsValid: true, IsCA: true, ExtraExtensions: nsType}, &p.Root, testpki.NewKey(t))
+	nsUnderNotCA := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "Netscape type"}, KeyUsage: x509.KeyUsageCertSign,
+		BasicConstraintsValid: true, IsCA: true, ExtraExtensions: nsType}, &notCA, testpki.NewKey(t))
+	serverUnder := func(issuer *testpki.CA, extra ...pkix.Extension) *x509.Certificate {
+		return testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, ExtraExtensions: extra},
+			issuer, testpki.NewKey(t)).Cert
+	}
+	badSignature := func(c *x509.Certificate) *x509.Certificate {
+		der := slices.Clone(c.Raw)
+		der[len(der)-1] ^= 1 // the signature's last byte
+		bad, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bad
+	}
+	// A version 1 root (no extensions, so no basicConstraints: OpenSSL's check_ca lets an anchor
+	// be so), made by openssl as crypto/x509 makes only version 3, and a chain under it.
+	v1Root := opensslV1Root(t, t.TempDir())
+	v1Inter := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "Under a version 1 root"}, KeyUsage: x509.KeyUsageCertSign,
+		BasicConstraintsValid: true, IsCA: true}, &v1Root, testpki.NewKey(t))
 	anyLeaf := testpki.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, &anyInter, testpki.NewKey(t))
 	dir := t.TempDir()
@@ -125,6 +153,15 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 			[]*x509.Certificate{clientByNotCA.Cert, notCA.Cert}, "unsuitable certificate purpose"},
 		{"an intermediate for any purpose", []*x509.Certificate{p.Root.Cert},
 			[]*x509.Certificate{anyLeaf.Cert, anyInter.Cert}, "unsuitable certificate purpose"},
+		{"a bad server signature, an intermediate with a critical Netscape type", []*x509.Certificate{p.Root.Cert},
+			[]*x509.Certificate{badSignature(serverUnder(&nsInter)), nsInter.Cert}, "certificate signature failure"},
+		{"an intermediate with a critical Netscape type under one that is not a CA", []*x509.Certificate{p.Root.Cert},
+			[]*x509.Certificate{serverUnder(&nsUnderNotCA), nsUnderNotCA.Cert, notCA.Cert}, "invalid CA certificate"},
+		{"a version 1 root", []*x509.Certificate{v1Root.Cert},
+			[]*x509.Certificate{serverUnder(&v1Inter), v1Inter.Cert}, ""},
+		{"a server certificate with an empty extendedKeyUsage", []*x509.Certificate{p.Root.Cert},
+			[]*x509.Certificate{serverUnder(&p.Inter, pkix.Extension{Id: []int{2, 5, 29, 37}, Value: []byte{0x30, 0}}), p.Inter.Cert},
+			"unsuitable certificate purpose"},
 	} {
 		rootFile := filepath.Join(dir, "root.pem")
 		writeRoots(t, rootFile, 0, tt.file...)
@@ -162,6 +199,45 @@ func TestChainAnchorsMatchOpenSSL(t *testing.T) {
 			t.Errorf("%s: openssl says %q, the table %q", tt.name, ossl, tt.reason)
 		}
 	}
+}
+
+// opensslV1Root is a self-signed version 1 certificate (CN "Version 1 Root", a P-256 key) that
+// openssl makes in dir, with its key.
+func opensslV1Root(t *testing.T, dir string) testpki.CA {
+	t.Helper()
+	key, csr, root := filepath.Join(dir, "v1.key"), filepath.Join(dir, "v1.csr"), filepath.Join(dir, "v1.pem")
+	for _, args := range [][]string{
+		{"ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key},
+		{"req", "-new", "-key", key, "-subj", "/CN=Version 1 Root", "-out", csr},
+		{"x509", "-req", "-in", csr, "-signkey", key, "-days", "2", "-out", root},
+	} {
+		if out, err := exec.Command("openssl", args...).CombinedOutput(); err != nil {
+			t.Fatalf("openssl %s: %v\n%s", args[0], err, out)
+		}
+	}
+	read := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			t.Fatalf("%s: no PEM block", path)
+		}
+		return blk.Bytes
+	}
+	c, err := x509.ParseCertificate(read(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Version != 1 {
+		t.Fatalf("openssl made a version %d certificate, want 1", c.Version)
+	}
+	k, err := x509.ParseECPrivateKey(read(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testpki.CA{Cert: c, Key: k}
 }
 
 // A wrong root is a chain failure even under verify-full with a host name the certificate does
