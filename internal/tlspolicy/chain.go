@@ -32,11 +32,12 @@ import (
 //     key encipherment nor key agreement is refused (OpenSSL's check_purpose_ssl_server, KU_TLS);
 //     with a root file, the chain's extensions are checked as check_chain_extensions checks
 //     them (checkExtensions); crypto/x509 checks the rest (names chaining, signatures,
-//     validity, name constraints) and the same extensions by its own rules, stricter in three
+//     validity, name constraints) and the same extensions by its own rules, stricter in four
 //     corners: it counts a self-issued CA (a key rollover) in a path length, refuses an
-//     extendedKeyUsage that lists a server-gated-crypto purpose and not serverAuth, and refuses
-//     a critical extension that OpenSSL supports and it does not handle (a Netscape
-//     certificate type, name constraints on directory names).
+//     extendedKeyUsage that lists a server-gated-crypto purpose and not serverAuth, refuses a
+//     critical extension that OpenSSL supports and it does not handle (a Netscape certificate
+//     type, name constraints on directory names), and a version 3 anchor without
+//     basicConstraints.
 //
 // The chain is the one OpenSSL's build_chain builds, without checking a signature: from the
 // server's certificate up, at each step the issuer looked for in the root file first, then (as
