@@ -29,14 +29,17 @@ import (
 //     RootCAs), whose certificates cannot be listed, a chain that crypto/x509 ends at a
 //     certificate of the pool that is not self-signed is refused;
 //   - a server certificate whose key usage (when it has one) allows neither digital signature,
-//     key encipherment nor key agreement is refused (OpenSSL's check_purpose_ssl_server, KU_TLS);
-//     with a root file, the chain's extensions are checked as check_chain_extensions checks
-//     them (checkExtensions); crypto/x509 checks the rest (names chaining, signatures,
-//     validity, name constraints) and the same extensions by its own rules, stricter in four
-//     corners: it counts a self-issued CA (a key rollover) in a path length, refuses an
-//     extendedKeyUsage that lists a server-gated-crypto purpose and not serverAuth, refuses a
-//     critical extension that OpenSSL supports and it does not handle (a Netscape certificate
-//     type, name constraints on directory names), and a version 3 anchor without
+//     key encipherment nor key agreement, or whose Netscape certificate type (when it has one)
+//     does not allow an SSL server, is refused (OpenSSL's check_purpose_ssl_server, KU_TLS,
+//     NS_SSL_SERVER); with a root file, the chain's extensions are checked as
+//     check_chain_extensions checks them (checkExtensions); crypto/x509 checks the rest (names
+//     chaining, signatures, validity, name constraints) and the same extensions by its own
+//     rules (with sslrootcert=system or an application's pool, by its rules alone: it accepts
+//     anyExtendedKeyUsage, which OpenSSL does not), stricter in four corners: it counts a
+//     self-issued CA (a key rollover) in a path length, it refuses an extendedKeyUsage that
+//     lists a server-gated-crypto purpose and not serverAuth, it refuses a critical extension
+//     that OpenSSL supports and it does not handle (a Netscape certificate type, name
+//     constraints on directory names), and it refuses a version 3 anchor without
 //     basicConstraints.
 //
 // The chain is the one OpenSSL's build_chain builds, without checking a signature: from the
@@ -54,15 +57,17 @@ import (
 // takes a subject and key twice, as N1 by N2, N2 by N1, N1 by N0 does): OpenSSL's chain, whose
 // extensions are checked already, is then checked here for its signatures and validity periods
 // and is the chain verified, the one whose CRLs are checked; name constraints along it are left
-// to crypto/x509's paths. OpenSSL's check
-// of the signatures and validity periods from the anchor down, stopping at the first failure,
-// runs only to name the reason of crypto/x509's refusal, when crypto/x509 accepted another
-// path, or first when a name repeats along the chain (crypto/x509 would try each certificate
-// of that name). A refusal thus checks at most one signature that fails, however many
-// certificates the server sent, and an accepted chain its signatures once; with
-// sslrootcert=system or an application's pool, which cannot be listed, the chain is built from
-// the server's certificates alone and crypto/x509 finds the anchor (at most 100 signature
-// checks, its own bound).
+// to crypto/x509's paths. OpenSSL's check of the signatures and validity periods from the
+// anchor down (checkSignatures), stopping at the first failure, runs in three cases: to name
+// the reason of crypto/x509's refusal; when crypto/x509 accepted another path; and first, before
+// crypto/x509, when a name repeats along the chain (crypto/x509 would try each certificate of
+// that name). The package's own checks thus check at most one signature that fails, however many
+// certificates the server sent, and crypto/x509 then checks each of the chain's signatures once
+// (a second time only in the last two cases); with sslrootcert=system or an application's pool,
+// which cannot be listed, the chain is built from the server's certificates alone and
+// crypto/x509 finds the anchor (at most 100 signature checks, its own bound), and a refusal
+// names the reason of the chain so built (a chain that crypto/x509 refused for another reason,
+// an expired certificate, is named by where it ends).
 //
 // A refusal says "certificate verify failed: " and OpenSSL's reason (X509_verify_cert_error_string):
 // "certificate chain too long" (no anchor within the depth), "self-signed certificate" (the
@@ -74,8 +79,8 @@ import (
 // OpenSSL does not support), "invalid CA certificate", "unsuitable certificate purpose",
 // "path length constraint exceeded", then from the anchor down "certificate signature
 // failure", "certificate has expired", "certificate is not yet valid"; crypto/x509's reason
-// when none of these is found. The certificate is named by its depth in the chain (0: the
-// server's) and its subject, as the CRL check names it.
+// when none of these is found (without a depth). The certificate is named by its depth in the
+// chain (0: the server's) and its subject, as the CRL check names it.
 
 // maxChainDepth is OpenSSL's default verification depth (X509_VERIFY_PARAM's depth, which libpq
 // leaves): at most that many certificates between the server's and the anchor. build_chain
@@ -212,7 +217,8 @@ type chainTrust struct {
 // verifyChain verifies the server's certificates peer (its own first) against t at now, and
 // returns the verified chains (each from the server's certificate to a self-signed anchor;
 // with a root file, OpenSSL's one chain) or an error "certificate verify failed: REASON
-// (certificate at depth N, SUBJECT)".
+// (certificate at depth N, SUBJECT)", or without the depth and subject when crypto/x509's reason
+// is given or the server sent no certificate.
 func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x509.Certificate, error) {
 	if len(peer) == 0 {
 		return nil, errors.New("certificate verify failed: the server sent no certificate")
@@ -256,7 +262,7 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 	}
 	if err == nil && len(chains) > 0 {
 		// (With a root file checkShape checked it.)
-		if leaf := peer[0]; t.store == nil && !serverKeyUsage(leaf) {
+		if leaf := peer[0]; t.store == nil && !serverUsage(leaf) {
 			return nil, verifyFailed("unsuitable certificate purpose", 0, leaf)
 		}
 		// OpenSSL's one chain, when crypto/x509 found it too, is the one whose CRLs are
@@ -295,12 +301,30 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 	return nil, fmt.Errorf("certificate verify failed: %w", err)
 }
 
-// serverKeyUsage is OpenSSL's key usage check of a server's certificate (check_purpose_ssl_server,
-// KU_TLS): no key usage, or one that allows digital signature, key encipherment or key agreement.
-func serverKeyUsage(c *x509.Certificate) bool {
+// serverUsage is OpenSSL's key usage and Netscape certificate type checks of a server's
+// certificate (check_purpose_ssl_server: ns_reject with NS_SSL_SERVER, ku_reject with KU_TLS):
+// no Netscape certificate type, or one that allows an SSL server (one that does not parse
+// allows nothing, as it makes the certificate invalid for OpenSSL); no key usage, or one that
+// allows digital signature, key encipherment or key agreement.
+func serverUsage(c *x509.Certificate) bool {
+	for _, e := range c.Extensions {
+		if e.Id.Equal(oidNetscapeCertType) {
+			var bits asn1.BitString
+			if rest, err := asn1.Unmarshal(e.Value, &bits); err != nil || len(rest) > 0 ||
+				len(bits.Bytes) == 0 || bits.Bytes[0]&nsSSLServer == 0 {
+				return false
+			}
+		}
+	}
 	return c.KeyUsage == 0 ||
 		c.KeyUsage&(x509.KeyUsageDigitalSignature|x509.KeyUsageKeyEncipherment|x509.KeyUsageKeyAgreement) != 0
 }
+
+// oidNetscapeCertType is Netscape's certificate type extension; nsSSLServer its "SSL server"
+// bit in the first byte, as OpenSSL reads it (NS_SSL_SERVER).
+var oidNetscapeCertType = asn1.ObjectIdentifier{2, 16, 840, 1, 113730, 1, 1}
+
+const nsSSLServer = 0x40
 
 func verifyFailed(reason string, depth int, c *x509.Certificate) error {
 	return fmt.Errorf("certificate verify failed: %s (certificate at depth %d, %s)", reason, depth, c.Subject)
@@ -367,6 +391,8 @@ func (b *builtChain) inStore(c *x509.Certificate) bool {
 // checkShape returns OpenSSL's refusal of the chain's shape (see above): no self-signed
 // certificate of the root file at its end, then its extensions (checkExtensions). nil: OpenSSL
 // checks the signatures and validity periods next (checkSignatures), crypto/x509 the rest.
+// Without a root file (a chain built from the server's certificates alone) it never returns
+// nil: it names where the chain ends.
 func (b *builtChain) checkShape() error {
 	chain := b.certs
 	top, depth := chain[len(chain)-1], len(chain)-1
@@ -409,7 +435,7 @@ func (b *builtChain) checkExtensions() error {
 		if i > 0 && !opensslCA(c, i == len(b.certs)-1) {
 			return verifyFailed("invalid CA certificate", i, c)
 		}
-		if !serverExtKeyUsage(c) || i == 0 && !serverKeyUsage(c) {
+		if !serverExtKeyUsage(c) || i == 0 && !serverUsage(c) {
 			return verifyFailed("unsuitable certificate purpose", i, c)
 		}
 		if i > 1 && c.BasicConstraintsValid && c.MaxPathLen >= 0 && plen > c.MaxPathLen {
@@ -429,7 +455,7 @@ func (b *builtChain) checkExtensions() error {
 // opensslSupportedExtensions are the extensions OpenSSL 3 supports (v3_purp.c,
 // X509_supported_extension): a critical one of another type fails a chain.
 var opensslSupportedExtensions = []asn1.ObjectIdentifier{
-	{2, 16, 840, 1, 113730, 1, 1},   // Netscape certificate type
+	oidNetscapeCertType,             // Netscape certificate type
 	{2, 5, 29, 15},                  // keyUsage
 	{2, 5, 29, 17},                  // subjectAltName
 	{2, 5, 29, 19},                  // basicConstraints
