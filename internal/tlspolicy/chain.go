@@ -2,7 +2,6 @@ package tlspolicy
 
 import (
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/asn1"
 	"errors"
 	"fmt"
@@ -158,15 +157,22 @@ func (nc *nameCache) indexBySubject(certs []*x509.Certificate) issuerIndex {
 	return idx
 }
 
-// selfSigned is OpenSSL's X509_self_signed(c, 0) (see above).
-func selfSigned(c *x509.Certificate) bool { return (*nameCache)(nil).selfSigned(c) }
-
-func (nc *nameCache) selfSigned(c *x509.Certificate) bool {
+// selfIssued is OpenSSL's EXFLAG_SI (v3_purp.c): the subject and issuer names are equal
+// (canonical forms), whatever the key.
+func (nc *nameCache) selfIssued(c *x509.Certificate) bool {
 	subject, ok := nc.canon(c.RawSubject)
 	if !ok {
 		return false
 	}
-	if issuer, ok := nc.canon(c.RawIssuer); !ok || subject != issuer {
+	issuer, ok := nc.canon(c.RawIssuer)
+	return ok && subject == issuer
+}
+
+// selfSigned is OpenSSL's X509_self_signed(c, 0) (see above).
+func selfSigned(c *x509.Certificate) bool { return (*nameCache)(nil).selfSigned(c) }
+
+func (nc *nameCache) selfSigned(c *x509.Certificate) bool {
+	if !nc.selfIssued(c) {
 		return false
 	}
 	if a, ok := certAKID(c); !ok || !a.matches(c) {
@@ -307,13 +313,11 @@ func verifyChain(peer []*x509.Certificate, t chainTrust, now time.Time) ([][]*x5
 // allows nothing, as it makes the certificate invalid for OpenSSL); no key usage, or one that
 // allows digital signature, key encipherment or key agreement.
 func serverUsage(c *x509.Certificate) bool {
-	for _, e := range c.Extensions {
-		if e.Id.Equal(oidNetscapeCertType) {
-			var bits asn1.BitString
-			if rest, err := asn1.Unmarshal(e.Value, &bits); err != nil || len(rest) > 0 ||
-				len(bits.Bytes) == 0 || bits.Bytes[0]&nsSSLServer == 0 {
-				return false
-			}
+	if ns, ok := extension(c, oidNetscapeCertType); ok {
+		var bits asn1.BitString
+		if rest, err := asn1.Unmarshal(ns, &bits); err != nil || len(rest) > 0 ||
+			len(bits.Bytes) == 0 || bits.Bytes[0]&nsSSLServer == 0 {
+			return false
 		}
 	}
 	return c.KeyUsage == 0 ||
@@ -441,11 +445,8 @@ func (b *builtChain) checkExtensions() error {
 		if i > 1 && c.BasicConstraintsValid && c.MaxPathLen >= 0 && plen > c.MaxPathLen {
 			return verifyFailed("path length constraint exceeded", i, c)
 		}
-		// Self-issued (EXFLAG_SI, v3_purp.c): the subject and issuer names equal (canonical
-		// forms), whatever the key; such a CA (a key rollover) does not count.
-		subject, ok := b.names.canon(c.RawSubject)
-		issuer, ok2 := b.names.canon(c.RawIssuer)
-		if i > 0 && !(ok && ok2 && subject == issuer) {
+		// A self-issued CA (a key rollover) does not count.
+		if i > 0 && !b.names.selfIssued(c) {
 			plen++
 		}
 	}
@@ -495,7 +496,7 @@ func opensslCA(c *x509.Certificate, top bool) bool {
 // serverAuth or a server-gated-crypto purpose (Netscape's, Microsoft's; crypto/x509 then
 // refuses one that lists only those). anyExtendedKeyUsage alone does not allow a server.
 func serverExtKeyUsage(c *x509.Certificate) bool {
-	if !slices.ContainsFunc(c.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(oidEKU) }) {
+	if _, ok := extension(c, oidEKU); !ok {
 		return true // none (an empty one allows nothing)
 	}
 	for _, u := range c.ExtKeyUsage {
